@@ -1,0 +1,276 @@
+"""The `testbed` command line: list, run, show, plot, pcap, doctor, clean."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from testbed.results import DEFAULT_RESULTS_ROOT, PROJECT_ROOT
+
+SCENARIOS_DIR = PROJECT_ROOT / "scenarios"
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    click.secho(f"error: {msg}", fg="red", err=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Emulated testbed for in-network ML training.
+
+    Run a scenario on an emulated network (Mininet + soft P4 switch, or local
+    loopback processes), then inspect its results, figures and packet traces.
+
+    \b
+    Quick start:
+      testbed run scenarios/quickstart.yaml
+      testbed show results/quickstart          # newest run of that scenario
+      testbed plot results/quickstart
+    """
+
+
+@main.command("list")
+@click.option("--runs/--no-runs", default=True, help="Also list recent runs under results/.")
+def list_cmd(runs: bool) -> None:
+    """List the scenarios shipped in scenarios/ and recent runs."""
+    import yaml
+
+    click.secho("Scenarios:", bold=True)
+    for path in sorted(SCENARIOS_DIR.rglob("*.yaml")):
+        try:
+            desc = (yaml.safe_load(path.read_text()) or {}).get("description", "")
+        except yaml.YAMLError:
+            desc = "(not valid YAML)"
+        first = str(desc).strip().splitlines()[0] if desc else ""
+        click.echo(f"  {str(path.relative_to(PROJECT_ROOT)):<40} {first}")
+    if runs:
+        from testbed.results import list_runs
+        found = list_runs()[-15:]
+        click.secho("\nRecent runs:", bold=True)
+        if not found:
+            click.echo("  (none yet: try `testbed run scenarios/quickstart.yaml`)")
+        for m in found:
+            try:
+                status = json.loads(m.read_text()).get("status", "?")
+            except (OSError, json.JSONDecodeError):
+                status = "unreadable"
+            click.echo(f"  {str(m.parent.relative_to(PROJECT_ROOT) if m.is_relative_to(PROJECT_ROOT) else m.parent):<50} {status}")
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a scenario field, e.g. --set topology.workers=8 --set links.loss_pct=1.")
+@click.option("--net", "net_mode", type=click.Choice(["mininet", "local"]), default="mininet", show_default=True,
+              help="mininet: namespaces, veths and the soft switch (needs root or user namespaces); "
+                   "local: processes on loopback, no privileges.")
+@click.option("--quick", is_flag=True, help="Run the scenario's reduced sweep (smoke test).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help=f"Results root (default {DEFAULT_RESULTS_ROOT.relative_to(PROJECT_ROOT)}/).")
+@click.option("--plot/--no-plot", default=True, show_default=True, help="Draw the scenario's figures at the end.")
+def run(scenario: str, overrides: tuple[str, ...], net_mode: str, quick: bool, out_dir: Path | None, plot: bool) -> None:
+    """Run SCENARIO (a YAML file) and write a results folder.
+
+    Each sweep point gets a fresh network; a failed point is recorded with its
+    error and the sweep goes on. Ctrl-C stops cleanly: the network is torn down
+    and completed points stay on disk.
+    """
+    from testbed.scenario import ScenarioError, expand_points, load_scenario
+
+    path = Path(scenario)
+    if not path.exists():
+        cand = SCENARIOS_DIR / scenario
+        if cand.exists():
+            path = cand
+        else:
+            _fail(f"{scenario}: no such scenario file; `testbed list` shows the shipped ones")
+    try:
+        scn = load_scenario(path, list(overrides))
+        points = expand_points(scn, quick=quick)
+    except ScenarioError as e:
+        _fail(f"invalid scenario:\n{e}")
+
+    if net_mode == "mininet":
+        from testbed.net.isolation import enter_private_netns, isolation_available
+        ok, reason = isolation_available()
+        if not ok:
+            _fail(f"--net mininet needs root or unprivileged user namespaces: {reason}. "
+                  f"Run as root, or use --net local (no impairments).")
+        # Before any thread exists: the whole run, and all it creates, lives in
+        # its own network namespace and vanishes with it.
+        enter_private_netns()
+
+    from tqdm import tqdm
+    from testbed import runner
+
+    bar = tqdm(total=len(points), unit="point", desc=scn.name, dynamic_ncols=True)
+
+    def on_start(run_dir: Path, pts: list) -> None:
+        tqdm.write(f"run folder: {run_dir}  ({len(pts)} points, net={net_mode}{', quick' if quick else ''})")
+
+    def on_point(o: runner.PointOutcome, total: int) -> None:  # noqa: ARG001
+        bar.update(1)
+        if o.status != "ok":
+            color = "yellow" if o.status == "skipped" else "red"
+            tqdm.write(click.style(f"  point {o.label}: {o.status.upper()}: {o.error}", fg=color))
+
+    try:
+        outcome = runner.run_points(scn, points, net_mode=net_mode, quick=quick, out_dir=out_dir,
+                                    cli={"scenario": str(path), "overrides": list(overrides),
+                                         "net": net_mode, "quick": quick},
+                                    on_point=on_point, on_start=on_start)
+    finally:
+        bar.close()
+    _print_summary(outcome.run_dir)
+    if outcome.interrupted:
+        click.secho(f"interrupted: network torn down; {sum(o.status == 'ok' for o in outcome.outcomes)} "
+                    f"completed point(s) kept in {outcome.run_dir}", fg="yellow", err=True)
+        sys.exit(130)
+    if plot and any(o.status == "ok" for o in outcome.outcomes):
+        _plot(outcome.run_dir, None)
+    click.echo(f"\nresults: {outcome.run_dir}")
+    if outcome.failed:
+        click.secho(f"{len(outcome.failed)} point(s) did not complete; see points.jsonl and logs/", fg="red", err=True)
+        sys.exit(1)
+
+
+def _print_summary(run_dir: Path) -> None:
+    from testbed.results import load_run
+
+    r = load_run(run_dir)
+    rows = []
+    import csv
+    csv_path = run_dir / "summary.csv"
+    if csv_path.exists():
+        with csv_path.open() as f:
+            rows = list(csv.DictReader(f))
+    if not rows:
+        click.echo("(no points completed)")
+        return
+    cols = [c for c in rows[0] if c not in ("point",)]
+    widths = {c: max(len(c), *(len(str(row.get(c, ""))) for row in rows)) for c in cols}
+    click.echo("\n" + "  ".join(c.ljust(widths[c]) for c in cols))
+    for row in rows:
+        line = "  ".join(str(row.get(c, "")).ljust(widths[c]) for c in cols)
+        click.secho(line, fg=None if row.get("status") == "ok" else "red")
+    for w in r.manifest.get("warnings", []):
+        click.secho(f"WARNING: {w}", fg="yellow", err=True)
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest and points as JSON.")
+def show(run_dir: Path, as_json: bool) -> None:
+    """Show a run: status, points, impairments applied, summary table.
+
+    RUN_DIR is a run folder, or a scenario's results folder (its newest run).
+    """
+    from testbed.results import NotARunError, load_run
+
+    try:
+        r = load_run(run_dir)
+    except NotARunError as e:
+        _fail(str(e))
+    if as_json:
+        click.echo(json.dumps({"manifest": r.manifest, "points": r.points}, indent=2))
+        return
+    m = r.manifest
+    click.secho(f"{r.path}", bold=True)
+    click.echo(f"scenario {m['scenario']['name']}: status {m.get('status')}, net {m.get('net')}, "
+               f"switch {m.get('switch_backend')}, started {m.get('started_at')}, finished {m.get('finished_at')}")
+    click.echo(f"git {m.get('git', {}).get('commit')}{' (dirty)' if m.get('git', {}).get('dirty') else ''}")
+    click.echo(f"points: {len(r.points)} run of {len(m.get('points', []))} planned")
+    for p in r.points:
+        imp = [f"{i.get('parameter')}={i.get('value')} via {i.get('mechanism')}"
+               + ("" if i.get("applied") else " NOT APPLIED") for i in p.get("impairments") or []]
+        line = f"  {p['label']:<40} {p['status']:<8} {p.get('wall_s', 0):>7.1f}s"
+        if imp:
+            line += "  impairments: " + ", ".join(sorted(set(imp)))
+        click.secho(line, fg=None if p["status"] == "ok" else "red")
+        if p.get("error"):
+            click.echo(f"      {p['error'].splitlines()[0]}")
+    _print_summary(r.path)
+
+
+def _plot(run_dir: Path, names: list[str] | None) -> None:
+    from testbed.plots import PlotError, draw_figures
+    from testbed.results import NotARunError, load_run
+
+    try:
+        paths = draw_figures(load_run(run_dir), names)
+    except (PlotError, NotARunError) as e:
+        _fail(str(e))
+    click.echo("figures:")
+    for p in paths:
+        click.echo(f"  {p}")
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--figure", "names", multiple=True, help="Draw only this figure (repeatable).")
+def plot(run_dir: Path, names: tuple[str, ...]) -> None:
+    """Draw the paper-style figures of a run into RUN_DIR/figures (PNG and PDF)."""
+    _plot(run_dir, list(names) or None)
+
+
+@main.command()
+@click.argument("pcap_file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--packets", "show_packets", type=int, default=0, metavar="N",
+              help="Also list the first N aggregation packets decoded.")
+def pcap(pcap_file: str, as_json: bool, show_packets: int) -> None:
+    """Summarize a packet trace: hosts, flows, packets, bytes, retransmissions,
+    and the in-network aggregation protocol decoded per packet, slot and worker."""
+    from testbed.pcap import PcapError, format_summary, summarize
+
+    try:
+        s = summarize(pcap_file)
+    except PcapError as e:
+        _fail(str(e))
+    ina = None
+    try:
+        from testbed import pcap_ina
+        ina = pcap_ina.analyze(pcap_file)
+    except ImportError:
+        pass
+    if as_json:
+        out = s.to_dict()
+        if ina is not None:
+            out["ina"] = ina.to_dict()
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(format_summary(s))
+    if ina is not None and ina.packets:
+        click.echo("")
+        click.echo(ina.format(show_packets))
+
+
+@main.command()
+def doctor() -> None:
+    """Check what the testbed needs on this machine, with a fix for each gap."""
+    from testbed.doctor import format_report, run_checks
+
+    checks = run_checks()
+    click.echo(format_report(checks))
+    if any(not c.ok and not getattr(c, "optional", False) for c in checks):
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+def clean(dry_run: bool) -> None:
+    """Remove leftovers of crashed runs: only processes the testbed recorded starting."""
+    from testbed.clean import clean as do_clean
+
+    actions = do_clean(dry_run=dry_run)
+    if not actions:
+        click.echo("nothing to clean: no leftovers of crashed runs")
+    for a in actions:
+        click.echo(a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Paper-style figures from a results folder: one module per figure family.
+
+A figure module registers drawing functions by the names scenarios list under
+`figures:`; `draw_figures(run)` draws every figure the run's scenario asks for
+into <run>/figures/ as PNG and PDF.
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Callable
+
+from testbed.results import Run
+
+FigureFn = Callable[[Run, Path], list[Path]]
+_FIGURES: dict[str, FigureFn] = {}
+
+# Figure families; each module registers its figures on import.
+_FAMILIES = ("testbed.plots.allreduce",)
+
+
+def figure(name: str) -> Callable[[FigureFn], FigureFn]:
+    def deco(fn: FigureFn) -> FigureFn:
+        _FIGURES[name] = fn
+        return fn
+    return deco
+
+
+def known_figures() -> dict[str, FigureFn]:
+    for mod in _FAMILIES:
+        importlib.import_module(mod)
+    return dict(_FIGURES)
+
+
+class PlotError(Exception):
+    pass
+
+
+def draw_figures(run: Run, names: list[str] | None = None) -> list[Path]:
+    figures = known_figures()
+    wanted = names or run.manifest.get("scenario", {}).get("figures") or []
+    if not wanted:
+        raise PlotError(f"{run.path}: the scenario lists no figures; pass --figure NAME "
+                        f"(known: {', '.join(sorted(figures))})")
+    unknown = [n for n in wanted if n not in figures]
+    if unknown:
+        raise PlotError(f"unknown figure(s) {unknown}; known: {', '.join(sorted(figures))}")
+    out = run.path / "figures"
+    out.mkdir(exist_ok=True)
+    paths: list[Path] = []
+    for n in wanted:
+        paths.extend(figures[n](run, out))
+    return paths

@@ -1,0 +1,142 @@
+"""The results folder: where a run writes, and how it is read back.
+
+Layout (one folder per run)::
+
+    results/<scenario>/<YYYYmmdd-HHMMSS>/
+        manifest.json      resolved scenario, versions, seeds, backends, status
+        points.jsonl       one line per sweep point (status, params, impairments)
+        metrics.jsonl      one line per measurement, tagged with its point index
+        summary.csv        one row per point x key metric, for spreadsheets
+        logs/<point>/      one log per host and switch, control-plane logs
+        pcaps/<point>/     per-interface captures
+        figures/           written by `testbed plot`
+
+Lines are appended and flushed as points finish, so an interrupted or crashed
+run keeps every completed point on disk.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_RESULTS_ROOT = PROJECT_ROOT / "results"
+
+
+def new_run_dir(scenario_name: str, root: Path | None = None) -> Path:
+    """Create results/<scenario>/<timestamp>/ (suffixing -2, -3 on a clash)."""
+    base = (root or DEFAULT_RESULTS_ROOT) / scenario_name
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    candidate = base / stamp
+    n = 2
+    while candidate.exists():
+        candidate = base / f"{stamp}-{n}"
+        n += 1
+    for sub in ("logs", "pcaps"):
+        (candidate / sub).mkdir(parents=True, exist_ok=True)
+    return candidate
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(record, default=_json_default) + "\n")
+        f.flush()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    with path.open() as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                # A run killed mid-write can leave a torn last line; keep the rest.
+                if lineno != _count_lines(path):
+                    raise ValueError(f"{path}:{lineno}: not valid JSON")
+    return out
+
+
+def _count_lines(path: Path) -> int:
+    with path.open() as f:
+        return sum(1 for _ in f)
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
+    tmp.replace(path)  # atomic: a reader never sees half a manifest
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):  # numpy scalars
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    if isinstance(o, set):
+        return sorted(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+@dataclass
+class Run:
+    """A results folder read back: what plots, `show` and tests consume."""
+
+    path: Path
+    manifest: dict[str, Any]
+    points: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+
+    def metrics_of(self, type_: str) -> Iterator[dict[str, Any]]:
+        return (m for m in self.metrics if m.get("type") == type_)
+
+    def point(self, index: int) -> dict[str, Any] | None:
+        return next((p for p in self.points if p.get("index") == index), None)
+
+
+class NotARunError(Exception):
+    pass
+
+
+def load_run(path: str | Path) -> Run:
+    p = Path(path)
+    if not (p / "manifest.json").exists():
+        # Accept results/<scenario>: take its newest run.
+        runs = sorted(d for d in p.iterdir() if (d / "manifest.json").exists()) if p.is_dir() else []
+        if not runs:
+            raise NotARunError(
+                f"{p}: no manifest.json here; give a run folder such as "
+                f"results/<scenario>/<timestamp> (see `testbed list`)")
+        p = runs[-1]
+    manifest = json.loads((p / "manifest.json").read_text())
+    return Run(p, manifest, read_jsonl(p / "points.jsonl"), read_jsonl(p / "metrics.jsonl"))
+
+
+def list_runs(root: Path | None = None) -> list[Path]:
+    root = root or DEFAULT_RESULTS_ROOT
+    if not root.exists():
+        return []
+    return sorted(root.glob("*/*/manifest.json"), key=lambda m: m.stat().st_mtime)
+
+
+def write_summary_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    rows = list(rows)
+    if not rows:
+        return
+    keys: list[str] = []
+    for r in rows:
+        keys.extend(k for k in r if k not in keys)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)

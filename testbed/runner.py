@@ -1,0 +1,262 @@
+"""Runs a scenario: sweep points one after another, each on a fresh network.
+
+For each point: build the network (Mininet or local), start the switches, start
+the workload's host programs, wait for them, collect their measurements, tear
+everything down (always, also on failure or Ctrl-C), and append the point's
+outcome to the results folder before the next point starts.
+"""
+from __future__ import annotations
+
+import signal
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from testbed import results as res
+from testbed.manifest import base_manifest
+from testbed.scenario import Point, Scenario, expand_points, load_scenario
+from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, get_runtime, host_env
+
+# Time between starting the host programs and the moment they all begin work:
+# Python start-up of N processes on 2 shared cores takes about a second.
+START_SLACK_S = 2.0
+
+
+class PointFailed(Exception):
+    pass
+
+
+@dataclass
+class PointOutcome:
+    index: int
+    label: str
+    status: str                       # ok | failed | skipped
+    wall_s: float
+    error: str | None = None
+    summary: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    outcomes: list[PointOutcome]
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> list[PointOutcome]:
+        return [o for o in self.outcomes if o.status != "ok"]
+
+
+def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_scenario(
+    scenario_path: str | Path,
+    overrides: tuple[str, ...] = (),
+    net_mode: str = "mininet",
+    quick: bool = False,
+    out_dir: Path | None = None,
+    on_point: Callable[[PointOutcome, int], None] | None = None,
+    on_start: Callable[[Path, list[Point]], None] | None = None,
+) -> RunOutcome:
+    scenario = load_scenario(scenario_path, list(overrides))
+    points = expand_points(scenario, quick=quick)
+    return run_points(scenario, points, net_mode=net_mode, quick=quick, out_dir=out_dir,
+                      cli={"scenario": str(scenario_path), "overrides": list(overrides),
+                           "net": net_mode, "quick": quick},
+                      on_point=on_point, on_start=on_start)
+
+
+def run_points(scenario: Scenario, points: list[Point], *, net_mode: str, quick: bool,
+               out_dir: Path | None, cli: dict[str, Any],
+               on_point: Callable[[PointOutcome, int], None] | None = None,
+               on_start: Callable[[Path, list[Point]], None] | None = None) -> RunOutcome:
+    from testbed.net import registry  # noqa: PLC0415 - keeps `testbed list` fast
+
+    # --out names the results root (default results/); each run gets its own folder.
+    run_dir = res.new_run_dir(scenario.name, out_dir)
+    manifest = base_manifest(
+        scenario.model_dump(mode="json"), cli,
+        [{"index": p.index, "label": p.label, "case": p.case, "params": p.params,
+          "repeat": p.repeat, "seed": p.seed} for p in points])
+    manifest["net"] = net_mode
+    manifest["switch_backend"] = scenario.switch.backend
+    res.write_json(run_dir / "manifest.json", manifest)
+    if on_start:
+        on_start(run_dir, points)
+
+    reg = registry.RunRegistry.create(run_dir)
+    old_term = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    outcomes: list[PointOutcome] = []
+    summary_rows: list[dict[str, Any]] = []
+    interrupted = False
+    try:
+        for point in points:
+            outcome, impairments, extra = _run_point_safely(point, run_dir, net_mode, reg)
+            outcomes.append(outcome)
+            res.append_jsonl(run_dir / "points.jsonl", {
+                "index": point.index, "label": point.label, "case": point.case,
+                "params": point.params, "repeat": point.repeat, "seed": point.seed,
+                "status": outcome.status, "error": outcome.error, "wall_s": round(outcome.wall_s, 3),
+                "impairments": impairments, **extra,
+            })
+            for row in outcome.summary:
+                summary_rows.append({"point": point.index, "label": point.label, "case": point.case,
+                                     "status": outcome.status, **row})
+            if not outcome.summary:
+                summary_rows.append({"point": point.index, "label": point.label, "case": point.case,
+                                     "status": outcome.status})
+            res.write_summary_csv(run_dir / "summary.csv", summary_rows)
+            if on_point:
+                on_point(outcome, len(points))
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        manifest["status"] = ("interrupted" if interrupted else
+                              "failed" if any(o.status == "failed" for o in outcomes) else "ok")
+        manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        manifest["completed_points"] = sum(o.status == "ok" for o in outcomes)
+        manifest["warnings"].extend(_collect_warnings(run_dir))
+        res.write_json(run_dir / "manifest.json", manifest)
+        reg.close()
+    return RunOutcome(run_dir, outcomes, interrupted)
+
+
+def _collect_warnings(run_dir: Path) -> list[str]:
+    warnings = []
+    for p in res.read_jsonl(run_dir / "points.jsonl"):
+        for w in p.get("warnings", []) or []:
+            warnings.append(f"point {p['label']}: {w}")
+    return warnings
+
+
+def _run_point_safely(point: Point, run_dir: Path, net_mode: str, reg: Any
+                      ) -> tuple[PointOutcome, list[dict[str, Any]], dict[str, Any]]:
+    t0 = time.monotonic()
+    extra: dict[str, Any] = {}
+    impairments: list[dict[str, Any]] = []
+    try:
+        summary, impairments, extra = _run_point(point, run_dir, net_mode, reg)
+        return PointOutcome(point.index, point.label, "ok", time.monotonic() - t0, summary=summary), impairments, extra
+    except KeyboardInterrupt:
+        raise
+    except SkipPoint as e:
+        return PointOutcome(point.index, point.label, "skipped", time.monotonic() - t0, error=str(e)), impairments, extra
+    except Exception as e:  # noqa: BLE001 - a failed point is recorded, the sweep goes on
+        detail = str(e) if isinstance(e, (PointFailed,)) else f"{type(e).__name__}: {e}"
+        log = run_dir / "logs" / point.label / "runner.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(traceback.format_exc())
+        return PointOutcome(point.index, point.label, "failed", time.monotonic() - t0, error=detail), impairments, extra
+
+
+class SkipPoint(Exception):
+    """A point that cannot be run as specified here (reason recorded, loudly)."""
+
+
+def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    from testbed.net.factory import build_network  # noqa: PLC0415
+    from testbed.net.impairments import ImpairmentError  # noqa: PLC0415
+
+    scn = point.scenario
+    logs = run_dir / "logs" / point.label
+    pcaps = run_dir / "pcaps" / point.label
+    work = run_dir / "points" / point.label
+    for d in (logs, pcaps, work):
+        d.mkdir(parents=True, exist_ok=True)
+    runtime: WorkloadRuntime = get_runtime(scn.workload.kind)
+
+    try:
+        net = build_network(net_mode, scn, logs_dir=logs, pcaps_dir=pcaps, seed=point.seed, registry=reg)
+    except ImpairmentError as e:
+        raise SkipPoint(f"impairment cannot be applied: {e}") from None
+    procs: dict[str, Any] = {}
+    warnings: list[str] = []
+    try:
+        net.start()
+        ctx = PointContext(point=point, hosts=net.hosts, work_dir=work, net_mode=net_mode,
+                           start_at=time.time() + START_SLACK_S,
+                           switch=getattr(net, "switch_info", {}))
+        programs = runtime.programs(ctx)
+        env = host_env()
+        for prog in sorted(programs, key=lambda p: p.phase):
+            procs[prog.host] = (prog, net.popen(prog.host, prog.argv, logs / f"{prog.host}.log", env=env))
+        _wait_programs(procs, runtime.timeout_s(ctx) + START_SLACK_S, logs)
+    finally:
+        _stop_programs(procs)
+        net.stop()
+        impairments = net.impairment_report()
+        switch_stats = net.switch_stats()
+        if switch_stats:
+            res.write_json(work / "switch_stats.json", switch_stats)
+    records = runtime.collect(ctx)
+    tagged = [{"point": point.index, "label": point.label, "case": point.case, **point.params, **r}
+              for r in records]
+    for r in tagged:
+        res.append_jsonl(run_dir / "metrics.jsonl", r)
+        if r.get("type") == "validity" and not r.get("valid", True):
+            warnings.append(f"emulation not valid on {r.get('host')}: {r.get('reason')}")
+    not_applied = [i for i in impairments if not i.get("applied", True)]
+    for i in not_applied:
+        warnings.append(f"impairment NOT applied: {i}")
+    summary = runtime.summarize(ctx, records)
+    bad = [r for r in summary if r.get("all_correct") is False]
+    if bad:
+        raise PointFailed(f"wrong results for {len(bad)} size(s); see metrics.jsonl (ok=false)")
+    return summary, impairments, {"warnings": warnings, "switch_stats": _brief_stats(switch_stats)}
+
+
+def _brief_stats(stats: dict[str, Any] | None) -> dict[str, Any]:
+    if not stats:
+        return {}
+    return {name: {k: v for k, v in s.items() if k in ("io_mode", "cpu_s", "wall_s", "pipeline")}
+            for name, s in stats.items() if isinstance(s, dict)}
+
+
+def _wait_programs(procs: dict[str, tuple[HostProgram, Any]], timeout_s: float, logs: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pending = []
+        for host, (prog, p) in procs.items():
+            rc = p.poll()
+            if rc is None:
+                if not prog.daemon:
+                    pending.append(host)
+            elif rc != 0:
+                raise PointFailed(f"host {host} exited with code {rc}; last lines of "
+                                  f"{logs / (host + '.log')}:\n{_tail(logs / (host + '.log'))}")
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise PointFailed(f"timed out after {timeout_s:.0f}s waiting for {', '.join(pending)}; "
+                              f"see {logs}")
+        time.sleep(0.05)
+
+
+def _stop_programs(procs: dict[str, tuple[HostProgram, Any]]) -> None:
+    """Stop what we started, by PID: SIGTERM, then SIGKILL after a grace period."""
+    live = [p for _, p in procs.values() if p.poll() is None]
+    for p in live:
+        try:
+            p.terminate()
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 3
+    for p in live:
+        try:
+            p.wait(timeout=max(0.05, deadline - time.monotonic()))
+        except Exception:  # noqa: BLE001
+            p.kill()
+            p.wait(timeout=2)
+
+
+def _tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,311 @@
+"""The scenario schema: pydantic models for everything a scenario file can say.
+
+Models are strict (no "4" -> 4 or true -> 1 coercion: a wrong type in a file is a
+mistake worth reporting), forbid unknown keys (a typo is an error, not a silent
+default) and are frozen (a resolved scenario is a value; sweeps derive new
+scenarios from raw dicts instead of mutating one).
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    model_serializer,
+    model_validator,
+)
+
+from testbed.workloads import seal_registry
+
+STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+# Mininet addresses workers as 10.0.0.<i> and the PS as 10.0.0.200.
+MAX_WORKERS = 199
+
+# Dict fields whose keys are dotted paths into the scenario (`links.loss_pct`):
+# overrides must treat the rest of a path as one key there, not as nesting.
+DOTTED_KEYS = {"dotted_keys": True}
+
+
+# --- figures ----------------------------------------------------------------
+# Figure names a scenario may list. The plotting package registers its names;
+# the two allreduce figures are known up front so loading a scenario does not
+# need to import matplotlib.
+BUILTIN_FIGURES = frozenset({"goodput_vs_size", "latency_cdf"})
+known_figures: set[str] = set(BUILTIN_FIGURES)
+
+
+def register_figure_names(*names: str) -> None:
+    known_figures.update(names)
+
+
+# --- topology ---------------------------------------------------------------
+class Topology(BaseModel):
+    """Which hosts and switches exist and how they connect."""
+
+    model_config = STRICT
+
+    kind: Literal["star", "tree"] = Field(
+        "star", description="star: all hosts on one switch s1; tree: leaf switches under one spine.")
+    workers: int = Field(
+        4, ge=1, le=MAX_WORKERS, description="Number of worker hosts, named w1..wN.")
+    leaves: int = Field(
+        2, ge=1, description="Number of leaf switches (tree only; at most `workers`). Ignored for star.")
+
+
+# --- links ------------------------------------------------------------------
+Bandwidth = Optional[Annotated[float, Field(gt=0)]]
+Percent = Annotated[float, Field(ge=0, le=100)]
+NonNegative = Annotated[float, Field(ge=0)]
+
+_LINK_DOCS = {
+    "bandwidth_mbps": "Rate limit per direction in Mbit/s (htb on both ends); null = unlimited.",
+    "delay_ms": "One-way delay added per direction, in milliseconds.",
+    "jitter_ms": "Random variation of the delay (+/-), in milliseconds.",
+    "loss_pct": "Share of packets dropped per direction, in percent.",
+    "duplicate_pct": "Share of packets delivered twice, in percent.",
+    "reorder_pct": "Share of packets delivered out of order, in percent.",
+}
+
+
+class LinkParams(BaseModel):
+    """Impairments of a link, applied per direction like netem."""
+
+    model_config = STRICT
+
+    bandwidth_mbps: Bandwidth = Field(None, description=_LINK_DOCS["bandwidth_mbps"])
+    delay_ms: NonNegative = Field(0.0, description=_LINK_DOCS["delay_ms"])
+    jitter_ms: NonNegative = Field(0.0, description=_LINK_DOCS["jitter_ms"])
+    loss_pct: Percent = Field(0.0, description=_LINK_DOCS["loss_pct"])
+    duplicate_pct: Percent = Field(0.0, description=_LINK_DOCS["duplicate_pct"])
+    reorder_pct: Percent = Field(0.0, description=_LINK_DOCS["reorder_pct"])
+
+
+class LinkOverride(BaseModel):
+    """Per-host link values; a field left out inherits the value from `links`.
+
+    Only the fields written in the file count (pydantic's fields-set), so an
+    explicit `bandwidth_mbps: null` means "unlimited for this host".
+    """
+
+    model_config = STRICT
+
+    bandwidth_mbps: Bandwidth = Field(None, description=_LINK_DOCS["bandwidth_mbps"])
+    delay_ms: Optional[NonNegative] = Field(None, description=_LINK_DOCS["delay_ms"])
+    jitter_ms: Optional[NonNegative] = Field(None, description=_LINK_DOCS["jitter_ms"])
+    loss_pct: Optional[Percent] = Field(None, description=_LINK_DOCS["loss_pct"])
+    duplicate_pct: Optional[Percent] = Field(None, description=_LINK_DOCS["duplicate_pct"])
+    reorder_pct: Optional[Percent] = Field(None, description=_LINK_DOCS["reorder_pct"])
+
+    @model_serializer(mode="wrap")
+    def _only_fields_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Dump only what was written, so a dump (e.g. the manifest) loads back
+        # with the same meaning: a None written here overrides, a missing one inherits.
+        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
+
+
+class Links(LinkParams):
+    """Every host's link to its switch, with optional per-host overrides."""
+
+    mechanism: Literal["auto", "switch", "nftables", "netem"] = Field(
+        "auto", description="How impairments are applied: auto picks the best available; "
+                            "switch: in the soft switch; nftables: host ingress loss; netem: kernel qdisc.")
+    hosts: dict[str, LinkOverride] = Field(
+        default_factory=dict, description="Per-host overrides, e.g. `{w2: {loss_pct: 5}}`.")
+
+    def for_host(self, host: str) -> LinkParams:
+        """The effective link values of `host` (shared values + its overrides)."""
+        base = {name: getattr(self, name) for name in LinkParams.model_fields}
+        override = self.hosts.get(host)
+        if override is not None:
+            base.update(override.model_dump())
+        return LinkParams(**base)
+
+
+# --- switch -----------------------------------------------------------------
+class Switch(BaseModel):
+    """The switch implementation and the program it runs."""
+
+    model_config = STRICT
+
+    backend: Literal["soft", "bmv2", "tofino"] = Field(
+        "soft", description="soft: the testbed's software switch; bmv2: simple_switch_grpc; "
+                            "tofino: a real Tofino via its SDE.")
+    program: str = Field(
+        "ina", min_length=1, description="P4 program under p4/ (the soft switch mirrors it).")
+    capture: bool = Field(
+        True, description="Write a pcap per switch interface into the run folder.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Backend-specific settings, passed through unchanged.")
+
+
+# --- stragglers -------------------------------------------------------------
+class Straggler(BaseModel):
+    """A host that runs slower than the others."""
+
+    model_config = STRICT
+
+    host: str = Field(description="Host name, e.g. `w2` (a worker or a workload host such as `ps`).")
+    start_s: NonNegative = Field(
+        0.0, description="Seconds after the workload starts when the slowdown begins.")
+    slowdown: float = Field(
+        1.0, ge=1.0, description="Factor on the host's modeled compute time (1 = normal speed).")
+    delay_ms: NonNegative = Field(
+        0.0, description="Extra stall per iteration, in milliseconds.")
+
+
+# --- sweep ------------------------------------------------------------------
+class Case(BaseModel):
+    """A named variant of the scenario, crossed with the grid."""
+
+    model_config = STRICT
+
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$",
+        description="Case name, used in point labels and results (letters, digits, `_`, `-`).")
+    set: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra=DOTTED_KEYS,
+        description="Values to set for this case, by dotted path: `{links.loss_pct: 1}`.")
+
+
+class QuickSweep(BaseModel):
+    """Changes for `--quick` runs (smoke tests, CI)."""
+
+    model_config = STRICT
+
+    set: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra=DOTTED_KEYS,
+        description="Values set on every point in quick mode, by dotted path.")
+    grid: Optional[dict[str, list[Any]]] = Field(
+        None, json_schema_extra=DOTTED_KEYS,
+        description="Replaces `sweep.grid` in quick mode; null keeps the full grid.")
+    cases: Optional[list[str]] = Field(
+        None, description="Names of the cases to keep in quick mode; null keeps all.")
+    repeats: Optional[Annotated[int, Field(ge=1)]] = Field(
+        None, description="Replaces `sweep.repeats` in quick mode; null keeps it.")
+
+
+class Sweep(BaseModel):
+    """Which variants of the scenario to run: cases x grid x repeats."""
+
+    model_config = STRICT
+
+    grid: dict[str, list[Any]] = Field(
+        default_factory=dict, json_schema_extra=DOTTED_KEYS,
+        description="Dotted path -> values; every combination is run (keys vary in file order).")
+    cases: list[Case] = Field(
+        default_factory=list, description="Named variants, each crossed with the grid; none = one case `base`.")
+    repeats: int = Field(
+        1, ge=1, description="Runs of every case/grid combination, each with its own seed.")
+    seed: int = Field(
+        1, description="Root of the per-point seeds (derived from it, the case, grid values and repeat).")
+    quick: QuickSweep = Field(
+        default_factory=QuickSweep, description="Smaller sweep for `--quick` runs.")
+
+
+# --- the scenario -----------------------------------------------------------
+def _workload_union() -> Any:
+    models = tuple(seal_registry().values())
+    return Annotated[Union[models], Field(discriminator="kind")]  # type: ignore[valid-type]
+
+
+WorkloadSpec = _workload_union()
+SKIP_SEMANTIC = "skip_semantic_checks"
+
+
+class Scenario(BaseModel):
+    """One experiment: network, switch, workload, impairments, sweep and figures."""
+
+    model_config = STRICT
+
+    name: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9_-]*$",
+        description="Scenario name; names the results folder (lowercase letters, digits, `_`, `-`).")
+    description: str = Field("", description="Free text shown in the manifest and reports.")
+    topology: Topology = Field(default_factory=Topology, description="Hosts and switches.")
+    links: Links = Field(default_factory=Links, description="Link bandwidth and impairments.")
+    switch: Switch = Field(default_factory=Switch, description="Switch backend and program.")
+    workload: WorkloadSpec = Field(description="What the hosts run; `kind` selects the workload.")
+    stragglers: list[Straggler] = Field(default_factory=list, description="Slow hosts.")
+    sweep: Sweep = Field(default_factory=Sweep, description="Cases, grid and repeats to run.")
+    figures: list[str] = Field(default_factory=list, description="Figures `testbed plot` draws for a run.")
+
+    # The raw mapping this scenario was validated from (after overrides), so
+    # sweeps can derive point scenarios by editing the input, not the model.
+    _raw: Optional[dict[str, Any]] = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        # Same fields, same scenario, whether loaded from a file or built in Python
+        # (pydantic's default would also compare the kept raw input).
+        if not isinstance(other, Scenario):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def hosts(self) -> list[str]:
+        """All host names: workers w1..wN, then the workload's own hosts (e.g. `ps`)."""
+        workers = [f"w{i}" for i in range(1, self.topology.workers + 1)]
+        return workers + list(self.workload.extra_hosts())
+
+    @model_validator(mode="after")
+    def _semantic(self, info: ValidationInfo) -> "Scenario":
+        # The loader runs these checks itself to report them with file lines.
+        if not (info.context or {}).get(SKIP_SEMANTIC):
+            problems = semantic_problems(self)
+            if problems:
+                raise ValueError("; ".join(f"{format_loc(loc)}: {msg}" for loc, msg in problems))
+        return self
+
+
+Loc = tuple[Union[str, int], ...]
+
+
+def format_loc(loc: Loc) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def semantic_problems(scn: Scenario) -> list[tuple[Loc, str]]:
+    """Cross-field checks a single field's type cannot express."""
+    problems: list[tuple[Loc, str]] = []
+    hosts = scn.hosts()
+    known = ", ".join(hosts)
+
+    topo = scn.topology
+    if topo.kind == "tree" and topo.leaves > topo.workers:
+        problems.append((("topology", "leaves"),
+                         f"{topo.leaves} leaves for {topo.workers} workers; "
+                         f"use at most as many leaves as workers"))
+
+    for host in scn.links.hosts:
+        if host not in hosts:
+            problems.append((("links", "hosts", host), f"unknown host {host!r}; hosts are {known}"))
+
+    first: dict[str, int] = {}
+    for i, s in enumerate(scn.stragglers):
+        if s.host not in hosts:
+            problems.append((("stragglers", i, "host"), f"unknown host {s.host!r}; hosts are {known}"))
+        elif s.host in first:
+            problems.append((("stragglers", i, "host"), f"host {s.host!r} is already a straggler "
+                             f"(stragglers.{first[s.host]}); merge the two entries"))
+        first.setdefault(s.host, i)
+
+    seen: set[str] = set()
+    for i, case in enumerate(scn.sweep.cases):
+        if case.name in seen:
+            problems.append((("sweep", "cases", i, "name"), f"duplicate case name {case.name!r}"))
+        seen.add(case.name)
+    names = [c.name for c in scn.sweep.cases] or ["base"]
+    for i, name in enumerate(scn.sweep.quick.cases or []):
+        if name not in names:
+            problems.append((("sweep", "quick", "cases", i),
+                             f"no case named {name!r}; cases are {', '.join(names)}"))
+
+    for i, fig in enumerate(scn.figures):
+        if fig not in known_figures:
+            problems.append((("figures", i),
+                             f"unknown figure {fig!r}; known: {', '.join(sorted(known_figures))}"))
+    return problems

@@ -1,0 +1,99 @@
+"""What a workload does at run time, so the runner stays workload-agnostic.
+
+A workload kind (allreduce, p4sgd, later lhc, shadowsync, easgd, phub) lives in
+one module of this package holding its params model (validated by the scenario
+schema) and a `WorkloadRuntime` subclass registered with `register_runtime`.
+The runner asks the runtime which programs to start on which hosts, waits for
+them, and hands the raw outputs back to the runtime to turn into metrics.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from testbed.results import PROJECT_ROOT, read_jsonl
+
+PYTHON = sys.executable  # the venv's interpreter: host programs run with it
+
+
+@dataclass
+class HostProgram:
+    """One process to start on one emulated host."""
+
+    host: str
+    argv: list[str]
+    # Processes with a lower phase start first (e.g. a parameter server before workers).
+    phase: int = 0
+    # A server-like program the runner stops once the others are done.
+    daemon: bool = False
+
+
+@dataclass
+class PointContext:
+    """Everything a runtime needs to know about the point it runs."""
+
+    point: Any                 # testbed.scenario.Point
+    hosts: dict[str, Any]      # name -> HostInfo(name, ip, mac)
+    work_dir: Path             # configs and raw host outputs
+    net_mode: str              # "mininet" | "local"
+    start_at: float            # wall-clock time all hosts begin together
+    switch: dict[str, Any] = field(default_factory=dict)  # switch addressing for in-network modes
+
+
+class WorkloadRuntime:
+    kind: ClassVar[str]
+
+    def programs(self, ctx: PointContext) -> list[HostProgram]:
+        raise NotImplementedError
+
+    def timeout_s(self, ctx: PointContext) -> float:
+        return float(getattr(ctx.point.scenario.workload, "timeout_s", 300))
+
+    def collect(self, ctx: PointContext) -> list[dict[str, Any]]:
+        """Raw host outputs -> metric records (each gets tagged with the point)."""
+        records: list[dict[str, Any]] = []
+        for path in sorted(ctx.work_dir.glob("*.jsonl")):
+            records.extend(read_jsonl(path))
+        return records
+
+    def summarize(self, ctx: PointContext, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Rows for the end-of-run table and summary.csv."""
+        return []
+
+    # Helpers shared by runtimes -------------------------------------------
+    @staticmethod
+    def write_config(ctx: PointContext, host: str, config: dict[str, Any]) -> Path:
+        path = ctx.work_dir / f"{host}.config.json"
+        path.write_text(json.dumps(config, indent=2))
+        return path
+
+    @staticmethod
+    def module_argv(module: str, config_path: Path) -> list[str]:
+        return [PYTHON, "-m", module, "--config", str(config_path)]
+
+
+_RUNTIMES: dict[str, type[WorkloadRuntime]] = {}
+
+
+def register_runtime(cls: type[WorkloadRuntime]) -> type[WorkloadRuntime]:
+    _RUNTIMES[cls.kind] = cls
+    return cls
+
+
+def get_runtime(kind: str) -> WorkloadRuntime:
+    try:
+        return _RUNTIMES[kind]()
+    except KeyError:
+        raise KeyError(f"workload kind {kind!r} has no runtime; known: {sorted(_RUNTIMES)}") from None
+
+
+def host_env() -> dict[str, str]:
+    """Environment for host programs: the project importable, no stray venv vars needed."""
+    import os
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env

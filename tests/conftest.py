@@ -1,0 +1,62 @@
+"""Test tiers: unit (no sockets), local (loopback processes), mininet (root or
+user namespaces), bmv2 (needs simple_switch_grpc + p4c, not installable here).
+
+Tests are marked by the folder they live in, so a test can't land in the wrong
+tier; the mininet and bmv2 tiers skip with the reason when the machine can't
+run them.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+TIERS = ("unit", "local", "mininet", "bmv2")
+
+
+@functools.lru_cache(maxsize=None)
+def mininet_unavailable_reason() -> str | None:
+    try:
+        import mininet.net  # noqa: F401
+    except ImportError:
+        return "mininet is not importable from the venv (run `make setup`)"
+    if shutil.which("mnexec") is None:
+        return "mnexec not on PATH (apt-get install mininet, or `make setup`)"
+    if os.geteuid() == 0:
+        return None
+    try:
+        rc = subprocess.run(["unshare", "-Urn", "true"], capture_output=True, timeout=10).returncode
+    except (OSError, subprocess.SubprocessError):
+        rc = 1
+    if rc != 0:
+        return "needs root or unprivileged user namespaces (`unshare -Urn true` failed)"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def bmv2_unavailable_reason() -> str | None:
+    missing = [b for b in ("simple_switch_grpc", "p4c") if shutil.which(b) is None]
+    if missing:
+        return (f"{' and '.join(missing)} not installed: BMv2/p4c are not packaged for Debian "
+                f"or PyPI; install them from p4lang to run this tier")
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        tier = next((t for t in TIERS if t in parts), None)
+        if tier and not any(item.iter_markers(name=tier)):
+            item.add_marker(getattr(pytest.mark, tier))
+        if item.get_closest_marker("mininet"):
+            reason = mininet_unavailable_reason()
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+        if item.get_closest_marker("bmv2"):
+            reason = bmv2_unavailable_reason()
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))

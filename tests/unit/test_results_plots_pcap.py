@@ -1,0 +1,94 @@
+"""Results folder I/O, figure drawing and the trace summary, on synthetic data."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.l2 import Ether
+from scapy.utils import wrpcap
+
+from testbed import results as res
+from testbed.pcap import PcapError, summarize
+from testbed.plots import PlotError, draw_figures
+
+
+def _fake_run(tmp_path):
+    run_dir = res.new_run_dir("fake", tmp_path)
+    manifest = {"status": "ok", "net": "local", "scenario": {
+        "name": "fake", "topology": {"workers": 4, "kind": "star"}, "switch": {"backend": "soft"},
+        "figures": ["goodput_vs_size", "latency_cdf"]}, "machine": {"cpus": 2}, "git": {"commit": "abc"}}
+    res.write_json(run_dir / "manifest.json", manifest)
+    for idx, alg in enumerate(["ring", "ps"]):
+        res.append_jsonl(run_dir / "points.jsonl", {"index": idx, "label": f"{idx}-{alg}", "status": "ok",
+                                                    "impairments": []})
+        for size in (256, 65536):
+            for it in range(5):
+                res.append_jsonl(run_dir / "metrics.jsonl", {
+                    "point": idx, "case": "baseline", "type": "allreduce", "algorithm": alg, "size": size,
+                    "bytes": size * 4, "iter": it, "warmup": False, "latency_s": 1e-3 * (1 + it) * (size / 256) ** 0.5,
+                    "ok": True})
+    return run_dir
+
+
+def test_new_run_dir_never_reuses_a_folder(tmp_path):
+    a = res.new_run_dir("s", tmp_path)
+    b = res.new_run_dir("s", tmp_path)
+    assert a != b and (a / "logs").is_dir() and (b / "pcaps").is_dir()
+
+
+def test_torn_last_line_is_tolerated_but_torn_middle_is_not(tmp_path):
+    p = tmp_path / "m.jsonl"
+    p.write_text('{"a": 1}\n{"a": 2}\n{"a": ')
+    assert [r["a"] for r in res.read_jsonl(p)] == [1, 2]
+    p.write_text('{"a": 1}\n{"a": \n{"a": 3}\n')
+    with pytest.raises(ValueError, match=":2:"):
+        res.read_jsonl(p)
+
+
+def test_load_run_accepts_scenario_folder_and_rejects_other(tmp_path):
+    run_dir = _fake_run(tmp_path)
+    assert res.load_run(run_dir.parent).path == run_dir
+    with pytest.raises(res.NotARunError, match="no manifest.json"):
+        res.load_run(tmp_path)
+
+
+def test_figures_are_drawn_as_png_and_pdf(tmp_path):
+    run = res.load_run(_fake_run(tmp_path))
+    paths = draw_figures(run)
+    names = sorted(p.name for p in paths)
+    assert names == ["goodput_vs_size.pdf", "goodput_vs_size.png", "latency_cdf.pdf", "latency_cdf.png"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_unknown_figure_is_a_clear_error(tmp_path):
+    run = res.load_run(_fake_run(tmp_path))
+    with pytest.raises(PlotError, match="unknown figure"):
+        draw_figures(run, ["nope"])
+
+
+def test_pcap_summary_counts_flows_hosts_and_retransmissions(tmp_path):
+    a, b = "10.0.0.1", "10.0.0.2"
+    pkts = [
+        Ether() / IP(src=a, dst=b) / TCP(sport=1000, dport=47000, seq=1, flags="PA") / (b"x" * 100),
+        Ether() / IP(src=a, dst=b) / TCP(sport=1000, dport=47000, seq=101, flags="PA") / (b"y" * 100),
+        Ether() / IP(src=a, dst=b) / TCP(sport=1000, dport=47000, seq=101, flags="PA") / (b"y" * 100),  # retx
+        Ether() / IP(src=b, dst=a) / TCP(sport=47000, dport=1000, ack=201, flags="A"),
+        Ether() / IP(src=b, dst=a) / UDP(sport=5, dport=6) / b"hello",
+    ]
+    path = tmp_path / "t.pcap"
+    wrpcap(str(path), pkts)
+    s = summarize(path).to_dict()
+    assert s["packets"] == 5
+    assert s["retransmissions"] == 1
+    assert s["hosts"][a]["tx_packets"] == 3 and s["hosts"][b]["tx_packets"] == 2
+    assert len(s["flows"]) == 3
+
+
+def test_pcap_bad_input_errors(tmp_path):
+    with pytest.raises(PcapError, match="no such file"):
+        summarize(tmp_path / "missing.pcap")
+    bad = tmp_path / "bad.pcap"
+    bad.write_text("not a pcap")
+    with pytest.raises(PcapError, match="not a pcap"):
+        summarize(bad)
