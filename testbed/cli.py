@@ -217,35 +217,44 @@ def plot(run_dir: Path, names: tuple[str, ...]) -> None:
 
 
 @main.command()
-@click.argument("pcap_file", type=click.Path(dir_okay=False))
+@click.argument("pcap_files", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--packets", "show_packets", type=int, default=0, metavar="N",
               help="Also list the first N aggregation packets decoded.")
-def pcap(pcap_file: str, as_json: bool, show_packets: int) -> None:
-    """Summarize a packet trace: hosts, flows, packets, bytes, retransmissions,
-    and the in-network aggregation protocol decoded per packet, slot and worker."""
+def pcap(pcap_files: tuple[str, ...], as_json: bool, show_packets: int) -> None:
+    """Summarize packet traces: hosts, flows, packets, bytes, retransmissions;
+    and decode the in-network aggregation protocol per packet, chunk and worker.
+
+    \b
+    PCAP_FILES: one or more pcaps, or a folder of them (e.g. a point's
+    results/<scenario>/<run>/pcaps/<point>/). Aggregation packets from several
+    files are merged by time: give a switch's *_in.pcap (contributions) and
+    *_out.pcap (results) together to see completion latency.
+    """
+    from testbed import pcap_ina
     from testbed.pcap import PcapError, format_summary, summarize
 
+    files: list[Path] = []
+    for f in pcap_files:
+        p = Path(f)
+        files.extend(sorted(p.glob("*.pcap")) if p.is_dir() else [p])
+    if not files:
+        _fail(f"no .pcap files in {', '.join(pcap_files)}")
     try:
-        s = summarize(pcap_file)
+        summaries = [summarize(f) for f in files]
+        ina = pcap_ina.analyze(files)
     except PcapError as e:
         _fail(str(e))
-    ina = None
-    try:
-        from testbed import pcap_ina
-        ina = pcap_ina.analyze(pcap_file)
-    except ImportError:
-        pass
     if as_json:
-        out = s.to_dict()
-        if ina is not None:
-            out["ina"] = ina.to_dict()
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps({"files": [s.to_dict() for s in summaries], "ina": ina.to_dict()}, indent=2))
         return
-    click.echo(format_summary(s))
-    if ina is not None and ina.packets:
+    for s in summaries:
+        click.echo(format_summary(s))
         click.echo("")
+    if ina.packets:
         click.echo(ina.format(show_packets))
+    else:
+        click.echo("no in-network aggregation packets in these traces")
 
 
 @main.command()

@@ -1,0 +1,119 @@
+"""The interface every network mode offers the runner (Mininet and local)."""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+
+
+class NetworkError(RuntimeError):
+    """Building or running the emulated network failed (message says how to fix)."""
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    name: str
+    ip: str
+    mac: str | None
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGKILL if the runner dies (even by SIGKILL).
+
+    Survives exec (mnexec is not setuid), so a crashed runner's host programs do
+    not linger; the registry is the second line of defence.
+    """
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def stop_processes(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
+    """SIGTERM each live process (its group if it leads one), SIGKILL stragglers."""
+    live = [p for p in procs if p.poll() is None]
+
+    def send(p: subprocess.Popen, sig: int) -> None:
+        try:
+            if os.getpgid(p.pid) == p.pid:
+                os.killpg(p.pid, sig)
+            else:
+                p.send_signal(sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    for p in live:
+        send(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in live:
+        try:
+            p.wait(timeout=max(0.01, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            send(p, signal.SIGKILL)
+            try:
+                p.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+class Network(ABC):
+    """An emulated network: named hosts that can run programs, and switches.
+
+    Lifecycle: construct (pure planning, raises ``ImpairmentError`` early),
+    ``start()``, ``popen()`` programs, ``stop()`` (idempotent; call it in a
+    ``finally``), then read ``switch_stats()`` and ``impairment_report()``.
+    ``with net:`` does start/stop for you.
+    """
+
+    hosts: dict[str, HostInfo]
+    switch_names: list[str]
+
+    @property
+    def switches(self) -> list[str]:
+        return list(self.switch_names)
+
+    @property
+    def switch_info(self) -> dict[str, Any]:
+        """Addressing of the switch for in-network aggregation (empty if none)."""
+        return {}
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def popen(self, host: str, argv: list[str], log_path: str | Path,
+              env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start argv on host; stdout and stderr go to log_path."""
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    def switch_stats(self) -> dict[str, dict]:
+        """Per-switch counters, available after ``stop()``."""
+        return {}
+
+    def impairment_report(self) -> list[dict]:
+        """One row per applied (or refused-to-apply) impairment value."""
+        return []
+
+    def __enter__(self) -> "Network":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def open_log(log_path: str | Path):
+    path = Path(log_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "ab", buffering=0)

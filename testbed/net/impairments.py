@@ -1,0 +1,352 @@
+"""Which mechanism applies each link impairment, and what to tell the switch,
+nftables or netem. Planning is pure (unit-tested); the network applies the
+plan (with the nft/tc commands built here, run inside the hosts).
+
+Semantics: every link value applies per direction, like netem. Directions map
+to mechanisms as follows.
+
+- ``switch`` (the soft switch; what ``auto`` means with the soft backend):
+  host->switch at the switch port's *ingress*, switch->host at its *egress*,
+  switch<->switch at each sender's egress. Everything (loss, delay, jitter,
+  duplication, reordering) is seeded and counted by the switch.
+- ``nftables``: loss only, dropped at the receiving host's ingress (nft in the
+  host's namespace, prerouting, ``numgen random``), counted by nft. This covers
+  the switch->host direction only: a host cannot drop its own egress (an nft
+  output drop returns EPERM to the sender) and the soft switch reads frames
+  before netfilter. The uncovered directions are reported with
+  ``applied: false`` and the reason, never as applied.
+- ``netem``: only if the kernel has sch_netem (it does not here); a netem qdisc
+  on each sender's egress interface, under htb when the link is shaped.
+
+A request no mechanism can apply raises ``ImpairmentError`` naming what cannot
+be applied and what to use instead.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+from dataclasses import dataclass, field
+from typing import Any
+
+from testbed.net.topology import TopologyPlan
+
+IMPAIR_KEYS = ("loss_pct", "delay_ms", "jitter_ms", "duplicate_pct", "reorder_pct")
+MECHANISMS = ("auto", "switch", "nftables", "netem")
+HTB_MAX_MBPS = 1000  # Mininet's TCIntf ignores larger rates (with only a log line)
+NFT_TABLE = "innet_emu"
+NFT_SCALE = 1_000_000  # numgen modulus: loss resolution of 0.0001 %
+
+
+class ImpairmentError(ValueError):
+    """An impairment was requested that no available mechanism can apply."""
+
+
+@dataclass(frozen=True)
+class LinkValues:
+    bandwidth_mbps: float | None = None
+    loss_pct: float = 0.0
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    duplicate_pct: float = 0.0
+    reorder_pct: float = 0.0
+
+    def impair(self) -> dict[str, float]:
+        return {k: float(getattr(self, k)) for k in IMPAIR_KEYS}
+
+    def nonzero(self) -> dict[str, float]:
+        return {k: v for k, v in self.impair().items() if v > 0}
+
+
+ZERO_IMPAIR = {k: 0.0 for k in IMPAIR_KEYS}
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if obj is None:
+        return default
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def resolve_links(links: Any, hosts: list[str]) -> tuple[LinkValues, dict[str, LinkValues], str]:
+    """(shared values, per-host effective values, mechanism) from a scenario
+    ``Links`` model or a plain dict of the same shape (None = no impairments)."""
+    fields_ = ("bandwidth_mbps", *IMPAIR_KEYS)
+    base = {k: _get(links, k) for k in fields_}
+    base = {k: (v if v is not None or k == "bandwidth_mbps" else 0.0) for k, v in base.items()}
+    mechanism = _get(links, "mechanism", "auto") or "auto"
+    if mechanism not in MECHANISMS:
+        raise ImpairmentError(f"links.mechanism: unknown mechanism {mechanism!r}; use one of {MECHANISMS}")
+    overrides = _get(links, "hosts", {}) or {}
+    unknown = sorted(set(overrides) - set(hosts))
+    if unknown:
+        raise ImpairmentError(f"links.hosts: unknown host(s) {unknown}; hosts are {hosts}")
+    per_host: dict[str, LinkValues] = {}
+    for h in hosts:
+        vals = dict(base)
+        ov = overrides.get(h)
+        if ov is not None:
+            # Only the keys the user wrote count: an explicit bandwidth null means unlimited.
+            written = ov.model_dump(exclude_unset=True) if hasattr(ov, "model_dump") else dict(ov)
+            for k, v in written.items():
+                if k not in fields_:
+                    raise ImpairmentError(f"links.hosts.{h}.{k}: unknown key; allowed: {list(fields_)}")
+                vals[k] = v if (v is not None or k == "bandwidth_mbps") else base[k]
+        per_host[h] = LinkValues(**vals)
+    return LinkValues(**base), per_host, mechanism
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What this machine and switch can do."""
+    switch_impairs: bool        # the switch backend applies impairments (soft switch)
+    netem: bool                 # kernel has sch_netem
+    nftables: bool = True       # `nft` is installed
+    backend: str = "soft"       # for messages
+
+
+@dataclass(frozen=True)
+class Direction:
+    link: str
+    src: str
+    dst: str
+    src_port: int      # switch port on the sending side (0 for a host)
+    dst_port: int
+    values: LinkValues
+    host_link: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.src}->{self.dst}"
+
+
+def directions(plan: TopologyPlan, per_host: dict[str, LinkValues], base: LinkValues) -> list[Direction]:
+    out = []
+    for ln in plan.links:
+        host_link = plan.is_host(ln.node1)
+        vals = per_host.get(ln.node1, base) if host_link else base
+        out.append(Direction(ln.name, ln.node1, ln.node2, ln.port1, ln.port2, vals, host_link))
+        out.append(Direction(ln.name, ln.node2, ln.node1, ln.port2, ln.port1, vals, host_link))
+    return out
+
+
+@dataclass
+class ImpairmentPlan:
+    mechanism: str                                        # resolved: switch | nftables | netem | none
+    switch_ports: dict[str, dict[int, dict[str, dict[str, float]]]] = field(default_factory=dict)
+    nft_loss: dict[str, float] = field(default_factory=dict)       # host -> loss_pct on its ingress
+    netem: list[dict[str, Any]] = field(default_factory=list)      # {node, intf, impair, shaped}
+    rows: list[dict[str, Any]] = field(default_factory=list)       # the report, one per value
+
+
+def choose_mechanism(requested: str, caps: Capabilities) -> str:
+    """The mechanism for a request, before checking what it can do."""
+    if requested == "auto":
+        if caps.switch_impairs:
+            return "switch"
+        return "netem" if caps.netem else "none"
+    return requested
+
+
+def _refuse(what: str, why: str, instead: str) -> ImpairmentError:
+    return ImpairmentError(f"cannot apply {what}: {why}; {instead}")
+
+
+def plan_impairments(plan: TopologyPlan, links: Any, caps: Capabilities) -> ImpairmentPlan:
+    """Decide, per link direction and parameter, who applies it. Raises
+    ``ImpairmentError`` for anything requested that nothing can apply."""
+    hosts = [h.name for h in plan.hosts]
+    base, per_host, requested = resolve_links(links, hosts)
+    dirs = directions(plan, per_host, base)
+    for d in dirs:
+        bw = d.values.bandwidth_mbps
+        if bw is not None and bw > HTB_MAX_MBPS:
+            raise _refuse(f"bandwidth_mbps={bw:g} on {d.link}", f"htb via Mininet supports at most "
+                          f"{HTB_MAX_MBPS} Mbit/s", "set bandwidth_mbps <= 1000, or null for unlimited")
+    wanted = [(d, k, v) for d in dirs for k, v in d.values.nonzero().items()]
+    mech = choose_mechanism(requested, caps)
+    out = ImpairmentPlan(mechanism=mech if wanted else "none")
+    out.rows.extend(_bandwidth_rows(dirs))
+    if not wanted:
+        return out
+    first = f"{wanted[0][1]}={wanted[0][2]:g} on {wanted[0][0].link}"
+    if mech == "none":
+        raise _refuse(first, f"the {caps.backend} switch does not impair links and this kernel has no "
+                      f"sch_netem", "use switch.backend soft (impairments in the soft switch), or "
+                      "links.mechanism nftables for loss on host ingress only")
+    if mech == "switch" and not caps.switch_impairs:
+        raise _refuse(first, f"links.mechanism switch needs the soft switch, but the backend is "
+                      f"{caps.backend}", "use switch.backend soft, or links.mechanism netem/nftables")
+    if mech == "netem":
+        if not caps.netem:
+            raise _refuse(first, "links.mechanism netem, but this kernel has no sch_netem",
+                          "use links.mechanism switch (soft backend) or nftables (loss only)")
+        for d, k, v in wanted:
+            if k == "reorder_pct" and d.values.delay_ms <= 0:
+                raise _refuse(f"reorder_pct={v:g} on {d.link}", "netem only reorders delayed packets",
+                              "set delay_ms > 0, or use links.mechanism switch")
+    if mech == "nftables":
+        if not caps.nftables:
+            raise _refuse(first, "links.mechanism nftables, but `nft` is not installed",
+                          "apt-get install nftables (or `make setup`)")
+        for d, k, v in wanted:
+            if k != "loss_pct":
+                raise _refuse(f"{k}={v:g} on {d.link}", "nftables can only drop packets (loss_pct)",
+                              "use links.mechanism switch (soft backend) for delay, jitter, "
+                              "duplication and reordering")
+    for d, k, v in wanted:
+        out.rows.append(_apply_row(out, plan, d, k, v, mech))
+    return out
+
+
+def _row(d: Direction, param: str, value: float, mechanism: str, applied: bool, where: str,
+         note: str | None = None) -> dict[str, Any]:
+    row = {"link": d.link, "direction": d.name, "parameter": param, "value": value,
+           "mechanism": mechanism, "applied": applied, "where": where,
+           "observed": None, "observed_rate": None}
+    if note:
+        row["note"] = note
+    return row
+
+
+def _bandwidth_rows(dirs: list[Direction]) -> list[dict[str, Any]]:
+    return [_row(d, "bandwidth_mbps", d.values.bandwidth_mbps, "htb", True,
+                 f"{d.src}-eth{d.src_port} egress")
+            for d in dirs if d.values.bandwidth_mbps is not None]
+
+
+def _apply_row(out: ImpairmentPlan, plan: TopologyPlan, d: Direction, k: str, v: float,
+               mech: str) -> dict[str, Any]:
+    if mech == "switch":
+        # Host->switch at the switch's ingress port; otherwise at the sender's egress.
+        if d.host_link and plan.is_host(d.src):
+            sw, port, stage = d.dst, d.dst_port, "ingress"
+        else:
+            sw, port, stage = d.src, d.src_port, "egress"
+        port_cfg = out.switch_ports.setdefault(sw, {}).setdefault(
+            port, {"ingress": dict(ZERO_IMPAIR), "egress": dict(ZERO_IMPAIR)})
+        port_cfg[stage][k] = v
+        return _row(d, k, v, "switch", True, f"{sw} port {port} {stage}")
+    if mech == "nftables":
+        if d.host_link and plan.is_host(d.dst):
+            out.nft_loss[d.dst] = v
+            return _row(d, k, v, "nftables", True, f"{d.dst} ingress (nft prerouting)")
+        return _row(d, k, v, "none", False, "-",
+                    note="nftables drops on the receiving host's ingress only, so this direction is "
+                         "not impaired; use links.mechanism switch (soft backend) to impair it")
+    # netem: on the sender's egress interface, under htb if the link is shaped.
+    intf = f"{d.src}-eth{d.src_port}"
+    entry = next((e for e in out.netem if e["intf"] == intf), None)
+    if entry is None:
+        entry = {"node": d.src, "intf": intf, "impair": dict(ZERO_IMPAIR),
+                 "shaped": d.values.bandwidth_mbps is not None}
+        out.netem.append(entry)
+    entry["impair"][k] = v
+    return _row(d, k, v, "netem", True, f"{intf} egress")
+
+
+# --- nftables ---------------------------------------------------------------
+def nft_ruleset(loss_pct: float) -> str:
+    """An nft script: count everything arriving at the host, drop loss_pct %."""
+    threshold = round(loss_pct / 100.0 * NFT_SCALE)
+    return (
+        f"table inet {NFT_TABLE} {{\n"
+        f"  chain ingress {{\n"
+        # Before conntrack (-200): a dropped packet leaves no trace in the host.
+        f"    type filter hook prerouting priority -300; policy accept;\n"
+        f'    counter comment "seen"\n'
+        f'    numgen random mod {NFT_SCALE} < {threshold} counter drop comment "loss"\n'
+        f"  }}\n"
+        f"}}\n")
+
+
+def parse_nft_counters(nft_json: str) -> dict[str, int]:
+    """``nft -j list table ...`` -> {"seen": packets, "dropped": packets}."""
+    out = {"seen": 0, "dropped": 0}
+    for item in json.loads(nft_json).get("nftables", []):
+        rule = item.get("rule")
+        if not rule:
+            continue
+        packets = next((e["counter"]["packets"] for e in rule.get("expr", [])
+                        if isinstance(e, dict) and "counter" in e), 0)
+        if rule.get("comment") == "seen":
+            out["seen"] = packets
+        elif rule.get("comment") == "loss":
+            out["dropped"] = packets
+    return out
+
+
+# --- netem ------------------------------------------------------------------
+def netem_command(intf: str, impair: dict[str, float], shaped: bool) -> list[str]:
+    """tc argv adding netem on intf (under Mininet's htb class 5:1 when shaped)."""
+    parent = ["parent", "5:1"] if shaped else ["root"]
+    args = ["tc", "qdisc", "add", "dev", intf, *parent, "handle", "10:", "netem"]
+    if impair["delay_ms"] > 0 or impair["jitter_ms"] > 0:
+        args += ["delay", f"{impair['delay_ms']}ms"]
+        if impair["jitter_ms"] > 0:
+            args += [f"{impair['jitter_ms']}ms"]
+    if impair["loss_pct"] > 0:
+        args += ["loss", f"{impair['loss_pct']}%"]
+    if impair["duplicate_pct"] > 0:
+        args += ["duplicate", f"{impair['duplicate_pct']}%"]
+    if impair["reorder_pct"] > 0:
+        args += ["reorder", f"{impair['reorder_pct']}%"]
+    return args
+
+
+@functools.lru_cache(maxsize=1)
+def netem_available() -> bool:
+    """Try a netem qdisc on lo of a throwaway namespace (touches nothing else)."""
+    from testbed.net.isolation import run_in_throwaway_netns  # noqa: PLC0415
+    res = run_in_throwaway_netns("ip link set lo up && tc qdisc add dev lo root netem delay 1ms")
+    return res.returncode == 0
+
+
+def nft_available() -> bool:
+    return shutil.which("nft") is not None
+
+
+# --- after the run: observed counters ---------------------------------------
+def fill_observed(rows: list[dict[str, Any]], switch_stats: dict[str, Any],
+                  nft_counters: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+    """Add what the mechanisms counted to each applied row (copies the rows)."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        if r["applied"] and r["mechanism"] == "nftables":
+            host = r["direction"].split("->")[1]
+            c = nft_counters.get(host)
+            if c:
+                r["observed"] = c
+                r["observed_rate"] = (c["dropped"] / c["seen"]) if c["seen"] else None
+        elif r["applied"] and r["mechanism"] == "switch":
+            sw, _, port, stage = r["where"].split()
+            c = switch_port_counters(switch_stats.get(sw), int(port), stage)
+            if c:
+                r["observed"] = c
+                r["observed_rate"] = _rate(r["parameter"], c)
+        out.append(r)
+    return out
+
+
+_RATE_COUNTER = {"loss_pct": "dropped", "duplicate_pct": "duplicated", "reorder_pct": "reordered",
+                 "delay_ms": "delayed", "jitter_ms": "delayed"}
+
+
+def _rate(param: str, counters: dict[str, Any]) -> float | None:
+    seen = counters.get("seen")
+    n = counters.get(_RATE_COUNTER.get(param, ""))
+    if not seen or n is None:
+        return None
+    return n / seen
+
+
+def switch_port_counters(stats: Any, port: int, stage: str) -> dict[str, Any] | None:
+    """The impairment counters of one port stage in a soft switch's stats
+    (``ports["<no>"]["impairments"][stage]``)."""
+    try:
+        c = stats["ports"][str(port)]["impairments"][stage]
+    except (KeyError, TypeError):
+        return None
+    return c if isinstance(c, dict) else None

@@ -1,0 +1,462 @@
+"""The Mininet network: hosts in namespaces, veths, a switch class of choice.
+
+The testbed, not the switch, decides ports, addresses, ARP and the L2
+forwarding table (see ``topology``), and which mechanism applies each
+impairment (see ``impairments``). Bandwidth uses htb through TCLink(bw=...)
+only: this kernel has no sch_netem, so TCLink never gets delay or loss.
+
+Call ``isolation.enter_private_netns()`` first (the CLI does): Mininet then
+builds everything inside the run's own namespace.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from testbed.net import impairments as imp
+from testbed.net.base import HostInfo, Network, NetworkError, die_with_parent, open_log, stop_processes
+from testbed.net.isolation import in_initial_netns
+from testbed.net.registry import ENV_RUN, RunRegistry, alive, signal_recorded
+from testbed.net.topology import (
+    PREFIX_LEN, SWITCH_VIP, SWITCH_VIP_MAC, TopologyPlan, forwarding_tables, plan_topology,
+    switch_port_mac,
+)
+
+log = logging.getLogger("testbed.net")
+
+
+def accepts_switch_config(switch_cls: type) -> bool:
+    """Does the switch class take the testbed's config (the soft switch does)?"""
+    flag = getattr(switch_cls, "accepts_switch_config", None)
+    if flag is not None:
+        return bool(flag)
+    try:
+        return "switch_config" in inspect.signature(switch_cls.__init__).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _topology_fields(topology: Any) -> tuple[str, int, int]:
+    get = topology.get if isinstance(topology, dict) else (lambda k, d=None: getattr(topology, k, d))
+    return get("kind", "star"), int(get("workers", 1)), int(get("leaves", 1) or 1)
+
+
+class MininetNetwork(Network):
+    def __init__(self, topology: Any, links: Any, hosts: list[str] | None, switch_cls: type,
+                 switch_config_base: dict[str, Any] | None, run_dir: str | Path, seed: int = 0,
+                 capture: bool = False, *, log_dir: str | Path | None = None,
+                 pcap_dir: str | Path | None = None, registry: RunRegistry | None = None,
+                 backend: str | None = None):
+        kind, workers, leaves = _topology_fields(topology)
+        self.host_names = list(hosts) if hosts else [f"w{i}" for i in range(1, workers + 1)]
+        self.run_dir = Path(run_dir)
+        self.log_dir = Path(log_dir) if log_dir else self.run_dir / "logs"
+        self.pcap_dir = Path(pcap_dir) if pcap_dir else self.run_dir / "pcaps"
+        self.switch_cls = switch_cls
+        self.switch_config_base = dict(switch_config_base or {})
+        self.seed = int(seed)
+        self.capture = capture
+        self.soft = accepts_switch_config(switch_cls)
+        self.backend = backend or ("soft" if self.soft else switch_cls.__name__)
+
+        # Planning first: a bad request fails here, before anything is created.
+        self.plan: TopologyPlan = plan_topology(kind, self.host_names, leaves)
+        self.forwarding = forwarding_tables(self.plan)
+        self._base_values, self.link_values, mechanism = imp.resolve_links(links, self.host_names)
+        wants_netem = mechanism == "netem" or (mechanism == "auto" and not self.soft)
+        caps = imp.Capabilities(switch_impairs=self.soft,
+                                netem=imp.netem_available() if wants_netem else False,
+                                nftables=imp.nft_available(), backend=self.backend)
+        self.impairments = imp.plan_impairments(self.plan, links, caps)
+
+        self.hosts = {h.name: HostInfo(h.name, h.ip, h.mac) for h in self.plan.hosts}
+        self.switch_names = list(self.plan.switches)
+        self._registry = registry
+        self._own_registry = False
+        self._net: Any = None
+        self._procs: list[subprocess.Popen] = []
+        self._captures: list[subprocess.Popen] = []
+        self._mine: list[dict] = []            # registry entries of this network's processes
+        self._preexisting: set[int] = set()    # runner children that are not ours
+        self._started = self._stopped = self._built = False
+        self._stats: dict[str, dict] = {}
+        self._nft_counters: dict[str, dict[str, int]] = {}
+        self._report = list(self.impairments.rows)
+        self.errors: list[str] = []  # teardown problems, kept for the manifest
+
+    # --- public ------------------------------------------------------------
+    @property
+    def switch_info(self) -> dict[str, Any]:
+        return {"ip": SWITCH_VIP, "mac": SWITCH_VIP_MAC, "switches": list(self.switch_names),
+                "backend": self.backend}
+
+    def start(self) -> None:
+        if self._started:
+            return
+        if self._stopped:
+            raise NetworkError("this network was stopped; build a new one")
+        self._started = True
+        if in_initial_netns():
+            log.warning("building Mininet in the machine's own network namespace; call "
+                        "testbed.net.isolation.enter_private_netns() first to isolate runs")
+        if self._registry is None:
+            self._registry = RunRegistry.create(self.run_dir)
+            self._own_registry = True
+        self._preexisting = set(_children_of(os.getpid()))
+        try:
+            with self._mininet_log():
+                self._build()
+        except Exception as e:
+            self.stop()
+            if isinstance(e, (NetworkError, imp.ImpairmentError)):
+                raise
+            raise NetworkError(f"building the Mininet network failed: {type(e).__name__}: {e}") from e
+
+    def node(self, name: str) -> Any:
+        """The Mininet node (for tests and tools that need it)."""
+        if self._net is None:
+            raise NetworkError("the network is not running")
+        return self._net[name]
+
+    def run(self, node: str, argv: list[str], timeout: float = 30,
+            stdin: str | None = None) -> tuple[int, str]:
+        """Run a short command on a host or switch; (exit code, output)."""
+        p = self.node(node).popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            out, _ = p.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            return 124, out
+        return p.returncode, out
+
+    def popen(self, host: str, argv: list[str], log_path: str | Path,
+              env: dict[str, str] | None = None) -> subprocess.Popen:
+        if host not in self.hosts:
+            raise NetworkError(f"unknown host {host!r}; hosts are {', '.join(self.hosts)}")
+        if self._net is None or self._stopped:
+            raise NetworkError(f"popen({host}): the network is not running (call start() first)")
+        full_env = {**os.environ, **(env or {})}
+        full_env[ENV_RUN] = self._registry.run_id
+        with open_log(log_path) as f:
+            p = self.node(host).popen(list(argv), stdin=subprocess.DEVNULL, stdout=f,
+                                      stderr=subprocess.STDOUT, env=full_env,
+                                      preexec_fn=die_with_parent)
+        self._register(p.pid, f"{host}: {os.path.basename(argv[0])}")
+        self._procs.append(p)
+        return p
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            if self._net is not None:
+                stop_processes(self._procs)
+                self._read_nft_counters()
+                stop_processes(self._captures)
+                try:
+                    with self._mininet_log():
+                        self._net.stop()
+                except Exception as e:  # noqa: BLE001 - teardown goes on
+                    self.errors.append(f"mininet stop: {type(e).__name__}: {e}")
+                    log.warning("mininet stop failed: %s", e)
+                self._collect_switch_stats()
+                self._kill_registered_leftovers()
+                self._report = imp.fill_observed(self.impairments.rows, self._stats,
+                                                 self._nft_counters)
+            if not self._built:
+                # Never report as applied what a network that failed to start did not do.
+                self._report = [{**r, "applied": False, "note": "the network failed to start"}
+                                for r in self._report]
+        finally:
+            if self._own_registry and self._registry is not None:
+                self._registry.close()
+
+    def switch_stats(self) -> dict[str, dict]:
+        return dict(self._stats)
+
+    def impairment_report(self) -> list[dict]:
+        return [dict(r) for r in self._report]
+
+    # --- building ----------------------------------------------------------
+    @contextlib.contextmanager
+    def _mininet_log(self):
+        """Mininet prints to stdout; send it to logs/mininet.log instead."""
+        from mininet.log import StreamHandlerNoNewline, lg  # noqa: PLC0415
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        stream = open(self.log_dir / "mininet.log", "a")
+        handler = StreamHandlerNoNewline(stream)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        old_level, old_handlers = lg.level, list(lg.handlers)
+        for h in old_handlers:
+            lg.removeHandler(h)
+        lg.addHandler(handler)
+        lg.setLevel(logging.INFO)
+        try:
+            yield
+        finally:
+            lg.removeHandler(handler)
+            for h in old_handlers:
+                lg.addHandler(h)
+            lg.setLevel(old_level)
+            stream.close()
+
+    def _switch_params(self, sw: str) -> dict[str, Any]:
+        if not self.soft:
+            return {}
+        sw_dir = self.run_dir / "switches" / sw
+        sw_dir.mkdir(parents=True, exist_ok=True)
+        cfg = {
+            **self.switch_config_base,
+            "forwarding": self.forwarding[sw],
+            "impairments": {str(p): v for p, v in self.impairments.switch_ports.get(sw, {}).items()},
+            # Distinct, reproducible random streams per switch.
+            "seed": self.seed * 1000 + int(sw[1:]),
+            "pcap_dir": str(self.pcap_dir) if self.capture else None,
+        }
+        return {"switch_config": cfg, "run_dir": sw_dir, "log_path": self.log_dir / f"{sw}.log"}
+
+    def _build(self) -> None:
+        from mininet.link import TCLink  # noqa: PLC0415 - mininet is optional for the rest
+        from mininet.net import Mininet  # noqa: PLC0415
+        from mininet.node import Host  # noqa: PLC0415
+
+        for d in (self.run_dir, self.log_dir, *( [self.pcap_dir] if self.capture else [])):
+            d.mkdir(parents=True, exist_ok=True)
+        self._write_plan()
+        if not in_initial_netns():
+            # Our own namespace: bridged frames need not cross iptables/nftables.
+            for table in ("arptables", "iptables", "ip6tables"):
+                with contextlib.suppress(OSError):
+                    Path(f"/proc/sys/net/bridge/bridge-nf-call-{table}").write_text("0")
+        net = Mininet(topo=None, switch=self.switch_cls, host=Host, controller=None, link=TCLink,
+                      build=False, autoSetMacs=False, autoStaticArp=False)
+        self._net = net
+        for h in self.plan.hosts:
+            net.addHost(h.name, ip=f"{h.ip}/{PREFIX_LEN}", mac=h.mac)
+        for sw in self.plan.switches:
+            net.addSwitch(sw, cls=self.switch_cls, **self._switch_params(sw))
+        for ln in self.plan.links:
+            values = self.link_values.get(ln.node1, self._base_values)
+            params = {"bw": values.bandwidth_mbps} if values.bandwidth_mbps is not None else {}
+            mac1 = (self.hosts[ln.node1].mac if ln.node1 in self.hosts
+                    else switch_port_mac(ln.node1, ln.port1))
+            net.addLink(ln.node1, ln.node2, port1=ln.port1, port2=ln.port2, cls=TCLink,
+                        addr1=mac1, addr2=switch_port_mac(ln.node2, ln.port2), **params)
+        self._register_children()
+        net.build()
+        self._configure_hosts()
+        self._configure_switch_ports()
+        self._check_shaping()
+        self._apply_nftables()
+        self._apply_netem()
+        net.start()
+        self._register_children()
+        self._wait_ports_ready()
+        if self.capture and not self.soft:
+            self._start_captures()
+        self._built = True
+
+    def _read_sys(self, node: Any, rel: str) -> str | None:
+        """A /sys/class/net file as the node sees it (None if absent)."""
+        if node.inNamespace:
+            rc, out = self.run(node.name, ["cat", f"/sys/class/net/{rel}"])
+            return out.strip() if rc == 0 else None
+        try:
+            return Path(f"/sys/class/net/{rel}").read_text().strip()
+        except OSError:
+            return None
+
+    def _wait_ports_ready(self, timeout: float = 10.0) -> None:
+        """Carrier reaches a switch port (and a bridge port leaves the
+        'disabled' state) up to ~1 s after the link is set up: wait for it,
+        or the first packets of a run vanish."""
+        pending = [(self.node(sw), f"{sw}-eth{p}") for sw in self.plan.switches
+                   for p in self.plan.switch_ports(sw)]
+        deadline = time.monotonic() + timeout
+        while pending:
+            pending = [(n, i) for n, i in pending
+                       if self._read_sys(n, f"{i}/operstate") not in ("up", "unknown", None)
+                       or self._read_sys(n, f"{i}/brport/state") not in ("3", None)]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise NetworkError(f"switch ports not up after {timeout:.0f}s: "
+                                   f"{', '.join(i for _, i in pending)}")
+            time.sleep(0.02)
+
+    def _write_plan(self) -> None:
+        plan = {
+            "kind": self.plan.kind,
+            "hosts": [vars(h) for h in self.plan.hosts],
+            "switches": self.plan.switches,
+            "links": [vars(ln) for ln in self.plan.links],
+            "forwarding": self.forwarding,
+            "switch_vip": {"ip": SWITCH_VIP, "mac": SWITCH_VIP_MAC},
+            "impairments": {"mechanism": self.impairments.mechanism, "rows": self.impairments.rows,
+                            "switch_ports": self.impairments.switch_ports,
+                            "nft_loss": self.impairments.nft_loss, "netem": self.impairments.netem},
+        }
+        (self.run_dir / "network.json").write_text(json.dumps(plan, indent=1, default=str) + "\n")
+
+    def _sh(self, node: str, script: str, what: str) -> str:
+        rc, out = self.run(node, ["sh", "-c", script])
+        if rc != 0:
+            raise NetworkError(f"{what} on {node} failed (exit {rc}): {out.strip()[-800:]}")
+        return out
+
+    def _configure_hosts(self) -> None:
+        """No IPv6 chatter, no TX checksum offload (the switch sees real
+        checksums), static ARP for every host and the switch virtual IP."""
+        for h in self.plan.hosts:
+            intf = f"{h.name}-eth0"
+            lines = [
+                "set -e",
+                "if [ -d /proc/sys/net/ipv6 ]; then sysctl -qw net.ipv6.conf.all.disable_ipv6=1 "
+                "net.ipv6.conf.default.disable_ipv6=1 net.ipv6.conf.lo.disable_ipv6=1; fi",
+                f"ethtool -K {intf} tx off >/dev/null",
+            ]
+            neigh = [(o.ip, o.mac) for o in self.plan.hosts if o.name != h.name]
+            neigh.append((SWITCH_VIP, SWITCH_VIP_MAC))
+            lines += [f"ip neigh replace {ip} lladdr {mac} dev {intf} nud permanent"
+                      for ip, mac in neigh]
+            self._sh(h.name, "\n".join(lines), "host setup (sysctl, ethtool -K tx off, static ARP; "
+                     "needs ethtool: apt-get install ethtool)")
+
+    def _configure_switch_ports(self) -> None:
+        # Per interface, so this is safe even outside a private namespace.
+        for sw in self.plan.switches:
+            intfs = [i.name for i in self.node(sw).intfList() if i.name != "lo"]
+            if not intfs:
+                continue
+            script = "\n".join(f"sysctl -qw net.ipv6.conf.{i}.disable_ipv6=1 2>/dev/null || true"
+                               for i in intfs)
+            self._sh(sw, script, "switch port setup")
+
+    def _check_shaping(self) -> None:
+        """Mininet only logs tc failures; make a missing htb an error."""
+        for ln in self.plan.links:
+            values = self.link_values.get(ln.node1, self._base_values)
+            if values.bandwidth_mbps is None:
+                continue
+            for node, port in ((ln.node1, ln.port1), (ln.node2, ln.port2)):
+                intf = f"{node}-eth{port}"
+                rc, out = self.run(node, ["tc", "qdisc", "show", "dev", intf])
+                if rc != 0 or "htb" not in out:
+                    raise NetworkError(f"bandwidth {values.bandwidth_mbps} Mbit/s on {intf} was not "
+                                       f"applied (tc says: {out.strip() or rc}); check that the kernel "
+                                       f"has sch_htb")
+
+    def _apply_nftables(self) -> None:
+        for host, loss in self.impairments.nft_loss.items():
+            rc, out = self.run(host, ["nft", "-f", "-"], stdin=imp.nft_ruleset(loss))
+            if rc != 0:
+                raise imp.ImpairmentError(f"cannot apply loss_pct={loss:g} with nftables on {host}: "
+                                          f"nft failed: {out.strip()}; use links.mechanism switch")
+
+    def _apply_netem(self) -> None:
+        for e in self.impairments.netem:
+            argv = imp.netem_command(e["intf"], e["impair"], e["shaped"])
+            rc, out = self.run(e["node"], argv)
+            if rc != 0:
+                raise imp.ImpairmentError(f"cannot apply netem on {e['intf']}: `{shlex.join(argv)}` "
+                                          f"failed: {out.strip()}; use links.mechanism switch")
+
+    def _start_captures(self) -> None:
+        """The switch class cannot capture: tcpdump on every switch port instead."""
+        for sw in self.plan.switches:
+            for port in self.plan.switch_ports(sw):
+                intf = f"{sw}-eth{port}"
+                argv = ["tcpdump", "-U", "-n", "-Z", "root", "-i", intf, "-w",
+                        str(self.pcap_dir / f"{intf}.pcap")]
+                with open_log(self.log_dir / f"tcpdump-{intf}.log") as f:
+                    p = self.node(sw).popen(argv, stdin=subprocess.DEVNULL, stdout=f,
+                                            stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+                self._register(p.pid, f"{sw}: tcpdump {intf}")
+                self._captures.append(p)
+        # tcpdump writes the pcap header once it listens: wait, or early frames are missed.
+        deadline = time.monotonic() + 5
+        pcaps = [self.pcap_dir / f"{sw}-eth{port}.pcap" for sw in self.plan.switches
+                 for port in self.plan.switch_ports(sw)]
+        while time.monotonic() < deadline and not all(p.exists() for p in pcaps):
+            time.sleep(0.02)
+
+    def _register(self, pid: int, role: str) -> None:
+        self._registry.register_pid(pid, role=role)
+        if self._registry.record["children"] and self._registry.record["children"][-1]["pid"] == pid:
+            self._mine.append(self._registry.record["children"][-1])
+
+    def _register_children(self) -> None:
+        """Record every process Mininet or the switch class started for us:
+        node shells and switch processes are the runner's direct children."""
+        known = {c["pid"] for c in self._mine} | self._preexisting
+        for pid, cmd in _children_of(os.getpid()).items():
+            if pid not in known:
+                self._register(pid, f"mininet: {cmd[:100]}")
+
+    # --- teardown ----------------------------------------------------------
+    def _read_nft_counters(self) -> None:
+        for host in self.impairments.nft_loss:
+            try:
+                rc, out = self.run(host, ["nft", "-j", "list", "table", "inet", imp.NFT_TABLE], timeout=10)
+                if rc == 0:
+                    self._nft_counters[host] = imp.parse_nft_counters(out)
+                else:
+                    self.errors.append(f"nft counters on {host}: {out.strip()}")
+            except Exception as e:  # noqa: BLE001
+                self.errors.append(f"nft counters on {host}: {e}")
+
+    def _collect_switch_stats(self) -> None:
+        for sw in self.switch_names:
+            try:
+                stats = getattr(self._net[sw], "stats", None)
+            except KeyError:
+                continue
+            if isinstance(stats, dict):
+                self._stats[sw] = stats
+
+    def _kill_registered_leftovers(self) -> None:
+        """Whatever we recorded and is still alive after Mininet's stop goes now."""
+        live = [c for c in self._mine if alive(c["pid"], c["start"])]
+        for c in live:
+            signal_recorded(c["pid"], c["start"], signal.SIGTERM)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and any(alive(c["pid"], c["start"]) for c in live):
+            time.sleep(0.05)
+        for c in live:
+            if signal_recorded(c["pid"], c["start"], signal.SIGKILL):
+                self.errors.append(f"had to SIGKILL {c['role']} (pid {c['pid']}) after stop")
+        for p in [*self._procs, *self._captures]:
+            try:
+                p.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def _children_of(parent: int) -> dict[int, str]:
+    """Live direct children of a process: pid -> command line."""
+    out: dict[int, str] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                stat = f.read()
+            if int(stat[stat.rindex(")") + 2:].split()[1]) != parent:  # field 4: parent PID
+                continue
+            cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ")
+        except (OSError, ValueError, IndexError):
+            continue
+        out[int(entry.name)] = cmd.decode(errors="replace").strip()
+    return out

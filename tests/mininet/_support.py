@@ -1,0 +1,199 @@
+"""Helpers for the Mininet network tests.
+
+The networks are built in a child process (``python _support.py <mode> ...``)
+because entering a private network namespace moves the whole process, and
+pytest's own process must stay where it is. The child prints/writes JSON.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+
+
+def soft_switch_available() -> bool:
+    return (ROOT / "testbed" / "switch" / "soft" / "node.py").exists()
+
+
+def switch_cls(name: str) -> type:
+    if name == "bridge":
+        from mininet.nodelib import LinuxBridge
+        return LinuxBridge
+    from testbed.switch.soft.node import SoftSwitchNode
+    return SoftSwitchNode
+
+
+def netns_inodes() -> dict[int, set[int]]:
+    """netns inode -> PIDs holding it, over every process we can see."""
+    out: dict[int, set[int]] = {}
+    for e in os.scandir("/proc"):
+        if e.name.isdigit():
+            try:
+                out.setdefault(os.stat(f"/proc/{e.name}/ns/net").st_ino, set()).add(int(e.name))
+            except OSError:
+                pass
+    return out
+
+
+def pids_with_env(key: str, value: str) -> list[int]:
+    """Processes whose environment says KEY=VALUE (every process of a run has
+    INNET_TESTBED_RUN=<run id>)."""
+    needle = f"{key}={value}".encode()
+    found = []
+    for e in os.scandir("/proc"):
+        if e.name.isdigit() and int(e.name) != os.getpid():
+            try:
+                env = Path(f"/proc/{e.name}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if needle in env:
+                found.append(int(e.name))
+    return found
+
+
+def root_interfaces() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line}
+
+
+def run_child(mode: str, *args: str, env: dict[str, str] | None = None, timeout: float = 240
+              ) -> dict:
+    res = subprocess.run([PYTHON, __file__, mode, *args], capture_output=True, text=True,
+                         timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})})
+    if res.returncode != 0:
+        raise AssertionError(f"child {mode} {args} failed ({res.returncode}):\n"
+                             f"stdout:\n{res.stdout[-4000:]}\nstderr:\n{res.stderr[-4000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+# --- child side ---------------------------------------------------------------
+def _ping_all(net) -> list[str]:
+    failed = []
+    for a in net.hosts:
+        for b in net.hosts.values():
+            if a != b.name:
+                rc, out = net.run(a, ["ping", "-c", "1", "-W", "2", b.ip])
+                if rc != 0:
+                    failed.append(f"{a}->{b.name}")
+    return failed
+
+
+def _child_check(kind: str, sw: str, run_dir: str) -> dict:
+    """Build, ping all pairs, inspect shaping, run a program, stop."""
+    from testbed.net.isolation import enter_private_netns
+    from testbed.net.mininet_net import MininetNetwork
+
+    enter_private_netns()
+    hosts = ["w1", "w2", "w3", "w4", "w5", "ps"]
+    links = {"bandwidth_mbps": 50, "hosts": {"w3": {"bandwidth_mbps": 20}}}
+    net = MininetNetwork({"kind": kind, "workers": 5, "leaves": 2}, links, hosts, switch_cls(sw),
+                         {"pipeline": "forward"}, Path(run_dir), seed=3, capture=False)
+    t0 = time.monotonic()
+    with net:
+        up_s = time.monotonic() - t0
+        failed = _ping_all(net)
+        qdisc = {h: net.run(h, ["tc", "qdisc", "show", "dev", f"{h}-eth0"])[1] for h in ("w1", "w3")}
+        tclass = {h: net.run(h, ["tc", "class", "show", "dev", f"{h}-eth0"])[1] for h in ("w1", "w3")}
+        log = Path(run_dir) / "w1.log"
+        p = net.popen("w1", ["sh", "-c", "echo hello from $(hostname); ip -o -4 addr show"], log)
+        p.wait(timeout=10)
+        neigh = net.run("w2", ["ip", "neigh", "show"])[1]
+        offload = net.run("w2", ["ethtool", "-k", "w2-eth0"])[1]
+        ipv6 = net.run("w2", ["sysctl", "-n", "net.ipv6.conf.all.disable_ipv6"])[1].strip()
+        registry_path = str(net._registry.path)
+    return {"up_s": up_s, "failed": failed, "qdisc": qdisc, "class": tclass,
+            "log": log.read_text(), "neigh": neigh, "offload": offload, "ipv6_disabled": ipv6,
+            "registry_path": registry_path, "registry_exists_after": Path(registry_path).exists(),
+            "stats": sorted(net.switch_stats()), "errors": net.errors}
+
+
+def _child_nft(sw: str, run_dir: str) -> dict:
+    """Loss by nftables on w2's ingress: counted and reported."""
+    from testbed.net.isolation import enter_private_netns
+    from testbed.net.mininet_net import MininetNetwork
+
+    enter_private_netns()
+    links = {"mechanism": "nftables", "hosts": {"w2": {"loss_pct": 20}}}
+    net = MininetNetwork({"kind": "star", "workers": 2}, links, ["w1", "w2"], switch_cls(sw), {},
+                         Path(run_dir), seed=1)
+    with net:
+        ruleset = net.run("w2", ["nft", "list", "ruleset"])[1]
+        ping = net.run("w1", ["ping", "-q", "-c", "500", "-i", "0.002", "-W", "1", "10.0.0.2"],
+                       timeout=60)[1]
+    return {"ruleset": ruleset, "ping": ping, "report": net.impairment_report(), "errors": net.errors}
+
+
+def _child_hold(sw: str, run_dir: str, info_path: str) -> None:
+    """Build a network, start long-running host programs, say so, wait to be killed."""
+    from testbed.net.isolation import enter_private_netns, netns_inode
+    from testbed.net.mininet_net import MininetNetwork
+
+    enter_private_netns()
+    net = MininetNetwork({"kind": "tree", "workers": 4, "leaves": 2}, {"bandwidth_mbps": 100},
+                         ["w1", "w2", "w3", "w4", "ps"], switch_cls(sw), {"pipeline": "forward"},
+                         Path(run_dir), seed=1)
+    net.start()
+    for h in net.hosts:
+        net.popen(h, ["sleep", "600"], Path(run_dir) / f"{h}.log")
+    reg = net._registry
+    info = {"run_id": reg.run_id, "registry_path": str(reg.path),
+            "children": reg.record["children"],
+            "netns": sorted({*reg.record["netns"], netns_inode()}),
+            "interfaces": sorted(i.name for n in [*net.hosts, *net.switch_names]
+                                 for i in net.node(n).intfList() if i.name != "lo")}
+    tmp = Path(info_path + ".tmp")
+    tmp.write_text(json.dumps(info))
+    tmp.replace(info_path)
+    time.sleep(600)
+
+
+def _child_fail(run_dir: str) -> dict:
+    """A switch that fails to start: a clear error, everything torn down."""
+    from mininet.nodelib import LinuxBridge
+
+    from testbed.net.base import NetworkError
+    from testbed.net.isolation import enter_private_netns
+    from testbed.net.mininet_net import MininetNetwork
+    from testbed.net.registry import alive
+
+    class BrokenBridge(LinuxBridge):
+        def start(self, controllers):
+            raise RuntimeError("switch refused to start")
+
+    enter_private_netns()
+    net = MininetNetwork({"kind": "star", "workers": 2}, {"mechanism": "nftables", "loss_pct": 5},
+                         ["w1", "w2"], BrokenBridge, {}, Path(run_dir))
+    try:
+        net.start()
+        error = None
+    except NetworkError as e:
+        error = str(e)
+    mine = net._mine
+    return {"error": error, "report": net.impairment_report(),
+            "recorded": len(mine), "alive": [c for c in mine if alive(c["pid"], c["start"])],
+            "registry_exists": net._registry.path.exists()}
+
+
+def main(argv: list[str]) -> None:
+    mode = argv[0]
+    if mode == "check":
+        print(json.dumps(_child_check(*argv[1:4])))
+    elif mode == "nft":
+        print(json.dumps(_child_nft(*argv[1:3])))
+    elif mode == "fail":
+        print(json.dumps(_child_fail(argv[1])))
+    elif mode == "hold":
+        _child_hold(*argv[1:4])
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main(sys.argv[1:])

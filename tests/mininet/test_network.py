@@ -1,0 +1,168 @@
+"""End-to-end tests of testbed.net on Mininet, each network in its own private
+network namespace (built by a child process, see _support.py)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location("net_mininet_support", Path(__file__).with_name("_support.py"))
+support = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(support)
+
+
+def _unavailable() -> str | None:
+    if importlib.util.find_spec("mininet") is None:
+        return "mininet is not importable from this Python (run `make setup`)"
+    if shutil.which("mnexec") is None:
+        return "mnexec not on PATH (apt-get install mininet)"
+    from testbed.net.isolation import isolation_available
+    ok, reason = isolation_available()
+    return None if ok else f"needs root or unprivileged user namespaces: {reason}"
+
+
+_REASON = _unavailable()
+pytestmark = [pytest.mark.mininet, pytest.mark.skipif(_REASON is not None, reason=_REASON or "")]
+
+SWITCHES = ["bridge", pytest.param("soft", marks=pytest.mark.skipif(
+    not support.soft_switch_available(), reason="testbed/switch/soft/node.py not present yet"))]
+
+
+@pytest.fixture
+def reg_env(tmp_path):
+    """A private registry folder, so clean() only ever sees this test's runs."""
+    d = tmp_path / "registry"
+    return d, {"INNET_TESTBED_REGISTRY": str(d)}
+
+
+@pytest.mark.parametrize("sw", SWITCHES)
+@pytest.mark.parametrize("kind", ["star", "tree"])
+def test_build_ping_shape_stop(kind, sw, tmp_path, reg_env):
+    reg_dir, env = reg_env
+    r = support.run_child("check", kind, sw, str(tmp_path / "run"), env=env)
+    assert r["failed"] == [], f"pings failed: {r['failed']}"
+    # htb on every host link, with the per-host override on w3.
+    assert "htb" in r["qdisc"]["w1"] and "htb" in r["qdisc"]["w3"]
+    assert "rate 50Mbit" in r["class"]["w1"] and "rate 20Mbit" in r["class"]["w3"]
+    # Static ARP for every host and the switch virtual IP; no IPv6; no TX offload.
+    assert re.search(r"10\.0\.0\.254 .*lladdr 02:00:00:00:00:fe PERMANENT", r["neigh"])
+    assert re.search(r"10\.0\.0\.200 .*lladdr 00:00:00:00:00:c8 PERMANENT", r["neigh"])
+    assert r["ipv6_disabled"] == "1"
+    assert re.search(r"^tx-checksumming: off", r["offload"], re.M)
+    # popen runs inside the host's namespace and logs to the given file.
+    assert "hello from" in r["log"] and "10.0.0.1/24" in r["log"]
+    # The network's own registry record is removed on a clean stop.
+    assert not r["registry_exists_after"]
+    if sw == "soft":
+        expected = ["s1"] if kind == "star" else ["s1", "s2", "s3"]
+        assert r["stats"] == expected
+    assert r["errors"] == []
+
+
+@pytest.mark.parametrize("sw", SWITCHES)
+def test_nftables_loss_on_host_ingress(sw, tmp_path, reg_env):
+    _, env = reg_env
+    r = support.run_child("nft", sw, str(tmp_path / "run"), env=env)
+    assert "numgen random mod 1000000 < 200000" in r["ruleset"]
+    rows = {(x["direction"], x["parameter"]): x for x in r["report"]}
+    applied = rows[("s1->w2", "loss_pct")]
+    assert applied["mechanism"] == "nftables" and applied["applied"] is True
+    seen, dropped = applied["observed"]["seen"], applied["observed"]["dropped"]
+    assert seen >= 500
+    assert 0.12 < applied["observed_rate"] < 0.28, applied  # 20 % requested, ~500 draws
+    assert dropped == round(applied["observed_rate"] * seen)
+    # The direction nftables cannot cover is reported as not applied, with the reason.
+    uncovered = rows[("w2->s1", "loss_pct")]
+    assert uncovered["applied"] is False and "ingress" in uncovered["note"]
+    m = re.search(r"(\d+) packets transmitted, (\d+) received", r["ping"])
+    # Only requests are impaired (w1 has no rule): ping's losses are nft's drops
+    # (give or take a packet that was not an echo request).
+    assert m and abs(int(m.group(1)) - int(m.group(2)) - dropped) <= 2
+    assert r["errors"] == []
+
+
+def test_failed_start_is_clear_and_leaves_nothing(tmp_path, reg_env):
+    _, env = reg_env
+    r = support.run_child("fail", str(tmp_path / "run"), env=env)
+    assert r["error"] and "switch refused to start" in r["error"]
+    assert r["recorded"] >= 3 and r["alive"] == []  # 2 host shells + 1 switch shell, all gone
+    assert not r["registry_exists"]
+    assert r["report"] and all(row["applied"] is False for row in r["report"])
+
+
+def _uptime_ticks() -> int:
+    return int(float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+def _started_after(pid: int, ticks: int) -> bool:
+    from testbed.net.registry import proc_start_time
+    start = proc_start_time(pid)
+    return start is None or start > ticks
+
+
+def _alive(pid: int, start: int) -> bool:
+    from testbed.net.registry import alive
+    return alive(pid, start)
+
+
+@pytest.mark.parametrize("sw", SWITCHES)
+def test_sigkill_leaves_nothing_after_clean(sw, tmp_path, reg_env):
+    from testbed.clean import clean
+    from testbed.net.registry import leftovers
+
+    reg_dir, env = reg_env
+    ns_before = set(support.netns_inodes())
+    intf_before = support.root_interfaces()
+    info_path = tmp_path / "info.json"
+    child = subprocess.Popen([support.PYTHON, support.__file__, "hold", sw, str(tmp_path / "run"),
+                              str(info_path)], cwd=support.ROOT, env={**os.environ, **env},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while not info_path.exists():
+            if child.poll() is not None or time.monotonic() > deadline:
+                out = child.stdout.read().decode(errors="replace") if child.poll() is not None else ""
+                pytest.fail(f"network did not come up (rc={child.poll()}):\n{out[-3000:]}")
+            time.sleep(0.1)
+        info = json.loads(info_path.read_text())
+        assert set(info["netns"]) <= set(support.netns_inodes()), "run namespaces should exist now"
+        assert support.pids_with_env("INNET_TESTBED_RUN", info["run_id"])
+    finally:
+        child.send_signal(signal.SIGKILL)  # no finally blocks, no atexit: a real crash
+        child.wait(timeout=30)
+        killed_at = _uptime_ticks()
+
+    assert [r["run_id"] for r in leftovers(reg_dir)] == [info["run_id"]]
+    lines = clean(base=reg_dir)
+    assert any(info["run_id"] in line for line in lines)
+    assert leftovers(reg_dir) == [] and not Path(info["registry_path"]).exists()
+
+    # Processes: none of the recorded ones, nor anything carrying the run's id.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        live = [c for c in info["children"] if _alive(c["pid"], c["start"])]
+        tagged = support.pids_with_env("INNET_TESTBED_RUN", info["run_id"])
+        if not live and not tagged:
+            break
+        time.sleep(0.2)
+    assert live == [], f"recorded processes still alive: {live}"
+    assert tagged == [], f"processes of the run still alive: {tagged}"
+
+    # Namespaces: the run's ones are gone. (An inode the kernel reused for
+    # another process's new namespace since would not be held by our run.)
+    after = support.netns_inodes()
+    new = set(after) - ns_before
+    leaked = {ino: pids for ino in set(info["netns"]) & new
+              if (pids := {p for p in after[ino] if not _started_after(p, killed_at)})}
+    assert leaked == {}, f"namespaces of the run still exist: {leaked}"
+    # Interfaces: nothing of the run appeared in the machine's namespace.
+    appeared = support.root_interfaces() - intf_before
+    assert not appeared & set(info["interfaces"]), appeared
