@@ -1,0 +1,102 @@
+"""`python -m testbed.switch.soft --config cfg.json`: run one soft switch.
+
+Exit codes: 0 after SIGTERM/SIGINT (stats written), 2 for a bad config or a
+port that cannot be opened, 1 for anything else. Logs go to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import importlib.util
+import logging
+import os
+import sys
+import time
+
+from testbed.switch.soft.config import ConfigError, SwitchConfig
+from testbed.switch.soft.switch import SoftSwitch, write_json_atomic
+
+log = logging.getLogger("softswitch")
+
+# Hook for the P4Runtime server: a module exposing
+#   serve(switch: SoftSwitch, addr: str) -> object with .stop()
+# It runs in a thread and programs switch.pipeline / switch.tables().
+P4RUNTIME_MODULE = "testbed.switch.p4runtime_server"  # P4Runtime hook (control-plane helper)
+
+
+def _start_control_plane(switch: SoftSwitch, addr: str | None):
+    if not addr:
+        return None
+    if importlib.util.find_spec(P4RUNTIME_MODULE) is None:
+        log.warning("p4runtime_addr=%s ignored: %s is not implemented yet", addr, P4RUNTIME_MODULE)
+        return None
+    mod = importlib.import_module(P4RUNTIME_MODULE)
+    return mod.serve(switch, addr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m testbed.switch.soft",
+                                 description="AF_PACKET soft switch (see docs/architecture.md)")
+    ap.add_argument("--config", required=True, help="switch config JSON")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
+    try:
+        cfg = SwitchConfig.load(args.config)
+    except ConfigError as e:
+        print(f"soft switch: bad config:\n{e}", file=sys.stderr)
+        return 2
+    try:
+        switch = SoftSwitch(cfg)
+    except (ConfigError, KeyError, ValueError) as e:
+        print(f"soft switch {cfg.name}: bad config: {e}", file=sys.stderr)
+        return 2
+    except PermissionError as e:
+        print(f"soft switch {cfg.name}: cannot open raw sockets ({e}); run as root or inside "
+              f"`unshare -Urn` (needs CAP_NET_RAW)", file=sys.stderr)
+        return 1
+    except OSError as e:
+        if e.errno in (errno.ENODEV, errno.ENXIO):
+            print(f"soft switch {cfg.name}: {e.strerror or e}; check `ports` in {args.config}",
+                  file=sys.stderr)
+            return 2
+        raise
+    switch.install_signal_handlers()
+    cp = None
+    try:
+        cp = _start_control_plane(switch, cfg.p4runtime_addr)
+        ports = {str(no): io.name for no, io in switch.ports.items()}
+        modes = sorted({io.mode for io in switch.ports.values()})
+        write_json_atomic(cfg.ready_path, {"pid": os.getpid(), "name": cfg.name, "ports": ports,
+                                           "io_mode": "+".join(modes), "time": time.time()})
+        log.info("%s ready: pid %d, ports %s, io %s, pipeline %s, batch %d", cfg.name,
+                 os.getpid(), ports, "+".join(modes), cfg.pipeline, cfg.batch)
+        prof_path = os.environ.get("SOFTSWITCH_PROFILE")
+        if prof_path:  # developer hook: cProfile the loop, dump pstats at exit
+            import cProfile
+            prof = cProfile.Profile()
+            try:
+                prof.runcall(switch.run)
+            finally:
+                prof.dump_stats(prof_path)
+        else:
+            switch.run()
+    finally:
+        if cp is not None:
+            try:
+                cp.stop()
+            except Exception:  # noqa: BLE001 - stopping must not hide the stats
+                log.exception("control plane stop failed")
+        st = switch.close()
+        if st is not None:
+            write_json_atomic(cfg.stats_path, st)
+            tot_rx = sum(p["rx"] for p in st["ports"].values())
+            tot_tx = sum(p["tx"] for p in st["ports"].values())
+            log.info("%s stopped: rx %d tx %d cpu %.2fs wall %.2fs", cfg.name, tot_rx, tot_tx,
+                     st["cpu_time_s"], st["wall_time_s"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,500 @@
+"""Packet I/O for the soft switch: one `PortIO` per switch port.
+
+- `AfPacketPort`: an AF_PACKET/SOCK_RAW socket bound to one interface.
+  Batched with recvmmsg/sendmmsg through ctypes (mode "mmsg"); falls back to a
+  non-blocking recv/send loop (mode "drain") when libc lacks them.
+- `UdpPortIO`: a "port" that is a UDP socket on loopback, each datagram one
+  Ethernet frame (rootless local mode).
+
+The switch loop only uses the `PortIO` methods: fileno, recv_batch,
+send_batch, stats, close.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import select
+import socket
+import struct
+from typing import Protocol
+
+import numpy as np
+
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_STATISTICS = 6
+PACKET_IGNORE_OUTGOING = 23  # not exported by Python's socket module
+SO_RCVBUFFORCE = 33
+SO_SNDBUFFORCE = 32
+MSG_DONTWAIT = 0x40
+MSG_TRUNC = 0x20
+
+# The interface went away or down: normal during teardown (Mininet deletes
+# links before stopping switches).
+PORT_GONE_ERRNOS = frozenset({errno.ENETDOWN, errno.ENXIO, errno.ENODEV, errno.EBADF})
+
+
+class PortDown(Exception):
+    """The port's interface is down or gone; the switch stops using the port."""
+
+
+class PortIO(Protocol):
+    name: str
+    mode: str
+
+    def fileno(self) -> int: ...
+    def recv_batch(self, max_frames: int) -> list[bytes]: ...
+    def send_batch(self, frames: list[bytes]) -> list[bytes]:
+        """Send; returns the frames actually handed to the kernel (pcap 'out')."""
+        ...
+    def stats(self) -> dict: ...
+    def close(self) -> None: ...
+
+
+# --- recvmmsg/sendmmsg through ctypes ------------------------------------------
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+class _MsgHdr(ctypes.Structure):
+    _fields_ = [("msg_name", ctypes.c_void_p), ("msg_namelen", ctypes.c_uint32),
+                ("msg_iov", ctypes.c_void_p), ("msg_iovlen", ctypes.c_size_t),
+                ("msg_control", ctypes.c_void_p), ("msg_controllen", ctypes.c_size_t),
+                ("msg_flags", ctypes.c_int)]
+
+
+class _MMsgHdr(ctypes.Structure):
+    _fields_ = [("msg_hdr", _MsgHdr), ("msg_len", ctypes.c_uint)]
+
+
+_HDR = ctypes.sizeof(_MMsgHdr)
+assert _HDR % 4 == 0 and ctypes.sizeof(_IoVec) == 16
+_LEN_IDX = _MMsgHdr.msg_len.offset // 4
+_FLAGS_IDX = (_MMsgHdr.msg_hdr.offset + _MsgHdr.msg_flags.offset) // 4
+
+
+def _load_libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        rf, sf = libc.recvmmsg, libc.sendmmsg
+    except (OSError, AttributeError):
+        return None
+    rf.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
+    rf.restype = ctypes.c_int
+    sf.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
+    sf.restype = ctypes.c_int
+    return libc
+
+
+_LIBC = _load_libc()
+HAVE_MMSG = _LIBC is not None
+
+
+class MmsgRx:
+    """recvmmsg into `batch` fixed slots of `slot` bytes; frames come out as bytes."""
+
+    def __init__(self, fd: int, batch: int, slot: int):
+        if not HAVE_MMSG:
+            raise OSError(errno.ENOSYS, "recvmmsg not available in libc")
+        self.fd, self.batch, self.slot = fd, batch, slot
+        self._buf = bytearray(batch * slot)
+        self._mv = memoryview(self._buf)
+        base = ctypes.addressof((ctypes.c_char * len(self._buf)).from_buffer(self._buf))
+        self._iov = (_IoVec * batch)()
+        self._raw = np.zeros(batch * _HDR, np.uint8)  # the mmsghdr array, viewed by numpy too
+        self._hdrs = (_MMsgHdr * batch).from_buffer(self._raw)
+        for i in range(batch):
+            self._iov[i].iov_base = base + i * slot
+            self._iov[i].iov_len = slot
+            self._hdrs[i].msg_hdr.msg_iov = ctypes.addressof(self._iov[i])
+            self._hdrs[i].msg_hdr.msg_iovlen = 1
+        u32 = self._raw.view(np.uint32)
+        stride = _HDR // 4
+        self._lens = u32[_LEN_IDX::stride]
+        self._flags = u32[_FLAGS_IDX::stride]
+        self._offs = list(range(0, batch * slot, slot))
+        self._ptr = ctypes.addressof(self._hdrs)
+        self.truncated = 0
+
+    def recv(self, max_frames: int | None = None) -> tuple[list[bytes], int]:
+        """Non-blocking: (frames, total bytes). Raises OSError (not EAGAIN)."""
+        vlen = self.batch if max_frames is None else min(max_frames, self.batch)
+        n = _LIBC.recvmmsg(self.fd, self._ptr, vlen, MSG_DONTWAIT, None)
+        if n <= 0:
+            if n == 0:
+                return [], 0
+            e = ctypes.get_errno()
+            if e in (errno.EAGAIN, errno.EINTR):
+                return [], 0
+            raise OSError(e, os.strerror(e))
+        # Plain lists, not numpy reductions: at small batches (low rates) numpy's
+        # per-call overhead would dominate the whole loop iteration.
+        lens = self._lens[:n].tolist()
+        mv, offs = self._mv, self._offs
+        if any(self._flags[:n].tolist()):  # MSG_TRUNC: frame bigger than a slot
+            flags = self._flags[:n].tolist()
+            keep = [i for i in range(n) if not flags[i] & MSG_TRUNC]
+            self.truncated += n - len(keep)
+            return ([mv[offs[i]:offs[i] + lens[i]].tobytes() for i in keep],
+                    sum(lens[i] for i in keep))
+        return [mv[o:o + ln].tobytes() for o, ln in zip(offs, lens)], sum(lens)
+
+
+class MmsgTx:
+    """sendmmsg of a list of bytes: the frames are joined into one buffer and
+    the iovecs computed with numpy, so there is no per-frame ctypes work."""
+
+    def __init__(self, fd: int, batch: int):
+        if not HAVE_MMSG:
+            raise OSError(errno.ENOSYS, "sendmmsg not available in libc")
+        self.fd, self.batch = fd, batch
+        self._iov_raw = np.zeros(batch * 2, np.uint64)  # (base, len) pairs
+        iov_addr = self._iov_addr = self._iov_raw.ctypes.data
+        self._raw = np.zeros(batch * _HDR, np.uint8)
+        self._hdrs = (_MMsgHdr * batch).from_buffer(self._raw)
+        for i in range(batch):
+            self._hdrs[i].msg_hdr.msg_iov = iov_addr + 16 * i
+            self._hdrs[i].msg_hdr.msg_iovlen = 1
+        self._ptr = ctypes.addressof(self._hdrs)
+
+    def prepare(self, frames: list[bytes]) -> tuple[bytes, int]:
+        """Fill the iovecs for frames[:batch]; returns (buffer to keep alive, total bytes)."""
+        n = len(frames)
+        joined = b"".join(frames)
+        base = ctypes.cast(ctypes.c_char_p(joined), ctypes.c_void_p).value or 0
+        if n <= 16:
+            # Few frames: struct + memmove beats half a dozen numpy calls.
+            vals = []
+            off = base
+            for f in frames:
+                ln = len(f)
+                vals.append(off)
+                vals.append(ln)
+                off += ln
+            ctypes.memmove(self._iov_addr, struct.pack(f"{2 * n}Q", *vals), 16 * n)
+        else:
+            lens = np.fromiter(map(len, frames), np.uint64, n)
+            offs = np.cumsum(lens)
+            offs -= lens
+            offs += np.uint64(base)
+            self.point_at(offs, lens)
+        return joined, len(joined)
+
+    def point_at(self, addrs: np.ndarray, lens: np.ndarray) -> None:
+        """Point the first len(addrs) messages at caller-owned memory (which the
+        caller keeps alive): e.g. a traffic generator's fixed packet buffer."""
+        n = len(addrs)
+        self._iov_raw[0:2 * n:2] = addrs
+        self._iov_raw[1:2 * n:2] = lens
+
+    def send_prepared(self, start: int, count: int) -> int:
+        """sendmmsg of prepared messages [start, start+count); returns sent or -errno."""
+        r = _LIBC.sendmmsg(self.fd, self._ptr + start * _HDR, count, MSG_DONTWAIT)
+        return r if r >= 0 else -ctypes.get_errno()
+
+
+# --- AF_PACKET port -----------------------------------------------------------
+
+def _intf_mtu(sock: socket.socket, intf: str) -> int:
+    # ioctl, not /sys/class/net: sysfs shows the namespace it was mounted in,
+    # which under `unshare -n` is not ours.
+    import fcntl
+    try:
+        req = struct.pack("16si12x", intf.encode()[:15], 0)
+        return struct.unpack("16si12x", fcntl.ioctl(sock.fileno(), 0x8921, req))[1]  # SIOCGIFMTU
+    except OSError:
+        return 1500
+
+
+def interfaces() -> list[str]:
+    """Interface names of this process's network namespace."""
+    return sorted(name for _, name in socket.if_nameindex())
+
+
+def _set_buf(sock: socket.socket, force_opt: int, opt: int, size: int) -> None:
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, force_opt, size)  # root: beyond rmem_max
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, opt, size)
+
+
+class AfPacketPort:
+    """One switch port on a Linux interface."""
+
+    def __init__(self, intf: str, batch: int = 64, bufsize: int = 8 << 20,
+                 mode: str | None = None):
+        self.name = intf
+        self.batch = batch
+        mode = mode or os.environ.get("SOFTSWITCH_IO") or ("mmsg" if HAVE_MMSG else "drain")
+        if mode not in ("mmsg", "drain"):
+            raise ValueError(f"unknown I/O mode {mode!r} (mmsg|drain)")
+        if mode == "mmsg" and not HAVE_MMSG:
+            mode = "drain"
+        self.mode = mode
+        try:
+            socket.if_nametoindex(intf)
+        except OSError:
+            raise OSError(errno.ENODEV, f"interface {intf!r} does not exist in this network "
+                                        f"namespace (present: {interfaces()})") from None
+        # Protocol 0 at creation: the socket sees nothing until bound to the interface,
+        # so no frames of other interfaces get queued in between.
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        try:
+            # Without this the switch would receive every frame it sends.
+            s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        except OSError as e:
+            s.close()
+            raise OSError(e.errno, f"{intf}: PACKET_IGNORE_OUTGOING unsupported (needs Linux >= 4.20): {e}")
+        _set_buf(s, SO_RCVBUFFORCE, socket.SO_RCVBUF, bufsize)
+        _set_buf(s, SO_SNDBUFFORCE, socket.SO_SNDBUF, bufsize)
+        s.bind((intf, ETH_P_ALL))
+        s.setblocking(False)
+        self.sock = s
+        self._fd = s.fileno()
+        # Slot = largest frame the interface can carry (+VLAN tag), rounded up.
+        self.slot = max(2048, (_intf_mtu(s, intf) + 14 + 4 + 63) // 64 * 64)
+        self._rx = MmsgRx(self._fd, batch, self.slot) if mode == "mmsg" else None
+        self._tx = MmsgTx(self._fd, max(4 * batch, 256)) if mode == "mmsg" else None
+        self.rx = self.tx = self.rx_bytes = self.tx_bytes = 0
+        self.tx_dropped = 0
+        self.kernel_rx_drops = 0
+        self.kernel_rx_packets = 0
+        self.down = False
+        self.down_events = 0  # ENETDOWN seen while the interface still existed
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def _exists(self) -> bool:
+        try:
+            socket.if_nametoindex(self.name)
+            return True
+        except OSError:
+            return False
+
+    def _gone(self, e: OSError) -> PortDown:
+        self.down = True
+        return PortDown(f"{self.name}: {os.strerror(e.errno) if e.errno else e}")
+
+    def recv_batch(self, max_frames: int) -> list[bytes]:
+        try:
+            if self._rx is not None:
+                frames, nbytes = self._rx.recv(max_frames)
+            else:
+                frames, nbytes = self._recv_drain(max_frames)
+        except OSError as e:
+            if e.errno not in PORT_GONE_ERRNOS:
+                raise
+            if e.errno != errno.EBADF and self._exists():
+                # Down for a moment (link setup, `ip link set down`): the kernel
+                # re-attaches the socket when it comes back up.
+                self.down_events += 1
+                return []
+            raise self._gone(e) from None
+        if frames:
+            self.rx += len(frames)
+            self.rx_bytes += nbytes
+        return frames
+
+    def _recv_drain(self, max_frames: int) -> tuple[list[bytes], int]:
+        recv = self.sock.recv
+        slot = self.slot
+        out: list[bytes] = []
+        for _ in range(max_frames):
+            try:
+                out.append(recv(slot))
+            except (BlockingIOError, InterruptedError):
+                break
+        return out, sum(map(len, out))
+
+    def send_batch(self, frames: list[bytes]) -> list[bytes]:
+        if not frames:
+            return frames
+        if self.down:
+            self.tx_dropped += len(frames)
+            return []
+        if self._tx is None:
+            sent = self._send_drain(frames)
+            nbytes = sum(map(len, sent))
+        elif len(frames) <= self._tx.batch:
+            sent, nbytes = self._send_mmsg(frames)
+        else:
+            sent, nbytes = [], 0
+            cap = self._tx.batch
+            for i in range(0, len(frames), cap):
+                s, b = self._send_mmsg(frames[i:i + cap])
+                sent.extend(s)
+                nbytes += b
+        self.tx += len(sent)
+        self.tx_bytes += nbytes
+        return sent
+
+    def _send_mmsg(self, chunk: list[bytes]) -> tuple[list[bytes], int]:
+        """Send one chunk (<= tx batch): (frames sent, their bytes)."""
+        tx = self._tx
+        joined, nbytes = tx.prepare(chunk)  # `joined` must stay alive until sendmmsg returns
+        n = len(chunk)
+        pos = 0
+        skipped: list[int] = []
+        waited = False
+        while pos < n:
+            r = tx.send_prepared(pos, n - pos)
+            if r > 0:
+                pos += r
+                continue
+            e = -r
+            if e == errno.EINTR:
+                continue
+            if e == errno.EAGAIN and not waited:
+                # Socket buffer full (e.g. an htb-shaped interface): wait briefly once.
+                waited = True
+                select.select([], [self._fd], [], 0.005)
+                continue
+            if e in PORT_GONE_ERRNOS:
+                if e == errno.EBADF or not self._exists():
+                    self.down = True
+                else:
+                    self.down_events += 1
+                skipped.extend(range(pos, n))
+                break
+            if e == errno.EAGAIN:
+                skipped.extend(range(pos, n))  # still full: tail drop, like a full egress queue
+                break
+            # ENOBUFS (qdisc dropped it), EMSGSIZE (frame > MTU), ...: drop this frame.
+            skipped.append(pos)
+            pos += 1
+        del joined
+        if not skipped:
+            return chunk, nbytes
+        self.tx_dropped += len(skipped)
+        sk = set(skipped)
+        sent = [f for j, f in enumerate(chunk) if j not in sk]
+        return sent, sum(map(len, sent))
+
+    def _send_drain(self, frames: list[bytes]) -> list[bytes]:
+        send = self.sock.send
+        sent: list[bytes] = []
+        for f in frames:
+            try:
+                send(f)
+                sent.append(f)
+            except OSError as e:
+                self.tx_dropped += 1
+                if e.errno in PORT_GONE_ERRNOS:
+                    if e.errno == errno.EBADF or not self._exists():
+                        self.down = True
+                    self.tx_dropped += len(frames) - len(sent) - 1
+                    break
+        return sent
+
+    def _read_kernel_stats(self) -> None:
+        if self.sock.fileno() < 0:
+            return
+        try:
+            pk, dr = struct.unpack("II", self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+        except OSError:
+            return
+        # Reading resets the kernel's counters, so accumulate.
+        self.kernel_rx_packets += pk
+        self.kernel_rx_drops += dr
+
+    def stats(self) -> dict:
+        self._read_kernel_stats()
+        return {"intf": self.name, "io_mode": self.mode, "rx": self.rx, "tx": self.tx,
+                "rx_bytes": self.rx_bytes, "tx_bytes": self.tx_bytes,
+                "tx_dropped": self.tx_dropped,
+                "rx_truncated": self._rx.truncated if self._rx else 0,
+                "rx_kernel_drops": self.kernel_rx_drops,
+                "down": self.down or not self._exists(), "down_events": self.down_events}
+
+    def close(self) -> None:
+        self._read_kernel_stats()
+        self.sock.close()
+
+
+# --- UDP "port" for the rootless local mode ------------------------------------
+
+class UdpPortIO:
+    """A port that is a UDP socket: each datagram carries one Ethernet frame.
+
+    spec: "udp:<bind_host>:<bind_port>[><peer_host>:<peer_port>]". Without a
+    peer, the source of the first datagram received becomes the peer.
+    (Thin version: plain recvfrom/sendto loop.)
+    """
+
+    def __init__(self, spec: str, batch: int = 64):
+        self.name = spec
+        self.mode = "udp"
+        self.batch = batch
+        local, _, peer = spec[len("udp:"):].partition(">")
+        self.local = _hostport(local, spec)
+        self.peer = _hostport(peer, spec) if peer else None
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        _set_buf(s, SO_RCVBUFFORCE, socket.SO_RCVBUF, 8 << 20)
+        _set_buf(s, SO_SNDBUFFORCE, socket.SO_SNDBUF, 8 << 20)
+        s.bind(self.local)
+        s.setblocking(False)
+        self.sock = s
+        self.rx = self.tx = self.rx_bytes = self.tx_bytes = self.tx_dropped = 0
+        self.down = False
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def recv_batch(self, max_frames: int) -> list[bytes]:
+        out: list[bytes] = []
+        recvfrom = self.sock.recvfrom
+        for _ in range(max_frames):
+            try:
+                data, addr = recvfrom(65535)
+            except (BlockingIOError, InterruptedError):
+                break
+            if self.peer is None:
+                self.peer = addr
+            out.append(data)
+        if out:
+            self.rx += len(out)
+            self.rx_bytes += sum(map(len, out))
+        return out
+
+    def send_batch(self, frames: list[bytes]) -> list[bytes]:
+        if self.peer is None:
+            self.tx_dropped += len(frames)
+            return []
+        sent = []
+        sendto, peer = self.sock.sendto, self.peer
+        for f in frames:
+            try:
+                sendto(f, peer)
+                sent.append(f)
+            except OSError:
+                self.tx_dropped += 1
+        self.tx += len(sent)
+        self.tx_bytes += sum(map(len, sent))
+        return sent
+
+    def stats(self) -> dict:
+        return {"intf": self.name, "io_mode": self.mode, "rx": self.rx, "tx": self.tx,
+                "rx_bytes": self.rx_bytes, "tx_bytes": self.tx_bytes,
+                "tx_dropped": self.tx_dropped, "rx_truncated": 0, "rx_kernel_drops": 0,
+                "down": self.down}
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _hostport(s: str, spec: str) -> tuple[str, int]:
+    host, _, port = s.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"bad UDP port spec {spec!r}: expected udp:HOST:PORT[>HOST:PORT]")
+    return host, int(port)
+
+
+def open_port(spec: str, batch: int = 64) -> PortIO:
+    """An interface name -> AfPacketPort; 'udp:...' -> UdpPortIO."""
+    if spec.startswith("udp:"):
+        return UdpPortIO(spec, batch)
+    return AfPacketPort(spec, batch)

@@ -1,0 +1,371 @@
+"""The soft switch: ports + pipeline + impairments + pcaps, and the event loop.
+
+One loop iteration:
+  epoll -> per ready port: recv up to `batch` frames -> pcap in -> ingress
+  impairments -> one pipeline.process_batch for all ports -> group by output
+  port -> egress impairments -> (delay queues) -> sendmmsg per port -> pcap out.
+
+Everything per batch; per frame the loop only does list appends. A control
+plane thread (P4Runtime server) programs the switch through `pipeline` and
+`tables()`; swapping `switch.pipeline` takes effect at the next batch.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import logging
+import os
+import resource
+import select
+import signal
+import socket
+import time
+from collections import defaultdict
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from testbed.switch.pipeline import Pipeline, make_pipeline
+from testbed.switch.soft.config import SwitchConfig
+from testbed.switch.soft.dataplane import PortDown, PortIO, open_port
+from testbed.switch.soft.impairments import DelayQueue, PortImpairment
+from testbed.switch.soft.pcap import PcapWriter
+
+log = logging.getLogger("softswitch")
+
+DIRECTIONS = ("ingress", "egress")
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Readers (the launcher, tests) never see a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+class _Timer:
+    """timerfd on CLOCK_MONOTONIC (the clock of time.monotonic()), so the loop
+    wakes up for delayed frames with sub-millisecond precision; epoll's own
+    timeout is rounded up to whole milliseconds."""
+
+    class _TS(ctypes.Structure):
+        _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+    class _ITS(ctypes.Structure):
+        _fields_ = [("interval_sec", ctypes.c_long), ("interval_nsec", ctypes.c_long),
+                    ("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+    def __init__(self) -> None:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        self._create, self._settime = libc.timerfd_create, libc.timerfd_settime
+        fd = self._create(1, os.O_NONBLOCK | os.O_CLOEXEC)  # CLOCK_MONOTONIC
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "timerfd_create failed")
+        self.fd = fd
+        self.armed: float | None = None
+        self._its = self._ITS()
+
+    def arm(self, when: float) -> None:
+        when = max(when, 1e-9)  # 0 would disarm the timer
+        sec = int(when)
+        self._its.sec, self._its.nsec = sec, int((when - sec) * 1e9)
+        if self._settime(self.fd, 1, ctypes.byref(self._its), None) < 0:  # TFD_TIMER_ABSTIME
+            raise OSError(ctypes.get_errno(), "timerfd_settime failed")
+        self.armed = when
+
+    def clear(self) -> None:
+        try:
+            os.read(self.fd, 8)
+        except BlockingIOError:
+            pass
+        self.armed = None
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class SoftSwitch:
+    """A running soft switch. `ports` may be injected (tests, UDP mode); else
+    each configured interface is opened with open_port()."""
+
+    def __init__(self, config: SwitchConfig, ports: dict[int, PortIO] | None = None,
+                 pipeline: Pipeline | None = None):
+        self.config = config
+        self.name = config.name
+        self.batch = config.batch
+        self.started_wall = time.time()
+        self.started_mono = time.monotonic()
+        self._epoch = self.started_wall - self.started_mono  # pcap timestamps from monotonic
+        self.pipeline: Pipeline = pipeline or make_pipeline(config.pipeline, config.raw)
+        self.pipeline_name = config.pipeline if pipeline is None else type(pipeline).__name__
+        self.ports: dict[int, PortIO] = {}
+        try:
+            for no, intf in (ports or config.ports).items():
+                self.ports[no] = intf if not isinstance(intf, str) else open_port(intf, config.batch)
+        except BaseException:
+            self.close()
+            raise
+        self.ingress: dict[int, PortImpairment] = {}
+        self.egress: dict[int, PortImpairment] = {}
+        for no in self.ports:
+            cfg = config.impairments.get(no, {})
+            for d_i, direction in enumerate(DIRECTIONS):
+                # One independent, reproducible random stream per port and direction.
+                rng = np.random.default_rng([config.seed, no, d_i])
+                imp = PortImpairment.from_config(cfg.get(direction), rng)
+                (self.ingress if direction == "ingress" else self.egress)[no] = imp
+        self._active_in = {no: imp for no, imp in self.ingress.items() if imp.active}
+        self._active_eg = {no: imp for no, imp in self.egress.items() if imp.active}
+        self.ingress_queue = DelayQueue()  # items: (in_port, frame) before the pipeline
+        self.egress_queue = DelayQueue()   # items: (out_port, frame) before sending
+        self.pcap_in: dict[int, PcapWriter] = {}
+        self.pcap_out: dict[int, PcapWriter] = {}
+        if config.pcap_dir is not None:
+            config.pcap_dir.mkdir(parents=True, exist_ok=True)
+            for no, io in self.ports.items():
+                base = _pcap_name(io.name)
+                self.pcap_in[no] = PcapWriter(config.pcap_dir / f"{base}_in.pcap")
+                self.pcap_out[no] = PcapWriter(config.pcap_dir / f"{base}_out.pcap")
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._stop = False
+        self._snapshot_requested = False
+        self.snapshots = 0
+        self.bad_port_drops = 0
+        self.dropped_at_exit = 0
+        self.iterations = 0
+        self.rx_batches = 0
+        self.max_rx_batch = 0
+        try:
+            self._timer: _Timer | None = _Timer()
+        except (OSError, AttributeError):
+            self._timer = None
+            log.warning("timerfd unavailable: delays are rounded up to whole milliseconds")
+
+    # -- control ---------------------------------------------------------------
+    def tables(self) -> dict[str, Any]:
+        """The pipeline's match tables by P4 name, for a control-plane server."""
+        t = getattr(self.pipeline, "tables", None)
+        if callable(t):
+            return t()
+        fwd = getattr(self.pipeline, "forward", None)
+        return {"forward": fwd} if fwd is not None else {}
+
+    def request_stop(self) -> None:
+        """Safe from signal handlers and other threads."""
+        self._stop = True
+        self._wake()
+
+    def request_snapshot(self) -> None:
+        self._snapshot_requested = True
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT: stop and write stats; SIGUSR1: write stats, keep running."""
+        signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "_stop", True))
+        signal.signal(signal.SIGINT, lambda *_: setattr(self, "_stop", True))
+        signal.signal(signal.SIGUSR1, lambda *_: setattr(self, "_snapshot_requested", True))
+
+    # -- loop -------------------------------------------------------------------
+    def run(self) -> None:
+        ep = select.epoll()
+        fd2port: dict[int, int] = {}
+        for no, io in self.ports.items():
+            fd2port[io.fileno()] = no
+            ep.register(io.fileno(), select.EPOLLIN)
+        wake_fd = self._wake_r.fileno()
+        ep.register(wake_fd, select.EPOLLIN)
+        timer_fd = -1
+        if self._timer:
+            timer_fd = self._timer.fd
+            ep.register(timer_fd, select.EPOLLIN)
+        ports, batch = self.ports, self.batch
+        pcap_in, pcap_out = self.pcap_in, self.pcap_out
+        act_in, act_eg = self._active_in, self._active_eg
+        iq, eq = self.ingress_queue, self.egress_queue
+        epoch, clock = self._epoch, time.monotonic
+        timer = self._timer
+        try:
+            while not self._stop:
+                timeout = -1.0
+                if iq or eq:
+                    nd = min(q.next_due() for q in (iq, eq) if q)
+                    if timer is not None:
+                        if timer.armed is None or nd < timer.armed:
+                            timer.arm(nd)
+                    else:
+                        timeout = max(0.0, nd - clock())
+                events = ep.poll(timeout)
+                now = clock()
+                self.iterations += 1
+
+                frames: list[bytes] = []
+                in_ports: list[int] = []
+                if iq:
+                    for no, f in iq.pop_due(now):
+                        frames.append(f)
+                        in_ports.append(no)
+                for fd, ev in events:
+                    no = fd2port.get(fd)
+                    if no is None:
+                        if fd == wake_fd:
+                            self._drain_wake()
+                        elif fd == timer_fd:
+                            timer.clear()
+                        continue
+                    io = ports[no]
+                    try:
+                        got = io.recv_batch(batch)
+                    except PortDown as e:
+                        log.info("port %d down: %s", no, e)
+                        ep.unregister(fd)
+                        del fd2port[fd]
+                        continue
+                    if not got:
+                        continue
+                    self.rx_batches += 1
+                    if len(got) > self.max_rx_batch:
+                        self.max_rx_batch = len(got)
+                    if pcap_in:
+                        pcap_in[no].write_batch(got, now + epoch)
+                    imp = act_in.get(no)
+                    if imp is not None:
+                        got, later = imp.split(got, now)
+                        if later:
+                            iq.push_many([(d, (no, f)) for d, f in later])
+                    frames.extend(got)
+                    in_ports.extend([no] * len(got))
+
+                out_by_port: defaultdict[int, list[bytes]] = defaultdict(list)
+                if eq:
+                    for no, f in eq.pop_due(now):  # already impaired: straight out
+                        out_by_port[no].append(f)
+                if frames:
+                    new_by_port: defaultdict[int, list[bytes]] = defaultdict(list)
+                    for no, f in self.pipeline.process_batch(frames, in_ports, now):
+                        new_by_port[no].append(f)
+                    for no, fl in new_by_port.items():
+                        imp = act_eg.get(no)
+                        if imp is not None:
+                            fl, later = imp.split(fl, now)
+                            if later:
+                                eq.push_many([(d, (no, f)) for d, f in later])
+                        if no in out_by_port:
+                            out_by_port[no].extend(fl)
+                        else:
+                            out_by_port[no] = fl
+                for no, fl in out_by_port.items():
+                    io = ports.get(no)
+                    if io is None:
+                        self.bad_port_drops += len(fl)
+                        continue
+                    sent = io.send_batch(fl)
+                    if pcap_out and sent:
+                        pcap_out[no].write_batch(sent, now + epoch)
+
+                if self._snapshot_requested:
+                    self._snapshot_requested = False
+                    self.write_stats(final=False)
+        finally:
+            ep.close()
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    # -- stats / teardown ------------------------------------------------------------
+    def stats(self, final: bool = False) -> dict:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        sched_run, sched_wait = _schedstat()
+        ports = {}
+        modes = set()
+        for no, io in self.ports.items():
+            s = dict(io.stats())
+            modes.add(s.get("io_mode"))
+            s["impairments"] = {d: {"active": imp.active, "config": asdict(imp.config),
+                                    **imp.counters()}
+                                for d, imp in (("ingress", self.ingress[no]),
+                                               ("egress", self.egress[no]))}
+            ports[str(no)] = s
+        return {
+            "name": self.name, "pid": os.getpid(), "final": final, "snapshot": self.snapshots,
+            "time": time.time(), "io_mode": "+".join(sorted(m for m in modes if m)),
+            "batch": self.batch,
+            "ports": ports,
+            "pipeline": {"name": self.pipeline_name, "counters": self.pipeline.counters()},
+            "drops": {"bad_output_port": self.bad_port_drops,
+                      "delay_queue_at_exit": self.dropped_at_exit},
+            "delay_queue": {"ingress_pending": len(self.ingress_queue),
+                            "egress_pending": len(self.egress_queue)},
+            "loop": {"iterations": self.iterations, "rx_batches": self.rx_batches,
+                     "max_rx_batch": self.max_rx_batch},
+            "cpu_time_s": ru.ru_utime + ru.ru_stime,
+            "cpu_sched_s": sched_run, "runqueue_wait_s": sched_wait,
+            "ctx_switches": {"voluntary": ru.ru_nvcsw, "involuntary": ru.ru_nivcsw},
+            "cpu_user_s": ru.ru_utime, "cpu_sys_s": ru.ru_stime,
+            "wall_time_s": time.monotonic() - self.started_mono,
+            "max_rss_kib": ru.ru_maxrss,
+        }
+
+    def write_stats(self, final: bool = False) -> dict:
+        self.snapshots += 1
+        for w in (*self.pcap_in.values(), *self.pcap_out.values()):
+            w.flush()
+        st = self.stats(final)
+        if self.config.stats_path is not None:
+            write_json_atomic(self.config.stats_path, st)
+        return st
+
+    def close(self) -> dict | None:
+        """Drop what is still queued, close pcaps and sockets; returns final stats."""
+        st = None
+        if hasattr(self, "egress_queue"):
+            self.dropped_at_exit = len(self.ingress_queue.drain()) + len(self.egress_queue.drain())
+            for w in (*self.pcap_in.values(), *self.pcap_out.values()):
+                w.close()
+            st = self.stats(final=True)
+        for io in self.ports.values():
+            try:
+                io.close()
+            except OSError:
+                pass
+        if getattr(self, "_timer", None):
+            self._timer.close()
+            self._timer = None
+        for s in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
+            if s is not None:
+                s.close()
+        return st
+
+
+def _schedstat() -> tuple[float | None, float | None]:
+    """(on-CPU seconds, seconds runnable but waiting for a CPU) from the
+    scheduler: ns-exact, unlike tick-sampled rusage; the second one tells
+    "the machine is too busy" apart from "the switch is too slow"."""
+    try:
+        with open("/proc/self/schedstat") as f:
+            run, wait = f.read().split()[:2]
+        return int(run) / 1e9, int(wait) / 1e9
+    except (OSError, ValueError):
+        return None, None
+
+
+def _pcap_name(intf: str) -> str:
+    """udp:127.0.0.1:9000 -> udp_127.0.0.1_9000 (a usable file name)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in intf)
