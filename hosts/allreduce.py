@@ -46,6 +46,11 @@ def wait_until(start_at: float | None) -> None:
 
 
 def open_collective(cfg: AllreduceConfig, hello: dict) -> Collective:
+    if cfg.algorithm == "switch":  # [INA] in-network aggregation
+        from hosts.collectives.switch import SwitchAllreduce
+        return SwitchAllreduce.connect(rank=cfg.rank, world=cfg.world, my_ip=cfg.my_ip, ina=cfg.ina,
+                                       run=cfg.run_identity(), connect_timeout_s=cfg.connect_timeout_s,
+                                       timeout_s=cfg.timeout_s)
     if cfg.algorithm == "ring":
         return RingAllreduce.connect(rank=cfg.rank, peers=cfg.peers, port_base=cfg.port, hello=hello,
                                      connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
@@ -62,6 +67,7 @@ class WorkerRun:
         self.failed_iterations = 0
         self.max_rel_err = 0.0
         self.t0_wall = time.time()
+        self.coll: Collective | None = None
 
     def modeled_compute_ms(self) -> float:
         cfg, s = self.cfg, self.cfg.straggler
@@ -73,11 +79,13 @@ class WorkerRun:
         cfg = self.cfg
         if cfg.algorithm == "ring":
             where = f"ring port {ring_port(cfg.port, cfg.rank)}"
+        elif cfg.algorithm == "switch":  # [INA]
+            where = f"switch {cfg.ina.switch_ip}:{cfg.ina.switch_port}, job {cfg.ina.job_id}"
         else:
             where = f"PS {cfg.ps.name} at {cfg.ps.ip}:{ps_port(cfg.port)}"
         log.info("worker rank %d/%d, %s, %s, sizes %s, %d+%d iterations",
                  cfg.rank, cfg.world, cfg.algorithm, where, list(cfg.sizes), cfg.warmup, cfg.iterations)
-        coll = open_collective(cfg, make_hello(cfg.host, cfg.rank, cfg.run_identity()))
+        coll = self.coll = open_collective(cfg, make_hello(cfg.host, cfg.rank, cfg.run_identity()))
         try:
             log.info("connected")
             wait_until(cfg.start_at)
@@ -138,6 +146,8 @@ class WorkerRun:
             "started_at": self.t0_wall,
             # Algorithm bandwidth: tensor bytes / p50 latency (see latency_summary).
             "per_size": {str(size): latency_summary(lat, size * 4) for size, lat in self.latencies.items()},
+            # [INA] transport counters (retransmissions, ...) of collectives that have them
+            "transport": self.coll.stats() if hasattr(self.coll, "stats") else None,
         })
 
 

@@ -167,6 +167,59 @@ def ring_port(base: int, rank: int) -> int:
     return base + 1 + rank
 
 
+# --- [INA] settings of algorithm "switch" (in-network aggregation); optional key "ina".
+@dataclass(frozen=True)
+class InaSettings:
+    switch_ip: str = "10.0.0.254"       # where contributions go: Mininet: the switch's virtual IP;
+    switch_port: int = 0x5A00           # local mode: the soft switch's UDP endpoint for this worker
+    switch_mac: str = "02:00:00:00:00:fe"  # for the runner's static ARP entry (Mininet)
+    job_id: int = 1
+    worker_port: int = 0x5A00           # UDP port this worker binds (the switch's udp_port for it)
+    window: int = 64                    # outstanding slots; <= the job's slot_count in the switch
+    retx_timeout_s: float = 0.05        # first retransmission timeout (then doubled, capped x16)
+    max_retries: int = 20
+    scale_exp: int | None = None        # None: agree on the scale per tensor (one MAX round)
+
+    @classmethod
+    def parse(cls, c: "Checker", algorithm: str | None) -> "InaSettings | None":
+        raw = c.data.get("ina")
+        if raw is None:
+            if algorithm == "switch":
+                return cls()             # defaults: the Mininet addresses
+            return None
+        d = dict(cls().__dict__)
+        if not isinstance(raw, dict):
+            c.error("ina", f"must be an object with keys among {sorted(d)}, got {raw!r}")
+            return None
+        for k, v in raw.items():
+            if k not in d:
+                c.error(f"ina.{k}", f"unknown key (allowed: {', '.join(sorted(d))})")
+            elif k in ("switch_ip", "switch_mac"):
+                try:
+                    if k == "switch_ip":
+                        ipaddress.ip_address(v)
+                    elif len(bytes.fromhex(v.replace(":", ""))) != 6:
+                        raise ValueError
+                    d[k] = v
+                except (ValueError, TypeError, AttributeError):
+                    c.error(f"ina.{k}", f"not a valid {'IP' if k == 'switch_ip' else 'MAC'} address: {v!r}")
+            elif k == "retx_timeout_s":
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                    c.error(f"ina.{k}", f"must be a number > 0, got {v!r}")
+                d[k] = v
+            elif k == "scale_exp" and v is None:
+                d[k] = None
+            else:
+                lo, hi = {"switch_port": (1, 65535), "worker_port": (1, 65535), "job_id": (0, 255),
+                          "window": (1, 4096), "max_retries": (0, 10**6),
+                          "scale_exp": (-1000, 1000)}[k]
+                if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                    c.error(f"ina.{k}", f"must be an integer in {lo}..{hi}, got {v!r}")
+                d[k] = v
+        return cls(**d)
+# --- [INA] end
+
+
 @dataclass(frozen=True)
 class AllreduceConfig:
     host: str
@@ -187,11 +240,12 @@ class AllreduceConfig:
     connect_timeout_s: float
     timeout_s: float
     out: str
+    ina: InaSettings | None = None  # [INA] algorithm "switch" only; optional key
 
     KEYS = frozenset({
         "host", "role", "rank", "world", "algorithm", "peers", "ps", "port", "sizes",
         "iterations", "warmup", "compute_ms", "seed", "straggler", "start_at",
-        "connect_timeout_s", "timeout_s", "out"})
+        "connect_timeout_s", "timeout_s", "out", "ina"})
 
     @classmethod
     def from_json(cls, source: str | Path | dict) -> "AllreduceConfig":
@@ -201,7 +255,7 @@ class AllreduceConfig:
         role = c.str("role", ("worker", "ps"))
         rank = c.int("rank")
         world = c.int("world", lo=1)
-        algorithm = c.str("algorithm", ("ring", "ps"))
+        algorithm = c.str("algorithm", ("ring", "ps", "switch"))  # [INA] + "switch"
         port = c.int("port", lo=1)
         if port is not None and world is not None and port + world >= 65536:
             c.error("port", f"port + world must stay below 65536 (uses {port}..{port + world})")
@@ -259,12 +313,15 @@ class AllreduceConfig:
         if role == "ps" and ps is not None and host is not None and ps.name != host:
             c.error("host", f"{host!r} has role ps but ps.name is {ps.name!r}")
 
+        ina = InaSettings.parse(c, algorithm)  # [INA]
+        if c.data.get("ina") is not None and algorithm != "switch":
+            c.error("ina", f'only used by algorithm "switch", not {algorithm!r}; remove it or use null')
         c.finish(set(cls.KEYS))
         return cls(host=host, role=role, rank=rank, world=world, algorithm=algorithm,
                    peers=tuple(peers), ps=ps, port=port, sizes=tuple(sizes), iterations=iterations,
                    warmup=warmup, compute_ms=compute_ms, seed=seed, straggler=straggler,
                    start_at=start_at, connect_timeout_s=connect_timeout_s, timeout_s=timeout_s,
-                   out=out)
+                   out=out, ina=ina)
 
     @property
     def my_ip(self) -> str:
@@ -272,6 +329,10 @@ class AllreduceConfig:
 
     def run_identity(self) -> dict[str, Any]:
         """What every participant of one run must agree on (checked at handshake)."""
-        return {"world": self.world, "algorithm": self.algorithm, "sizes": list(self.sizes),
-                "iterations": self.iterations, "warmup": self.warmup, "seed": self.seed,
-                "port": self.port}
+        ident = {"world": self.world, "algorithm": self.algorithm, "sizes": list(self.sizes),
+                 "iterations": self.iterations, "warmup": self.warmup, "seed": self.seed,
+                 "port": self.port}
+        if self.ina is not None:  # [INA] what the switch's workers must share
+            ident["ina"] = {"job_id": self.ina.job_id, "window": self.ina.window,
+                            "scale_exp": self.ina.scale_exp}
+        return ident

@@ -221,7 +221,7 @@ def test_missing_and_unknown_keys():
     ({"rank": 2}, "rank: must be in 0..1"),
     ({"world": 3}, "peers: has 2 entries but world is 3"),
     ({"host": "w1"}, "peers[1] is 'w2'"),
-    ({"algorithm": "switch"}, "algorithm: must be one of ring, ps"),
+    ({"algorithm": "bogus"}, "algorithm: must be one of ring, ps, switch"),
     ({"algorithm": "ps"}, 'algorithm "ps" needs'),
     ({"role": "ps", "ps": {"name": "w2", "ip": "10.0.0.2"}}, 'role "ps" only makes sense'),
     ({"sizes": [0]}, "sizes: must be a non-empty list of positive integers"),

@@ -104,6 +104,10 @@ class SoftSwitch:
         self.pipeline: Pipeline = pipeline or make_pipeline(config.pipeline, config.raw)
         self.pipeline_name = config.pipeline if pipeline is None else type(pipeline).__name__
         self.ports: dict[int, PortIO] = {}
+        if ports is None and config.raw.get("io") == "udp":
+            # Rootless local mode: each port is a UDP socket carrying INA payloads.
+            from testbed.switch.soft.udp_io import udp_ports  # noqa: PLC0415
+            ports = udp_ports(config)
         try:
             for no, intf in (ports or config.ports).items():
                 self.ports[no] = intf if not isinstance(intf, str) else open_port(intf, config.batch)
@@ -152,6 +156,8 @@ class SoftSwitch:
     def tables(self) -> dict[str, Any]:
         """The pipeline's match tables by P4 name, for a control-plane server."""
         t = getattr(self.pipeline, "tables", None)
+        if isinstance(t, dict):
+            return dict(t)
         if callable(t):
             return t()
         fwd = getattr(self.pipeline, "forward", None)

@@ -1,0 +1,183 @@
+"""In-switch allreduce as real processes on loopback: the soft switch with UDP
+ports (testbed.switch.soft.udp_io, running InaPipeline) and N=4 workers
+running `python -m hosts.allreduce` with algorithm "switch".
+
+Results must be bit-exact against a numpy fixed-point reference, also with the
+switch's drop simulator losing 5% of the contributions on every port. Each
+test kills only the processes it started.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hosts.common.tensors import make_tensor
+from hosts.ina import fixed_point as fp
+from hosts.ina.transport import InaClient, InaTimeoutError, UdpIo
+from testbed.switch.soft.udp_io import port_endpoint
+
+pytestmark = pytest.mark.local
+
+ROOT = Path(__file__).resolve().parents[2]
+N = 4
+SIZES = [1, 300, 4096]
+ITERS, WARMUP, SEED = 3, 1, 11
+
+
+def worker_ip(rank: int) -> str:
+    return f"127.0.1.{rank + 1}"
+
+
+def bindable(addrs: list[tuple[str, int]]) -> bool:
+    socks = []
+    try:
+        for a in addrs:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            socks.append(s)
+            s.bind(a)
+        return True
+    except OSError:
+        return False
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_ports() -> tuple[int, int]:
+    """(switch listen base, worker UDP port), all needed UDP ports free now."""
+    for _ in range(200):
+        base, wport = random.randrange(30000, 50000), random.randrange(50001, 60000)
+        if bindable([("127.0.0.1", base + p) for p in range(1, N + 1)]) and \
+                bindable([(worker_ip(r), wport) for r in range(N)]):
+            return base, wport
+    raise RuntimeError("no free UDP ports")
+
+
+def start_switch(tmp: Path, base: int, wport: int, loss: float) -> subprocess.Popen:
+    workers = [{"worker_id": r, "mac": f"02:00:00:00:01:{r + 1:02x}", "ip": worker_ip(r),
+                "port": r + 1, "udp_port": wport} for r in range(N)]
+    cfg = {"name": "s1", "ports": {str(r + 1): f"w{r + 1}" for r in range(N)},
+           "stats_path": str(tmp / "s1.stats.json"), "ready_path": str(tmp / "s1.ready.json"),
+           "pipeline": "ina", "seed": 3, "io": "udp", "udp_listen": f"127.0.0.1:{base}",
+           "jobs": [{"job_id": 1, "workers": workers, "slot_base": 0, "slot_count": 32}],
+           "drop_probabilities": {str(r + 1): loss for r in range(N)}}
+    (tmp / "s1.json").write_text(json.dumps(cfg))
+    log = open(tmp / "s1.log", "w")
+    p = subprocess.Popen([sys.executable, "-m", "testbed.switch.soft.udp_io", "--config",
+                          str(tmp / "s1.json")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    end = time.monotonic() + 15
+    while not (tmp / "s1.ready.json").exists():
+        if p.poll() is not None or time.monotonic() > end:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            pytest.fail(f"switch did not start (rc {p.poll()}):\n{(tmp / 's1.log').read_text()}")
+        time.sleep(0.02)
+    return p
+
+
+def stop(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def run_workers(tmp: Path, base: int, wport: int) -> dict[int, list[dict]]:
+    peers = [{"name": f"w{r + 1}", "ip": worker_ip(r)} for r in range(N)]
+    procs = []
+    try:
+        for r in range(N):
+            host, ep = f"w{r + 1}", port_endpoint(f"127.0.0.1:{base}", r + 1)
+            cfg = {"host": host, "role": "worker", "rank": r, "world": N, "algorithm": "switch",
+                   "peers": peers, "ps": None, "port": 47000, "sizes": SIZES, "iterations": ITERS,
+                   "warmup": WARMUP, "compute_ms": 0, "seed": SEED, "straggler": None,
+                   "start_at": None, "connect_timeout_s": 15, "timeout_s": 20,
+                   "out": str(tmp / f"{host}.jsonl"),
+                   "ina": {"switch_ip": ep[0], "switch_port": ep[1], "worker_port": wport,
+                           "job_id": 1, "window": 32, "retx_timeout_s": 0.05}}
+            (tmp / f"{host}.json").write_text(json.dumps(cfg))
+            err = open(tmp / f"{host}.log", "w")
+            procs.append(subprocess.Popen([sys.executable, "-m", "hosts.allreduce", "--config",
+                                           str(tmp / f"{host}.json")], cwd=ROOT,
+                                          stdout=subprocess.DEVNULL, stderr=err))
+            err.close()
+        end = time.monotonic() + 60
+        for r, p in enumerate(procs):
+            try:
+                rc = p.wait(timeout=max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"w{r + 1} hung:\n{(tmp / f'w{r + 1}.log').read_text()[-3000:]}")
+            assert rc == 0, f"w{r + 1} exited {rc}:\n{(tmp / f'w{r + 1}.log').read_text()[-3000:]}"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return {r: [json.loads(x) for x in (tmp / f"w{r + 1}.jsonl").read_text().splitlines()]
+            for r in range(N)}
+
+
+def reference_digest(size: int, it: int) -> str:
+    """What the switch must compute: the fixed-point sum with the agreed scale."""
+    y = fp.quantized_sum([make_tensor(SEED, r, size, it) for r in range(N)])
+    return hashlib.blake2b(y.tobytes(), digest_size=8).hexdigest()
+
+
+def check_bit_exact(records: dict[int, list[dict]]) -> list[dict]:
+    summaries = []
+    for r, recs in records.items():
+        ar = [x for x in recs if x["type"] == "allreduce"]
+        assert len(ar) == len(SIZES) * (ITERS + WARMUP)
+        for x in ar:
+            assert x["ok"], x
+            assert x["digest"] == reference_digest(x["size"], x["iter"]), (r, x["size"], x["iter"])
+        s = recs[-1]
+        assert s["type"] == "summary" and s["ok"] and s["algorithm"] == "switch"
+        summaries.append(s)
+    return summaries
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.05])
+def test_switch_allreduce_bit_exact(tmp_path, loss):
+    base, wport = free_ports()
+    sw = start_switch(tmp_path, base, wport, loss)
+    try:
+        records = run_workers(tmp_path, base, wport)
+    finally:
+        stop(sw)
+    summaries = check_bit_exact(records)
+    retx = sum(s["transport"]["retransmissions"] for s in summaries)
+    stats = json.loads((tmp_path / "s1.stats.json").read_text())
+    dropped = stats["pipeline"]["counters"]["DropSimulator.dropped"]["total"]
+    if loss:
+        assert dropped > 0 and retx > 0, (dropped, retx)
+        assert stats["pipeline"]["counters"]["Ingress.ina_retransmits"]["total"] >= 0
+    else:
+        assert dropped == 0
+    assert all(s["transport"]["timeouts"] == 0 for s in summaries)
+
+
+def test_udp_client_times_out_clearly_without_a_switch():
+    base, wport = free_ports()
+    io = UdpIo((worker_ip(0), wport), ("127.0.0.1", base + 1))    # nothing listens there
+    c = InaClient(io, 5, 0, 2, timeout_s=0.01, max_retries=2)
+    try:
+        with pytest.raises(InaTimeoutError, match=r"job 5 .*seq 0 .*no result ever arrived"):
+            c.allreduce(np.ones(3, np.float32))
+    finally:
+        c.close()
+    assert c.stats.retransmissions == 2
