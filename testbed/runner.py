@@ -177,8 +177,17 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
         raise SkipPoint(f"impairment cannot be applied: {e}") from None
     procs: dict[str, Any] = {}
     warnings: list[str] = []
+    control = None
+    counters: dict[str, Any] = {}
+    job_requests = runtime.ina_jobs(point)
+    if job_requests and net_mode != "mininet":
+        raise SkipPoint(f"in-network aggregation needs the switch: --net {net_mode} has none "
+                        f"between hosts; use --net mininet, or a host algorithm (ring/ps)")
     try:
         net.start()
+        if "p4runtime" in getattr(net, "switch_info", {}):
+            from testbed.switch.control_plane import ControlPlane  # noqa: PLC0415
+            control = ControlPlane.start(net, scn.switch.program, logs, job_requests)
         ctx = PointContext(point=point, hosts=net.hosts, work_dir=work, net_mode=net_mode,
                            start_at=time.time() + START_SLACK_S,
                            switch=getattr(net, "switch_info", {}))
@@ -189,12 +198,19 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
         _wait_programs(procs, runtime.timeout_s(ctx) + START_SLACK_S, logs)
     finally:
         _stop_programs(procs)
+        if control is not None:
+            try:
+                counters = control.read_counters()
+            except Exception as e:  # noqa: BLE001 - counters are a bonus, the teardown is not
+                warnings.append(f"could not read switch counters: {e}")
+            control.close()
         net.stop()
         impairments = net.impairment_report()
         switch_stats = net.switch_stats()
         if switch_stats:
             res.write_json(work / "switch_stats.json", switch_stats)
     records = runtime.collect(ctx)
+    records += [{"type": "switch_counters", "switch": sw, "counters": c} for sw, c in counters.items()]
     tagged = [{"point": point.index, "label": point.label, "case": point.case, **point.params, **r}
               for r in records]
     for r in tagged:

@@ -162,7 +162,7 @@ class InaClient:
                  window: int = 64, timeout_s: float = 0.05, backoff: float = 2.0,
                  max_timeout_s: float | None = None, max_retries: int = 20,
                  scale_exp: int | None = None, on_overflow: str = "raise",
-                 adaptive_rto: bool = True, min_timeout_s: float = 0.002,
+                 adaptive_rto: bool = True, min_timeout_s: float = 0.01,
                  first_seq: int = 0, clock: Callable[[], float] = time.monotonic):
         if not 0 <= job_id <= 255:
             raise ValueError(f"job_id {job_id} not in 0..255 (one header byte)")

@@ -1,8 +1,8 @@
 """The interface every network mode offers the runner (Mininet and local)."""
 from __future__ import annotations
 
-import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PR_SET_PDEATHSIG = 1
 
 
 class NetworkError(RuntimeError):
@@ -25,13 +24,17 @@ class HostInfo:
     mac: str | None
 
 
-def die_with_parent() -> None:
-    """preexec_fn: the child gets SIGKILL if the runner dies (even by SIGKILL).
+def with_parent_death_signal(argv: list[str]) -> list[str]:
+    """Prefix argv so the child gets SIGKILL if the runner dies (even by SIGKILL).
 
-    Survives exec (mnexec is not setuid), so a crashed runner's host programs do
-    not linger; the registry is the second line of defence.
+    Done by `setpriv --pdeathsig` (util-linux) rather than a preexec_fn: running
+    Python between fork and exec in a process that holds gRPC threads (the
+    P4Runtime controller) can abort the child. The setting survives exec (the
+    programs are not setuid), so a crashed runner's host programs do not linger;
+    the registry is the second line of defence.
     """
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else list(argv)
 
 
 def stop_processes(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:

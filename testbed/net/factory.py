@@ -32,4 +32,5 @@ def build_network(net_mode: str, scenario: Any, *, logs_dir: Path, pcaps_dir: Pa
     base = {"pipeline": sw.program, **dict(sw.options)}
     return MininetNetwork(scenario.topology, scenario.links, hosts, switch_class(sw.backend), base,
                           run_dir=Path(logs_dir), seed=seed, capture=sw.capture, log_dir=logs_dir,
-                          pcap_dir=pcaps_dir, registry=registry, backend=sw.backend)
+                          pcap_dir=pcaps_dir, registry=registry, backend=sw.backend,
+                          p4runtime=sw.backend == "soft")

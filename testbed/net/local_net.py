@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from testbed.net.base import HostInfo, Network, NetworkError, die_with_parent, open_log, stop_processes
+from testbed.net.base import HostInfo, Network, NetworkError, with_parent_death_signal, open_log, stop_processes
 from testbed.net.impairments import ImpairmentError, resolve_links
 from testbed.net.registry import ENV_RUN, RunRegistry
 from testbed.net.topology import host_octets
@@ -65,9 +65,8 @@ class LocalNetwork(Network):
         full_env = {**os.environ, **(env or {}), ENV_RUN: self._registry.run_id}
         with open_log(log_path) as f:
             # Own session: stop() can signal the program together with its helpers.
-            p = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=f,
-                                 stderr=subprocess.STDOUT, env=full_env, start_new_session=True,
-                                 preexec_fn=die_with_parent)
+            p = subprocess.Popen(with_parent_death_signal(argv), stdin=subprocess.DEVNULL, stdout=f,
+                                 stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
         self._registry.register_pid(p.pid, role=f"{host}: {os.path.basename(argv[0])}")
         self._procs.append(p)
         return p

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.net import impairments as imp
-from testbed.net.base import HostInfo, Network, NetworkError, die_with_parent, open_log, stop_processes
+from testbed.net.base import HostInfo, Network, NetworkError, with_parent_death_signal, open_log, stop_processes
 from testbed.net.isolation import in_initial_netns
 from testbed.net.registry import ENV_RUN, RunRegistry, alive, signal_recorded
 from testbed.net.topology import (
@@ -51,6 +51,7 @@ def _topology_fields(topology: Any) -> tuple[str, int, int]:
 
 
 SOFT_SWITCH_NICE = -10  # override with switch.options.nice
+P4RUNTIME_BASE_PORT = 9558  # s1 -> 9559, the P4Runtime default
 
 
 class MininetNetwork(Network):
@@ -58,8 +59,11 @@ class MininetNetwork(Network):
                  switch_config_base: dict[str, Any] | None, run_dir: str | Path, seed: int = 0,
                  capture: bool = False, *, log_dir: str | Path | None = None,
                  pcap_dir: str | Path | None = None, registry: RunRegistry | None = None,
-                 backend: str | None = None):
+                 backend: str | None = None, p4runtime: bool = False):
         kind, workers, leaves = _topology_fields(topology)
+        # With a control plane the switches boot with empty tables and a
+        # P4Runtime server; the runner's controller programs them.
+        self.p4runtime = p4runtime
         self.host_names = list(hosts) if hosts else [f"w{i}" for i in range(1, workers + 1)]
         self.run_dir = Path(run_dir)
         self.log_dir = Path(log_dir) if log_dir else self.run_dir / "logs"
@@ -99,8 +103,17 @@ class MininetNetwork(Network):
     # --- public ------------------------------------------------------------
     @property
     def switch_info(self) -> dict[str, Any]:
-        return {"ip": SWITCH_VIP, "mac": SWITCH_VIP_MAC, "switches": list(self.switch_names),
-                "backend": self.backend}
+        info = {"ip": SWITCH_VIP, "mac": SWITCH_VIP_MAC, "switches": list(self.switch_names),
+                "backend": self.backend, "plan": self.plan, "forwarding": self.forwarding,
+                "ports": {sw: sorted(self.plan.switch_ports(sw)) for sw in self.switch_names}}
+        if self.p4runtime:
+            info["p4runtime"] = {sw: self._p4runtime_addr(sw) for sw in self.switch_names}
+        return info
+
+    @staticmethod
+    def _p4runtime_addr(sw: str) -> str:
+        # The run has its own network namespace, so fixed ports never collide.
+        return f"127.0.0.1:{P4RUNTIME_BASE_PORT + int(sw[1:])}"
 
     def start(self) -> None:
         if self._started:
@@ -152,9 +165,8 @@ class MininetNetwork(Network):
         full_env = {**os.environ, **(env or {})}
         full_env[ENV_RUN] = self._registry.run_id
         with open_log(log_path) as f:
-            p = self.node(host).popen(list(argv), stdin=subprocess.DEVNULL, stdout=f,
-                                      stderr=subprocess.STDOUT, env=full_env,
-                                      preexec_fn=die_with_parent)
+            p = self.node(host).popen(with_parent_death_signal(argv), stdin=subprocess.DEVNULL, stdout=f,
+                                      stderr=subprocess.STDOUT, env=full_env)
         self._register(p.pid, f"{host}: {os.path.basename(argv[0])}")
         self._procs.append(p)
         return p
@@ -233,6 +245,9 @@ class MininetNetwork(Network):
             "seed": self.seed * 1000 + int(sw[1:]),
             "pcap_dir": str(self.pcap_dir) if self.capture else None,
         }
+        if self.p4runtime:
+            cfg["forwarding"] = []
+            cfg["p4runtime_addr"] = self._p4runtime_addr(sw)
         return {"switch_config": cfg, "run_dir": sw_dir, "log_path": self.log_dir / f"{sw}.log", "nice": nice}
 
     def _build(self) -> None:
@@ -389,8 +404,8 @@ class MininetNetwork(Network):
                 argv = ["tcpdump", "-U", "-n", "-Z", "root", "-i", intf, "-w",
                         str(self.pcap_dir / f"{intf}.pcap")]
                 with open_log(self.log_dir / f"tcpdump-{intf}.log") as f:
-                    p = self.node(sw).popen(argv, stdin=subprocess.DEVNULL, stdout=f,
-                                            stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+                    p = self.node(sw).popen(with_parent_death_signal(argv), stdin=subprocess.DEVNULL,
+                                            stdout=f, stderr=subprocess.STDOUT)
                 self._register(p.pid, f"{sw}: tcpdump {intf}")
                 self._captures.append(p)
         # tcpdump writes the pcap header once it listens: wait, or early frames are missed.

@@ -90,6 +90,14 @@ class AllreduceRuntime(WorkloadRuntime):
             progs.append(HostProgram(h, self.module_argv("hosts.allreduce", self.write_config(ctx, h, cfg)), phase=1))
         return progs
 
+    def ina_jobs(self, point: Any) -> list[Any]:
+        from testbed.switch.jobs import JobRequest  # noqa: PLC0415
+
+        scn = point.scenario
+        if scn.workload.algorithm != "switch":
+            return []
+        return [JobRequest(1, tuple(h for h in scn.hosts() if h.startswith("w")))]
+
     def timeout_s(self, ctx: PointContext) -> float:
         # The host programs bound themselves with timeout_s per operation; give the
         # whole point room for every size and iteration before declaring it hung.

@@ -52,6 +52,11 @@ class WorkloadRuntime:
     def timeout_s(self, ctx: PointContext) -> float:
         return float(getattr(ctx.point.scenario.workload, "timeout_s", 300))
 
+    def ina_jobs(self, point: Any) -> list[Any]:
+        """In-network aggregation jobs (testbed.switch.jobs.JobRequest) the
+        controller installs on the switch before the host programs start."""
+        return []
+
     def collect(self, ctx: PointContext) -> list[dict[str, Any]]:
         """Raw host outputs -> metric records (each gets tagged with the point)."""
         records: list[dict[str, Any]] = []

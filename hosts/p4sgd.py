@@ -1,0 +1,667 @@
+"""P4SGD worker (and parameter server) program: GLM training over an allreduce.
+
+    python -m hosts.p4sgd --config cfg.json
+
+Roles:
+  worker  mode "model_parallel" (P4SGD): owns a column block of the features
+          (balanced by nnz); per micro-batch it allreduces len(micro-batch)
+          partial dot products and updates only its model slice. Up to
+          `pipeline_depth` micro-batches are in flight (forward-communication-
+          backward pipeline; it only overlaps with an asynchronous collective).
+          mode "data_parallel" (baseline): a full replica; each step takes its
+          share of a global batch of `batch` samples and allreduces the
+          D-dimensional gradient.
+  ps      the parameter server host of collective "ps": serves the exact
+          sequence of allreduces the workers will issue.
+
+Collectives: "switch" (hosts.ina InaClient over UDP, in-network SUM), "ring"
+and "ps" (hosts.collectives over TCP, blocking, wrapped as async).
+
+Time: the device model (hosts.glm.devices) sleeps for its modeled compute,
+multiplied by `time_scale` (time dilation: the emulated network is ~100x slower
+than a Tofino + FPGA NIC round trip, so compute is slowed by the same factor to
+keep the compute:communication ratio). Every time this program reports is
+emulated wall-clock time, i.e. dilated by `dilation` (recorded in each record).
+
+Output (JSON lines in cfg.out): "start", one "iter" per iteration (compute,
+exposed communication, iteration time, per-allreduce latencies), one "snapshot"
+per model snapshot, then "validity" and "summary". Model snapshots go to
+<out stem>.snapshots.npy (rows = snapshots), the final model slice/replica to
+<out stem>.model.npy. Nothing is evaluated over the network during training;
+the runtime evaluates snapshots offline.
+
+Exit codes: 0 ok, 1 training error (e.g. fixed-point overflow), 2 bad config
+or output path, 3 network failure or timeout.
+"""
+from __future__ import annotations
+
+import os
+
+# Before numpy loads: BLAS worker threads busy-wait, and with every emulated
+# host sharing a few cores they would steal the CPU the other hosts' timing needs.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import logging  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from hosts.common.config import (Checker, ConfigError, HostAddr, InaSettings,  # noqa: E402
+                                 Straggler, load_json_object, ps_port)
+from hosts.common.results import JsonlWriter  # noqa: E402
+from hosts.common.tcp import NetError  # noqa: E402
+
+EXIT_OK, EXIT_TRAINING, EXIT_CONFIG, EXIT_NET = 0, 1, 2, 3
+MODES = ("model_parallel", "data_parallel")
+COLLECTIVES = ("switch", "ring", "ps")
+GLMS = ("linreg", "logreg", "svm")
+
+log = logging.getLogger("p4sgd")
+
+
+# ============================================================ config
+@dataclass(frozen=True)
+class P4sgdConfig:
+    host: str
+    role: str                      # "worker" | "ps"
+    rank: int                      # worker rank; -1 for the ps
+    world: int
+    mode: str
+    glm: str
+    l2: float
+    lr: float
+    batch: int                     # samples per model update (global, both modes)
+    micro_batch: int               # model parallel: samples per allreduce
+    epochs: int
+    pipeline_depth: int
+    seed: int                      # sample order (identical on every worker)
+    dataset: dict                  # hosts.glm.data.load_dataset spec
+    balance: str                   # feature partitioning: auto | nnz | width
+    collective: str
+    peers: tuple[HostAddr, ...]
+    ps: HostAddr | None
+    port: int                      # TCP port base (ring/ps)
+    ina: InaSettings | None        # collective switch: switch address, job, window (optional key)
+    fixed_point_exp: int | None    # switch: fixed scale 2^k for partial sums (None = agreed)
+    device: dict                   # hosts.glm.devices.make_device spec incl. time_scale
+    snapshot_every: int
+    straggler: Straggler | None
+    start_at: float | None
+    connect_timeout_s: float
+    timeout_s: float
+    out: str
+
+    KEYS = frozenset({
+        "host", "role", "rank", "world", "mode", "glm", "l2", "lr", "batch", "micro_batch",
+        "epochs", "pipeline_depth", "seed", "dataset", "balance", "collective", "peers", "ps",
+        "port", "ina", "fixed_point_exp", "device", "snapshot_every", "straggler",
+        "start_at", "connect_timeout_s", "timeout_s", "out"})
+
+    @classmethod
+    def from_json(cls, source: str | Path | dict) -> "P4sgdConfig":
+        data, where = load_json_object(source)
+        c = Checker(data, where)
+        v: dict[str, Any] = {
+            "host": c.str("host"), "role": c.str("role", ("worker", "ps")), "rank": c.int("rank"),
+            "world": c.int("world", lo=1), "mode": c.str("mode", MODES), "glm": c.str("glm", GLMS),
+            "l2": c.number("l2", lo=0), "lr": c.number("lr", positive=True),
+            "batch": c.int("batch", lo=1), "micro_batch": c.int("micro_batch", lo=1),
+            "epochs": c.int("epochs", lo=1), "pipeline_depth": c.int("pipeline_depth", lo=1),
+            "seed": c.int("seed", lo=0), "balance": c.str("balance", ("auto", "nnz", "width")),
+            "collective": c.str("collective", COLLECTIVES), "port": c.int("port", lo=1),
+            "fixed_point_exp": c.int("fixed_point_exp", nullable=True),
+            "snapshot_every": c.int("snapshot_every", lo=1), "straggler": c.straggler("straggler"),
+            "start_at": c.number("start_at", lo=0, nullable=True),
+            "connect_timeout_s": c.number("connect_timeout_s", positive=True),
+            "timeout_s": c.number("timeout_s", positive=True), "out": c.str("out"),
+        }
+        for key in ("dataset", "device"):
+            ok, val = c.value(key, False)
+            if ok and not isinstance(val, dict):
+                c.error(key, f"must be an object, got {val!r}")
+            v[key] = val if ok and isinstance(val, dict) else None
+        # Same "ina" block as hosts.allreduce (missing = the Mininet defaults).
+        v["ina"] = InaSettings.parse(c, v["collective"])
+        if c.data.get("ina") is not None and v["collective"] != "switch":
+            c.error("ina", f'only used by collective "switch", not {v["collective"]!r}; remove it or use null')
+        peers: list[HostAddr] = []
+        ok, raw = c.value("peers", False)
+        if ok:
+            if not isinstance(raw, list) or not raw:
+                c.error("peers", "must be a non-empty list of {name, ip}, workers in rank order")
+            else:
+                peers = [h for i, p in enumerate(raw) if (h := c.host(p, f"peers[{i}]"))]
+                if v["world"] is not None and len(raw) != v["world"]:
+                    c.error("peers", f"has {len(raw)} entries but world is {v['world']}")
+        v["peers"] = tuple(peers)
+        ok, raw_ps = c.value("ps", True)
+        v["ps"] = c.host(raw_ps, "ps") if ok else None
+        # Cross-field rules.
+        if v["collective"] == "ps" and v["ps"] is None:
+            c.error("ps", 'collective "ps" needs the parameter server\'s {"name", "ip"}')
+        if v["role"] == "worker" and None not in (v["rank"], v["world"]):
+            if not 0 <= v["rank"] < v["world"]:
+                c.error("rank", f"must be in 0..{v['world'] - 1}, got {v['rank']}")
+            elif peers and len(peers) > v["rank"] and peers[v["rank"]].name != v["host"]:
+                c.error("host", f"{v['host']!r} but peers[{v['rank']}] is {peers[v['rank']].name!r}")
+        if v["role"] == "ps" and v["collective"] not in (None, "ps"):
+            c.error("role", f'role "ps" only runs with collective "ps", not {v["collective"]!r}')
+        if None not in (v["batch"], v["micro_batch"]) and v["micro_batch"] > v["batch"]:
+            c.error("micro_batch", f"{v['micro_batch']} > batch {v['batch']}")
+        if (v["mode"] == "data_parallel" and None not in (v["batch"], v["world"])
+                and v["batch"] % v["world"]):
+            c.error("batch", f"data_parallel splits the global batch over the workers: "
+                             f"{v['batch']} is not a multiple of world {v['world']}")
+        c.finish(set(cls.KEYS))
+        return cls(**v)
+
+    @property
+    def my_ip(self) -> str:
+        return self.ps.ip if self.role == "ps" else self.peers[self.rank].ip
+
+    def run_identity(self) -> dict[str, Any]:
+        """What every participant must agree on (checked in the TCP handshake)."""
+        ds = hashlib.blake2b(repr(sorted(self.dataset.items())).encode(), digest_size=6).hexdigest()
+        return {"world": self.world, "mode": self.mode, "collective": self.collective,
+                "batch": self.batch, "micro_batch": self.micro_batch, "epochs": self.epochs,
+                "seed": self.seed, "dataset": ds, "port": self.port}
+
+
+def out_paths(out: str | Path) -> tuple[Path, Path]:
+    """(<stem>.snapshots.npy, <stem>.model.npy) next to the JSONL output."""
+    p = Path(out)
+    stem = p.with_suffix("") if p.suffix == ".jsonl" else p
+    return Path(f"{stem}.snapshots.npy"), Path(f"{stem}.model.npy")
+
+
+# ============================================================ schedule
+def minibatch_sizes(n_samples: int, batch: int) -> list[int]:
+    """Sizes of one epoch's mini-batches (the last may be smaller)."""
+    return [min(batch, n_samples - i) for i in range(0, n_samples, batch)]
+
+
+def allreduce_schedule(cfg: P4sgdConfig, n_samples: int, n_features: int) -> list[tuple[int, bool]]:
+    """(float32 elements, last of its iteration) of every allreduce, in order.
+
+    Identical on all workers (that is what keeps collectives in step); the PS
+    uses it to know what to serve."""
+    out: list[tuple[int, bool]] = []
+    for _ in range(cfg.epochs):
+        for b in minibatch_sizes(n_samples, cfg.batch):
+            if cfg.mode == "data_parallel":
+                out.append((n_features, True))
+            else:
+                micro = [min(cfg.micro_batch, b - i) for i in range(0, b, cfg.micro_batch)]
+                out.extend((m, k == len(micro) - 1) for k, m in enumerate(micro))
+    return out
+
+
+# ============================================================ collectives
+class Comm:
+    """An opened collective: async allreduce, barrier, close, per-op latency."""
+
+    def __init__(self, aar, barrier, close, latency, blocking: bool, stats=None):
+        self.aar, self.barrier, self.close = aar, barrier, close
+        self.latency = latency          # (handle, submit_s) -> seconds the allreduce took
+        self.blocking = blocking
+        self.idle = time.sleep          # how the device waits out modeled compute
+        self.stats = stats or (lambda: {})
+
+
+def open_comm(cfg: P4sgdConfig) -> Comm:
+    from hosts.glm.training import BlockingAsAsync
+
+    hello = {"host": cfg.host, "rank": cfg.rank, "run": cfg.run_identity()}
+    if cfg.collective == "switch":
+        return _open_switch(cfg)
+    if cfg.collective == "ring":
+        from hosts.collectives.ring import RingAllreduce
+        coll = RingAllreduce.connect(rank=cfg.rank, peers=cfg.peers, port_base=cfg.port,
+                                     hello=hello, connect_timeout_s=cfg.connect_timeout_s,
+                                     timeout_s=cfg.timeout_s)
+    else:
+        from hosts.collectives.ps import PSWorker
+        coll = PSWorker.connect(ps=cfg.ps, my_ip=cfg.my_ip, port_base=cfg.port, hello=hello,
+                                connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
+    # Blocking: submit() does the whole allreduce, so its duration is the latency.
+    return Comm(BlockingAsAsync(coll.allreduce), coll.barrier, coll.close,
+                lambda h, submit_s: submit_s, blocking=True)
+
+
+class _SwitchAsync:
+    """The in-switch collective's InaClient as an AsyncAllreduce (float SUM).
+
+    P4SGD's partial dot products use a fixed scale 2^k (no scale round trip:
+    latency-centric); data-parallel gradients have no known range, so each
+    vector first agrees on a scale (one MAX round)."""
+
+    def __init__(self, client, scale_exp: int | None, timeout_s: float):
+        self.client, self.timeout_s = client, timeout_s
+        self.kw = {} if scale_exp is None else {"scale_exp": scale_exp}
+
+    def submit(self, vec):
+        return self.client.submit(np.asarray(vec, dtype=np.float64), "sum", **self.kw)
+
+    def wait(self, handle):
+        return self.client.wait(handle, timeout=self.timeout_s)
+
+
+def _open_switch(cfg: P4sgdConfig) -> Comm:
+    from hosts.collectives.switch import SwitchAllreduce
+
+    # connect() = socket + client + a first round that checks every worker runs this config.
+    sw = SwitchAllreduce.connect(rank=cfg.rank, world=cfg.world, my_ip=cfg.my_ip, ina=cfg.ina,
+                                 run=cfg.run_identity(), connect_timeout_s=cfg.connect_timeout_s,
+                                 timeout_s=cfg.timeout_s)
+    scale = cfg.fixed_point_exp if cfg.mode == "model_parallel" else None
+    aar = _SwitchAsync(sw.client, scale, cfg.timeout_s)
+
+    def latency(h, submit_s):
+        done = getattr(h, "completed_at", 0.0)  # the transport's own completion time
+        return done - h.submitted_at if done else None
+
+    comm = Comm(aar, sw.barrier, sw.close, latency, blocking=False, stats=sw.stats)
+    comm.idle = lambda seconds: _idle_polling(sw.client, seconds)
+    return comm
+
+
+def _idle_polling(client, seconds: float) -> None:
+    """Sleep `seconds` while the transport takes in results and fires its timers,
+    so completion times are when results arrived, not when we next looked."""
+    import select
+
+    end = time.perf_counter() + seconds
+    sock = getattr(client.io, "sock", None)
+    while True:
+        client.poll()
+        left = end - time.perf_counter()
+        if left <= 0:
+            return
+        deadline = client.next_deadline()
+        if deadline is not None:
+            left = min(left, max(0.0, deadline - time.monotonic()))
+        if sock is not None:
+            select.select([sock], [], [], left)
+        else:
+            time.sleep(left)
+
+
+class TimedAllreduce:
+    """AsyncAllreduce wrapper: exposed communication time, per-op latency, result digest.
+
+    Exposed = time this worker spends inside submit/wait (the part of the
+    communication compute did not hide)."""
+
+    def __init__(self, comm: Comm, before_send=None):
+        self.comm = comm
+        self.before_send = before_send
+        self.exposed_s = 0.0
+        self.latencies: list[float] = []
+        self.digest = hashlib.blake2b(digest_size=8)  # equal on all workers iff results agree
+
+    def submit(self, vec):
+        if self.before_send is not None:
+            self.before_send()
+        t = time.perf_counter()
+        h = self.comm.aar.submit(vec)
+        dt = time.perf_counter() - t
+        self.exposed_s += dt
+        return (h, dt, t)
+
+    def wait(self, wrapped):
+        h, submit_s, t_submit = wrapped
+        t = time.perf_counter()
+        result = self.comm.aar.wait(h)
+        t_end = time.perf_counter()
+        self.exposed_s += t_end - t
+        # Blocking: the whole time inside the collective (nothing can hide it);
+        # async: the collective's own completion time, else until wait returned.
+        lat = submit_s + (t_end - t) if self.comm.blocking else self.comm.latency(h, submit_s)
+        self.latencies.append(lat if lat is not None else t_end - t_submit)
+        self.digest.update(np.ascontiguousarray(result).tobytes())
+        return result
+
+    def __call__(self, vec):  # blocking form, for data_parallel_sgd
+        return self.wait(self.submit(vec))
+
+
+# ============================================================ device (+ straggler)
+class WorkerDevice:
+    """The device model plus this host's straggler setting; counts compute time.
+
+    The device computes with numpy at once and we owe the rest of its modeled
+    time as "debt", slept off in batches (sleep granularity) and always before
+    a send (flush). Sleeping goes through `idle`, so an asynchronous collective
+    keeps receiving results and retransmitting during compute, as a NIC would.
+    A straggler's slowdown multiplies the modeled compute (for the measured CPU
+    device: (slowdown - 1) x the measured time is added)."""
+
+    MIN_SLEEP_S = 200e-6
+
+    def __init__(self, device, straggler: Straggler | None):
+        self.device, self.straggler = device, straggler
+        self.base_scale = getattr(device, "time_scale", None)   # None: measured CPU
+        if self.base_scale is not None:
+            device.sleep = False                                 # we own the sleeping
+        self.idle = time.sleep
+        self.compute_s = 0.0
+        self.debt_s = 0.0
+        self.max_overshoot_s = 0.0
+        self.t0: float | None = None     # perf_counter at the common start
+
+    def active(self) -> bool:
+        s = self.straggler
+        return (s is not None and self.t0 is not None
+                and time.perf_counter() - self.t0 >= s.start_s)
+
+    def run(self, fn, n_samples, n_features, nnz=None, phase="step"):
+        slow = self.straggler.slowdown if self.active() else 1.0
+        if self.base_scale is not None:
+            self.device.time_scale = self.base_scale * slow
+        t = time.perf_counter()
+        out = self.device.run(fn, n_samples, n_features, nnz, phase=phase)
+        _, modeled, real = out
+        self.debt_s += max(0.0, modeled - real) if self.base_scale is not None else (slow - 1.0) * real
+        if self.debt_s >= self.MIN_SLEEP_S:
+            self._sleep_debt()
+        self.compute_s += time.perf_counter() - t
+        return out
+
+    def _sleep_debt(self) -> None:
+        t = time.perf_counter()
+        self.idle(self.debt_s)
+        slept = time.perf_counter() - t
+        self.max_overshoot_s = max(self.max_overshoot_s, slept - self.debt_s)
+        self.debt_s -= slept             # an overshoot is carried as credit
+
+    def flush(self) -> None:
+        """Realize all modeled compute so far (before a send, at an iteration's end)."""
+        if self.debt_s > 0:
+            t = time.perf_counter()
+            self._sleep_debt()
+            self.compute_s += time.perf_counter() - t
+
+    def stall(self) -> float:
+        """The straggler's fixed per-iteration delay; returns the time slept."""
+        if not self.active() or self.straggler.delay_ms <= 0:
+            return 0.0
+        t = time.perf_counter()
+        self.idle(self.straggler.delay_ms / 1e3)
+        return time.perf_counter() - t
+
+
+def device_validity(host: str, wd: WorkerDevice, dilation: float) -> dict[str, Any]:
+    """Is the emulated device's timing trustworthy? (numpy must fit in the model)"""
+    device = wd.device
+    v = {**device.validity(), "max_overshoot_s": wd.max_overshoot_s, "sleep_debt_s": wd.debt_s}
+    steps = max(1, v["steps"])
+    share = v["violations"] / steps
+    if getattr(device, "name", "cpu") == "cpu":
+        valid, reason = True, "measured CPU time (no device model, no dilation)"
+    else:
+        # A few steps over (a descheduled process on shared cores) are absorbed by
+        # the sleep debt; systematic overshoot means the dilation is too small.
+        total_ok = v["real_s_total"] <= v["modeled_s_total"]
+        valid = share <= 0.05 and total_ok
+        reason = (f"{v['violations']} of {v['steps']} steps took longer in numpy than the "
+                  f"{device.name} model at time_scale {dilation:g} (worst {v['worst_ratio']:.2g}x, "
+                  f"real {v['real_s_total']:.3g} s vs modeled {v['modeled_s_total']:.3g} s)")
+        if not valid:
+            reason += "; raise workload.time_scale"
+    return {**v, "type": "validity", "host": host, "valid": valid, "reason": reason,
+            "violation_share": share, "dilation": dilation, "device_strict_valid": v["valid"]}
+
+
+# ============================================================ worker
+def wait_until(start_at: float | None) -> None:
+    if start_at is not None and start_at > time.time():
+        time.sleep(start_at - time.time())
+
+
+class Worker:
+    def __init__(self, cfg: P4sgdConfig, writer: JsonlWriter):
+        from hosts.glm.data import load_dataset
+        from hosts.glm.devices import make_device
+        from hosts.glm.models import get_model
+
+        self.cfg, self.writer = cfg, writer
+        self.model = get_model(cfg.glm, cfg.l2)
+        self.device = WorkerDevice(make_device(dict(cfg.device)), cfg.straggler)
+        self.dilation = float(cfg.device.get("time_scale", 1.0)) if cfg.device.get("type", "cpu") != "cpu" else 1.0
+        t = time.perf_counter()
+        self.ds = load_dataset(dict(cfg.dataset))
+        self.load_s = time.perf_counter() - t
+        self.snap_path, self.model_path = out_paths(cfg.out)
+        self.snapshots: list[np.ndarray] = []
+        self.iterations = self.samples = 0
+        self.train_s = 0.0
+        self.x: np.ndarray | None = None
+        self.part = (0, self.ds.n_features)
+        self.timed: TimedAllreduce | None = None
+        self.comm: Comm | None = None
+
+    # -- data -------------------------------------------------------------
+    def prepare(self) -> None:
+        from hosts.glm.partition import partition_features, slice_dataset
+
+        if self.cfg.mode == "model_parallel":
+            part = partition_features(self.ds, self.cfg.world, self.cfg.balance)
+            self.part = part.ranges[self.cfg.rank]
+            self.X = slice_dataset(self.ds, self.part)
+            self.imbalance = part.imbalance
+        else:
+            self.X, self.imbalance = self.ds.X, 1.0
+        self.x = np.zeros(self.part[1] - self.part[0])
+
+    # -- main loop -------------------------------------------------------
+    def run(self, comm: Comm | None = None) -> int:
+        """Train; `comm` replaces the configured collective (in-process tests)."""
+        cfg = self.cfg
+        self.prepare()
+        log.info("%s rank %d/%d, %s over %s, features %d..%d of %d, %d samples, device %s x%g",
+                 cfg.mode, cfg.rank, cfg.world, cfg.glm, cfg.collective, self.part[0], self.part[1],
+                 self.ds.n_features, self.ds.n_samples, cfg.device.get("type"), self.dilation)
+        self.comm = comm or open_comm(cfg)
+        self.device.idle = self.comm.idle
+        # Realize the modeled compute before each send: the device sleeps in batches
+        # (sleep granularity), and unrealized debt would let a worker's partial sums
+        # leave before its forward pass "finished", misaligning workers in lock-step.
+        self.timed = TimedAllreduce(self.comm, before_send=self.device.flush)
+        try:
+            wait_until(cfg.start_at)
+            self.comm.barrier()
+            self.train()
+        finally:
+            self.comm.close()
+            self.save()
+        self.writer.write(device_validity(cfg.host, self.device, self.dilation))
+        self.write_summary(True, None)
+        log.info("done: %d iterations, %d samples in %.3f s (dilation %g)", self.iterations,
+                 self.samples, self.train_s, self.dilation)
+        return EXIT_OK
+
+    def train(self) -> None:
+        from hosts.glm.training import epoch_order, minibatches
+
+        cfg = self.cfg
+        self.writer.write({"type": "start", "host": cfg.host, "rank": cfg.rank, "mode": cfg.mode,
+                           "collective": cfg.collective, "part": list(self.part),
+                           "n_samples": self.ds.n_samples, "n_features": self.ds.n_features,
+                           "dilation": self.dilation, "device": self.device.device.describe(),
+                           "load_s": self.load_s, "wall_start": time.time()})
+        t0 = self.device.t0 = time.perf_counter()
+        self.snapshot(t0)
+        t_prev = t0
+        for epoch in range(cfg.epochs):
+            for idx in minibatches(epoch_order(self.ds.n_samples, cfg.seed, epoch), cfg.batch):
+                c0, e0, n0 = self.device.compute_s, self.timed.exposed_s, len(self.timed.latencies)
+                self.step(idx)
+                self.device.flush()  # the update needs every backward pass: realize them
+                stall = self.device.stall()
+                t = time.perf_counter()
+                self.iterations += 1
+                self.samples += len(idx)
+                self.writer.write({
+                    "type": "iter", "host": cfg.host, "rank": cfg.rank, "iter": self.iterations,
+                    "epoch": epoch, "samples": len(idx), "t_s": t - t0, "iter_s": t - t_prev,
+                    "compute_s": self.device.compute_s - c0, "comm_s": self.timed.exposed_s - e0,
+                    "stall_s": stall, "allreduce_s": self.timed.latencies[n0:],
+                    "dilation": self.dilation})
+                t_prev = t
+                if self.iterations % cfg.snapshot_every == 0:
+                    self.snapshot(t0)
+        self.train_s = time.perf_counter() - t0
+        if self.iterations % cfg.snapshot_every:
+            self.snapshot(t0)
+
+    def step(self, idx: np.ndarray) -> None:
+        from hosts.glm.training import data_parallel_sgd, pipelined_epoch
+
+        cfg = self.cfg
+        if cfg.mode == "model_parallel":
+            # One mini-batch of the pipelined schedule; updates self.x in place.
+            pipelined_epoch(self.X, self.ds.y, self.x, self.model, cfg.lr, len(idx),
+                            cfg.micro_batch, idx, self.timed, cfg.pipeline_depth, self.device)
+        else:
+            # The core's data-parallel step on exactly this global batch.
+            self.x, _ = data_parallel_sgd(self.X, self.ds.y, self.model, cfg.lr,
+                                          cfg.batch // cfg.world, 1, cfg.seed, self.timed,
+                                          cfg.rank, cfg.world, order=lambda _e: idx, x0=self.x,
+                                          eval_every=0, device=self.device)
+
+    def snapshot(self, t0: float) -> None:
+        # In memory only (a copy costs microseconds); written to disk after training.
+        t = time.perf_counter() - t0
+        self.snapshots.append(self.x.copy())
+        self.writer.write({"type": "snapshot", "host": self.cfg.host, "rank": self.cfg.rank,
+                           "index": len(self.snapshots) - 1, "iter": self.iterations,
+                           "epochs": self.samples / self.ds.n_samples,
+                           "samples_seen": self.samples, "t_s": t, "dilation": self.dilation})
+
+    def save(self) -> None:
+        if self.x is None:
+            return
+        if self.snapshots:
+            np.save(self.snap_path, np.stack(self.snapshots))
+        np.save(self.model_path, self.x)
+
+    def write_summary(self, ok: bool, error: str | None) -> None:
+        cfg, timed = self.cfg, self.timed
+        lat = np.asarray(timed.latencies if timed else [], dtype=np.float64)
+        self.writer.write({
+            "type": "summary", "host": cfg.host, "role": "worker", "rank": cfg.rank, "ok": ok,
+            "error": error, "mode": cfg.mode, "collective": cfg.collective, "world": cfg.world,
+            "part": list(self.part), "imbalance": getattr(self, "imbalance", None),
+            "iterations": self.iterations, "samples": self.samples, "train_s": self.train_s,
+            "compute_s": self.device.compute_s, "comm_s": timed.exposed_s if timed else 0.0,
+            "allreduces": int(lat.size), "allreduce_total_s": float(lat.sum()),
+            "allreduce_p50_s": float(np.percentile(lat, 50)) if lat.size else None,
+            "digest": timed.digest.hexdigest() if timed else None,
+            "blocking_collective": self.comm.blocking if self.comm else None,
+            "dilation": self.dilation, "times_dilated": self.dilation != 1.0,
+            "snapshots_path": str(self.snap_path), "model_path": str(self.model_path),
+            "collective_stats": self.comm.stats() if self.comm else {},
+        })
+
+
+# ============================================================ parameter server
+class PSRole:
+    def __init__(self, cfg: P4sgdConfig, writer: JsonlWriter):
+        self.cfg, self.writer = cfg, writer
+        self.served = 0
+        self.ps = None
+
+    def run(self) -> int:
+        from hosts.collectives.ps import ParameterServer
+        from hosts.glm.data import load_dataset
+
+        cfg = self.cfg
+        ds = load_dataset(dict(cfg.dataset))
+        schedule = allreduce_schedule(cfg, ds.n_samples, ds.n_features)
+        log.info("parameter server for %d workers on %s:%d, %d allreduces", cfg.world,
+                 cfg.ps.ip, ps_port(cfg.port), len(schedule))
+        hello = {"host": cfg.host, "rank": cfg.rank, "run": cfg.run_identity()}
+        self.ps = ParameterServer.accept(peers=cfg.peers, my_ip=cfg.ps.ip, port_base=cfg.port,
+                                         hello=hello, connect_timeout_s=cfg.connect_timeout_s,
+                                         timeout_s=cfg.timeout_s)
+        try:
+            wait_until(cfg.start_at)
+            self.ps.barrier()
+            t0 = time.perf_counter()
+            s = cfg.straggler
+            for size, last in schedule:
+                # A straggling PS adds its delay once per iteration (it has no compute).
+                delay = (s.delay_ms / 1e3 if s is not None and last
+                         and time.perf_counter() - t0 >= s.start_s else 0.0)
+                self.ps.reduce_once(size, delay)
+                self.served += 1
+        finally:
+            self.ps.close()
+        self.write_summary(True, None)
+        return EXIT_OK
+
+    def write_summary(self, ok: bool, error: str | None) -> None:
+        self.writer.write({"type": "summary", "host": self.cfg.host, "role": "ps", "ok": ok,
+                           "error": error, "allreduces_served": self.served,
+                           "bytes_received": self.ps.bytes_received if self.ps else 0,
+                           "bytes_sent": self.ps.bytes_sent if self.ps else 0})
+
+
+# ============================================================ main
+def _net_errors() -> tuple[type[BaseException], ...]:
+    errs: list[type[BaseException]] = [NetError, TimeoutError]
+    try:
+        from hosts.ina.transport import InaError
+        errs.append(InaError)
+    except ImportError:
+        pass
+    return tuple(errs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    global log
+    parser = argparse.ArgumentParser(prog="python -m hosts.p4sgd", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True, help="JSON config (see P4sgdConfig)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s %(name)s: %(levelname)s %(message)s")
+    try:
+        cfg = P4sgdConfig.from_json(args.config)
+    except ConfigError as e:
+        log.error("bad config: %s", e)
+        return EXIT_CONFIG
+    log = logging.getLogger(f"p4sgd[{cfg.host}]")
+    try:
+        writer = JsonlWriter(cfg.out)
+    except OSError as e:
+        log.error("cannot write output %s: %s", cfg.out, e.strerror or e)
+        return EXIT_CONFIG
+    try:
+        job = PSRole(cfg, writer) if cfg.role == "ps" else Worker(cfg, writer)
+    except (ValueError, OSError) as e:  # dataset or device spec problems
+        log.error("cannot set up: %s", e)
+        writer.close()
+        return EXIT_CONFIG
+    try:
+        return job.run()
+    except _net_errors() as e:
+        log.error("network: %s", e)
+        job.write_summary(False, f"{type(e).__name__}: {e}")
+        return EXIT_NET
+    except (ArithmeticError, ValueError) as e:  # e.g. FixedPointOverflow, diverging model
+        log.exception("training failed")
+        job.write_summary(False, f"{type(e).__name__}: {e}")
+        return EXIT_TRAINING
+    finally:
+        writer.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

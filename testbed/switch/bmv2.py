@@ -1,0 +1,227 @@
+"""BMv2 backend: p4/ina.p4 compiled by p4c, run by `simple_switch_grpc --no-p4`
+on a Mininet switch's interfaces, programmed over P4Runtime by the same
+SwitchController as the soft switch (device config = the compiled BMv2 JSON).
+
+    build = compile_p4("p4/ina.p4", run_dir / "build")
+    net.addSwitch("s1", cls=Bmv2SwitchNode, device_id=1, grpc_port=50001, log_dir=...)
+    SwitchController("s1", "127.0.0.1:50001", 1, build.p4info_path,
+                     build.json_path.read_bytes(), log_path).connect()
+
+BMv2 and p4c are not packaged for Debian or PyPI, so on the development
+machines `bmv2_available()` is False and tests/bmv2 skip with its reason.
+Started with --no-p4 because a BMv2 given a JSON on its command line cannot
+answer GetForwardingPipelineConfig until a controller pushes a config.
+"""
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+try:
+    from mininet.node import Switch
+except ImportError:   # argv building and compile need no Mininet
+    Switch = object  # type: ignore[assignment,misc]
+
+P4C = "p4c-bm2-ss"
+SWITCH = "simple_switch_grpc"
+
+
+class Bmv2Error(RuntimeError):
+    """p4c or simple_switch_grpc failed; the message has the command, exit code and log."""
+
+
+def bmv2_available() -> tuple[bool, str]:
+    """(True, where) when both binaries are on PATH, else (False, why and what to do)."""
+    found = {b: shutil.which(b) for b in (SWITCH, P4C)}
+    missing = [b for b, p in found.items() if p is None]
+    if missing:
+        return False, (f"{' and '.join(missing)} not found on PATH: BMv2/p4c are not packaged for "
+                       "Debian or PyPI; build them from p4lang (behavioral-model, p4c) or use "
+                       "the p4lang/p4c Docker image, then re-run")
+    return True, ", ".join(f"{b}={p}" for b, p in found.items())
+
+
+def _tail(path: Path, n: int = 20) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "    (no log)"
+    return "\n".join("    " + line for line in lines[-n:]) or "    (log is empty)"
+
+
+# --- compile ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Bmv2Build:
+    json_path: Path
+    p4info_path: Path
+    argv: list[str]
+
+
+def compile_argv(p4_path: str | Path, out_dir: str | Path, p4c: str = P4C) -> Bmv2Build:
+    """The p4c command: P4_16 -> BMv2 JSON plus the P4Info (text) for P4Runtime."""
+    p4_path, out = Path(p4_path), Path(out_dir)
+    json_path = out / f"{p4_path.stem}.json"
+    p4info = out / f"{p4_path.stem}.p4info.txtpb"
+    argv = [p4c, "--p4v", "16", "--p4runtime-files", str(p4info), "-o", str(json_path), str(p4_path)]
+    return Bmv2Build(json_path, p4info, argv)
+
+
+def compile_p4(p4_path: str | Path, out_dir: str | Path, p4c: str = P4C,
+               timeout: float = 600.0) -> Bmv2Build:
+    build = compile_argv(p4_path, out_dir, p4c)
+    build.json_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path = build.json_path.with_suffix(".p4c.log")
+    with open(log_path, "wb") as logf:
+        try:
+            rc = subprocess.run(build.argv, stdout=logf, stderr=subprocess.STDOUT,
+                                timeout=timeout).returncode
+        except FileNotFoundError:
+            raise Bmv2Error(f"{p4c} not found: {bmv2_available()[1]}") from None
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    if rc != 0 or not build.json_path.exists():
+        raise Bmv2Error(f"p4c failed ({rc}): {' '.join(build.argv)}\n  log: {log_path}\n{_tail(log_path)}")
+    return build
+
+
+# --- the switch process --------------------------------------------------------------------
+
+def switch_argv(device_id: int, ports: dict[int, str], grpc_addr: str, log_file: str | Path,
+                thrift_port: int | None = None, pcap_dir: str | Path | None = None,
+                cpu_port: int | None = None, log_level: str = "info",
+                binary: str = SWITCH) -> list[str]:
+    """simple_switch_grpc argv: general bmv2 options, then `--`, then the gRPC target's."""
+    argv = [binary, "--no-p4", "--device-id", str(int(device_id))]
+    for no, intf in sorted(ports.items()):
+        argv += ["-i", f"{int(no)}@{intf}"]
+    if thrift_port is not None:
+        argv += ["--thrift-port", str(int(thrift_port))]
+    if pcap_dir is not None:
+        argv.append(f"--pcap={pcap_dir}")
+    argv += ["--log-file", str(log_file), "--log-flush", "-L", log_level]
+    argv += ["--", "--grpc-server-addr", grpc_addr]
+    if cpu_port is not None:
+        argv += ["--cpu-port", str(int(cpu_port))]
+    return argv
+
+
+def _listening(addr: str) -> bool:
+    host, _, port = addr.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def _log_files(log_file: Path) -> list[Path]:
+    # older bmv2 (spdlog rotating sink) appends ".txt" to --log-file
+    return [p for p in (log_file, Path(f"{log_file}.txt")) if p.exists()]
+
+
+def start_switch(argv: list[str], grpc_addr: str, log_file: str | Path, console_log: str | Path,
+                 popen: Callable[..., subprocess.Popen] = subprocess.Popen,
+                 ready_timeout: float = 10.0) -> subprocess.Popen:
+    """Start simple_switch_grpc and wait until it is ready: PID alive and its gRPC
+    port listening. Otherwise stop it and raise Bmv2Error with what to look at."""
+    log_file, console_log = Path(log_file), Path(console_log)
+    console_log.parent.mkdir(parents=True, exist_ok=True)
+    with open(console_log, "ab") as out:
+        proc = popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + ready_timeout
+    while True:
+        rc = proc.poll()
+        if rc is None and _listening(grpc_addr):
+            return proc
+        if rc is not None or time.monotonic() > deadline:
+            if rc is None:
+                stop_switch(proc)
+            logs = [console_log] + _log_files(log_file)
+            why = f"exit code {rc}" if rc is not None else \
+                f"no gRPC on {grpc_addr} after {ready_timeout:.0f}s"
+            raise Bmv2Error(
+                f"simple_switch_grpc did not become ready ({why})\n"
+                f"  command: {' '.join(map(str, argv))}\n"
+                + "".join(f"  log: {p}\n{_tail(p)}\n" for p in logs))
+        time.sleep(0.1)
+
+
+def stop_switch(proc: subprocess.Popen, timeout: float = 5.0) -> int | None:
+    """SIGTERM, then SIGKILL: only this process, by its PID."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(2.0)
+    return proc.returncode
+
+
+class Bmv2SwitchNode(Switch):
+    """Mininet switch running simple_switch_grpc on its veth ends (root namespace).
+
+    net.addSwitch("s1", cls=Bmv2SwitchNode, device_id=1, grpc_port=50001,
+                  log_dir=run/"logs"/"p0", pcap_dir=run/"pcaps"/"p0")
+    """
+
+    def __init__(self, name: str, device_id: int = 1, grpc_port: int = 50001,
+                 log_dir: str | Path | None = None, pcap_dir: str | Path | None = None,
+                 thrift_port: int | None = None, ready_timeout: float = 10.0,
+                 binary: str = SWITCH, **params):
+        if Switch is object:
+            raise Bmv2Error("Bmv2SwitchNode needs Mininet (run `make setup`)")
+        params["inNamespace"] = False
+        Switch.__init__(self, name, **params)
+        self.device_id = device_id
+        self.grpc_addr = f"127.0.0.1:{int(grpc_port)}"
+        self.log_dir = Path(log_dir) if log_dir else Path.cwd() / "logs"
+        self.log_file = self.log_dir / f"{name}-bmv2.log"
+        self.console_log = self.log_dir / f"{name}-bmv2-console.log"
+        self.pcap_dir = pcap_dir
+        self.thrift_port = thrift_port
+        self.ready_timeout = ready_timeout
+        self.binary = binary
+        self.proc: subprocess.Popen | None = None
+        if _listening(self.grpc_addr):   # two runs must not share a switch silently
+            raise Bmv2Error(f"{name}: {self.grpc_addr} is already in use; pick another grpc_port")
+
+    def port_map(self) -> dict[int, str]:
+        return {port: intf.name for intf, port in self.ports.items()
+                if intf.name != "lo" and port > 0}
+
+    def argv(self) -> list[str]:
+        return switch_argv(self.device_id, self.port_map(), self.grpc_addr, self.log_file,
+                           self.thrift_port, self.pcap_dir, binary=self.binary)
+
+    def start(self, controllers) -> None:
+        for intf in self.port_map().values():
+            self.cmd(f"ip link set {intf} up")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.proc = start_switch(self.argv(), self.grpc_addr, self.log_file, self.console_log,
+                                 popen=self.popen, ready_timeout=self.ready_timeout)
+
+    def connected(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, deleteIntfs: bool = True) -> None:
+        if self.proc is not None:
+            stop_switch(self.proc)
+            self.proc = None
+        super().stop(deleteIntfs)
+
+
+def device_config(build: Bmv2Build) -> bytes:
+    """What SetForwardingPipelineConfig carries for BMv2: the JSON itself."""
+    return build.json_path.read_bytes()
+
+
+__all__ = ["bmv2_available", "compile_argv", "compile_p4", "switch_argv", "start_switch",
+           "stop_switch", "Bmv2SwitchNode", "Bmv2Build", "Bmv2Error", "device_config"]

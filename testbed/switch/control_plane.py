@@ -1,0 +1,68 @@
+"""The run's control plane: one P4Runtime controller per switch, driven by the
+runner. It pushes the program, installs the L2 forwarding the network planned,
+the flood group and the aggregation jobs the workload asks for, and at the end
+reads the program's counters into the run's metrics. Every request is logged
+per switch in logs/<point>/<switch>-p4runtime-requests.txt.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.results import PROJECT_ROOT
+from testbed.switch.jobs import AGGREGATION_SWITCH, JobRequest, plan_jobs
+
+P4_DIR = PROJECT_ROOT / "p4"
+
+
+def p4info_path(program: str) -> Path:
+    path = P4_DIR / f"{program}.p4info.txtpb"
+    if not path.exists():
+        raise FileNotFoundError(f"switch.program {program!r}: no P4Info at {path}; "
+                                f"programs available: {sorted(p.name.split('.')[0] for p in P4_DIR.glob('*.p4info.txtpb'))}")
+    return path
+
+
+@dataclass
+class ControlPlane:
+    controllers: dict[str, Any] = field(default_factory=dict)
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, net: Any, program: str, logs_dir: Path, job_requests: list[JobRequest]) -> "ControlPlane":
+        from testbed.switch.controller import SwitchController  # noqa: PLC0415 - grpc import is slow
+
+        info = net.switch_info
+        cp = cls()
+        try:
+            for device_id, (sw, addr) in enumerate(sorted(info["p4runtime"].items()), start=1):
+                c = SwitchController(sw, addr, device_id, str(p4info_path(program)), program.encode(),
+                                     logs_dir / f"{sw}-p4runtime-requests.txt")
+                cp.controllers[sw] = c.connect()
+                c.install_forwarding(info["forwarding"][sw])
+                c.install_flood_group(info["ports"][sw])
+            if job_requests:
+                cp.jobs = plan_jobs(info["plan"], job_requests)
+                for job in cp.jobs:
+                    cp.controllers[AGGREGATION_SWITCH].install_job(job)
+        except BaseException:
+            cp.close()
+            raise
+        return cp
+
+    def read_counters(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for sw, c in self.controllers.items():
+            counters = c.read_counters()
+            out[sw] = {name: {str(i): {"packets": p, "bytes": b} for i, (p, b) in by_index.items()}
+                       for name, by_index in counters.items()}
+        return out
+
+    def close(self) -> None:
+        for c in self.controllers.values():
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 - closing must not mask the real error
+                pass
+        self.controllers.clear()

@@ -1,0 +1,448 @@
+"""P4SGD workload: model-parallel GLM training over in-switch aggregation, and its baselines.
+
+Workers run `python -m hosts.p4sgd`: mode model_parallel (P4SGD: feature slices,
+one small allreduce of partial dot products per micro-batch, pipelined) or
+data_parallel (replicas, one D-dimensional gradient allreduce per step), over
+the switch, a host ring or a parameter server. Training never evaluates over the
+network; workers keep timestamped model snapshots, and `collect` assembles and
+evaluates them offline into loss-vs-time curves.
+
+Metric records (metrics.jsonl, besides the workers' `validity` records):
+  p4sgd_iter     one per worker and iteration: iteration time, compute, exposed
+                 communication, straggler stall, other (host overhead), and the
+                 latency of every allreduce of the iteration (`allreduce_s`).
+  p4sgd_curve    one per snapshot: time (emulated, dilated), iteration, samples,
+                 training loss / objective / accuracy of the assembled model.
+  p4sgd_summary  one per point: throughput, iteration time, communication share,
+                 pipeline hiding share, allreduce latency, final loss, time to
+                 target loss, correctness (all workers got identical sums).
+All times are emulated wall-clock seconds; with a modeled device they are
+dilated by `dilation` (= time_scale), which every record carries.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from testbed.results import PROJECT_ROOT, read_jsonl
+from testbed.workloads import register_workload
+from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime
+
+FIGURES = ("p4sgd_scaling", "p4sgd_convergence", "p4sgd_latency_cdf", "p4sgd_loss",
+           "p4sgd_straggler", "p4sgd_pipeline")
+DEFAULT_DILATION = {"cpu": 1.0, "u280": 100.0, "gpu": 100.0}
+P4SGD_TCP_PORT = 47400   # ring ranks use +1+rank, the PS the base (hosts.common.config)
+# [I] one in-switch allreduce round trip on real hardware (Tofino + FPGA NIC),
+# research/seeds.md section 1.3; used only to report how much slower the emulated network is.
+HW_ALLREDUCE_S = 2e-6
+
+
+def _register_figure_names() -> bool:
+    """Add our figure names to the scenario schema, if it is loaded yet.
+
+    testbed.scenario.models imports this package before it defines
+    register_figure_names, so at import time it usually is not; the params
+    model's validator calls this again, which is always before the scenario's
+    figure check runs."""
+    fn = getattr(sys.modules.get("testbed.scenario.models"), "register_figure_names", None)
+    if fn is None:
+        return False
+    fn(*FIGURES)
+    return True
+
+
+_register_figure_names()
+
+# ---------------------------------------------------------------------------
+# Params model
+# ---------------------------------------------------------------------------
+_DATASET_KEYS = {
+    "synthetic": {"source", "kind", "samples", "features", "density", "model", "noise", "seed",
+                  "skew", "name"},
+    "libsvm": {"source", "path", "n_features", "task", "model", "positive_label", "name"},
+    "builtin": {"source", "name", "bias"},
+}
+_BUILTIN_DATASETS = {"breast_cancer"}
+
+
+def _default_dataset() -> dict[str, Any]:
+    return {"source": "synthetic", "kind": "dense", "samples": 4096, "features": 2048}
+
+
+def resolve_path(path: str) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else PROJECT_ROOT / p
+
+
+@register_workload
+class P4sgdWorkload(BaseModel):
+    """GLM training: P4SGD model parallelism or the data-parallel baseline."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    kind: Literal["p4sgd"] = Field("p4sgd", description="Workload type; selects which fields below apply.")
+    mode: Literal["model_parallel", "data_parallel"] = Field(
+        "model_parallel", description="model_parallel: P4SGD (feature slices, per-micro-batch allreduce "
+                                      "of partial dot products); data_parallel: replicas, gradient allreduce.")
+    glm: Literal["linreg", "logreg", "svm"] = Field("logreg", description="The generalized linear model.")
+    dataset: dict[str, Any] = Field(
+        default_factory=_default_dataset,
+        description="hosts.glm.data.load_dataset spec: {source: synthetic, kind: dense|sparse, samples, "
+                    "features, density, noise, seed, skew} | {source: libsvm, path, n_features} | "
+                    "{source: builtin, name: breast_cancer}. A synthetic set's labels follow `glm` "
+                    "unless it names its own `model`.")
+    lr: float = Field(1.0, gt=0, description="Learning rate.")
+    l2: float = Field(0.0, ge=0, description="L2 regularization (objective = mean loss + l2/2 ||x||^2).")
+    batch: int = Field(64, ge=1, description="Samples per model update (the global mini-batch, both modes; "
+                                             "data_parallel splits it over the workers).")
+    micro_batch: int = Field(8, ge=1, description="model_parallel: samples per allreduce (one packet).")
+    epochs: int = Field(2, ge=1, description="Passes over the data.")
+    pipeline_depth: int = Field(4, ge=1, description="model_parallel: micro-batches in flight (1 = no "
+                                                     "overlap; only an asynchronous collective overlaps).")
+    collective: Literal["switch", "ring", "ps"] = Field(
+        "switch", description="switch: in-network aggregation; ring: host ring allreduce; ps: a "
+                              "parameter-server host `ps`.")
+    device: Literal["cpu", "u280", "gpu"] = Field(
+        "u280", description="Compute model: cpu = real numpy time; u280 / gpu = modeled FPGA / V100 "
+                            "time (hosts/glm/devices.py), slept for, times `time_scale`.")
+    device_options: dict[str, Any] = Field(
+        default_factory=dict, description="Extra device-model parameters, e.g. {hbm_efficiency: 0.5, "
+                                          "latency_s: 1e-6} (see hosts/glm/devices.py).")
+    time_scale: Optional[float] = Field(
+        None, gt=0, description="Time dilation of a modeled device (null: 100 for u280/gpu, 1 for cpu). "
+                                "Must match how much slower the emulated network is than the real one.")
+    fixed_point_exp: Optional[int] = Field(
+        16, ge=-32, le=40, description="switch, model_parallel: partial sums travel as round(q * 2^k) "
+                                       "with this fixed k (no scale round trip); null = agree per vector.")
+    balance: Literal["auto", "nnz", "width"] = Field(
+        "auto", description="Feature partitioning: nnz-balanced column blocks (auto: nnz for sparse data).")
+    seed: int = Field(0, ge=0, description="Sample-order seed; fixed (not per point) so points are comparable.")
+    snapshot_every: int = Field(8, ge=1, description="Iterations between model snapshots (the loss curve).")
+    target_loss: Optional[float] = Field(None, gt=0, description="Training loss for time-to-target; null = none.")
+    timeout_s: float = Field(120.0, gt=0, description="A host gives up if one allreduce stalls this long; "
+                                                      "the point fails if training takes longer (+30 s).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _figures(cls, data: Any) -> Any:
+        _register_figure_names()  # see _register_figure_names: the schema is loaded by now
+        return data
+
+    @field_validator("dataset")
+    @classmethod
+    def _check_dataset(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        source = spec.get("source")
+        if source not in _DATASET_KEYS:
+            raise ValueError(f"dataset.source must be one of synthetic, libsvm, builtin; got {source!r}")
+        unknown = sorted(set(spec) - _DATASET_KEYS[source])
+        if unknown:
+            raise ValueError(f"unknown dataset keys {unknown} for source {source}; allowed: "
+                             f"{', '.join(sorted(_DATASET_KEYS[source]))}")
+        if source == "synthetic":
+            if spec.get("kind", "dense") not in ("dense", "sparse"):
+                raise ValueError(f"dataset.kind must be dense or sparse, got {spec.get('kind')!r}")
+            for key in ("samples", "features"):
+                v = spec.get(key, 1)
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise ValueError(f"dataset.{key} must be a positive integer, got {v!r}")
+            d = spec.get("density", 0.01)
+            if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 < d <= 1:
+                raise ValueError(f"dataset.density must be in (0, 1], got {d!r}")
+        elif source == "libsvm":
+            if not isinstance(spec.get("path"), str):
+                raise ValueError("a libsvm dataset needs `path` (relative to the project root or absolute)")
+            if not resolve_path(spec["path"]).exists():
+                raise ValueError(f"dataset file {resolve_path(spec['path'])} does not exist")
+        elif spec.get("name") not in _BUILTIN_DATASETS:
+            raise ValueError(f"unknown builtin dataset {spec.get('name')!r}; available: "
+                             f"{', '.join(sorted(_BUILTIN_DATASETS))}")
+        return spec
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "P4sgdWorkload":
+        if self.micro_batch > self.batch:
+            raise ValueError(f"micro_batch {self.micro_batch} > batch {self.batch}")
+        if self.device == "cpu" and self.time_scale not in (None, 1.0):
+            raise ValueError("time_scale dilates a modeled device; the cpu device is measured, "
+                             "not modeled: leave time_scale null (or 1)")
+        from hosts.glm.devices import make_device  # light: no numpy work
+        try:
+            make_device(self.device_spec())
+        except ValueError as e:
+            raise ValueError(f"device_options: {e}") from None
+        return self
+
+    # -- derived ---------------------------------------------------------------
+    @property
+    def dilation(self) -> float:
+        return float(self.time_scale or DEFAULT_DILATION[self.device])
+
+    def device_spec(self) -> dict[str, Any]:
+        spec = {"type": self.device, **self.device_options}
+        if self.device != "cpu":
+            spec["time_scale"] = self.dilation
+        return spec
+
+    def dataset_spec(self) -> dict[str, Any]:
+        """The spec hosts load: synthetic labels follow the GLM; libsvm paths absolute."""
+        spec = dict(self.dataset)
+        if spec["source"] == "synthetic":
+            spec.setdefault("model", self.glm)
+        elif spec["source"] == "libsvm":
+            spec["path"] = str(resolve_path(spec["path"]))
+            spec.setdefault("model", self.glm)
+        return spec
+
+    def extra_hosts(self) -> list[str]:
+        return ["ps"] if self.collective == "ps" else []
+
+
+# ---------------------------------------------------------------------------
+# Runtime
+# ---------------------------------------------------------------------------
+def _straggler_for(scenario: Any, host: str) -> dict[str, float] | None:
+    for s in scenario.stragglers:
+        if s.host == host:
+            return {"start_s": s.start_s, "slowdown": s.slowdown, "delay_ms": s.delay_ms}
+    return None
+
+
+_INA_KEYS = ("switch_ip", "switch_port", "switch_mac", "job_id", "worker_port", "window",
+             "retx_timeout_s", "max_retries")
+_INA_ALIASES = {"ip": "switch_ip", "mac": "switch_mac", "ina_port": "switch_port"}
+
+
+def ina_settings(info: dict[str, Any], host: str) -> dict[str, Any]:
+    """The worker's "ina" block (hosts.common.config.InaSettings) from the runner's
+    switch info: InaSettings keys at the top level or under "ina", the
+    Network.switch_info names ip/mac/ina_port, and per-host overrides under
+    workers[host] (e.g. local mode's per-worker UDP endpoint). Missing keys
+    take InaSettings' defaults (the Mininet addresses). scale_exp stays unset:
+    P4SGD passes its fixed scale per submit."""
+    out: dict[str, Any] = {}
+    for src in (info, info.get("ina") or {}, (info.get("workers") or {}).get(host) or {}):
+        for k, v in src.items():
+            key = _INA_ALIASES.get(k, k)
+            if key in _INA_KEYS and v is not None:
+                out[key] = v
+    return out
+
+
+@register_runtime
+class P4sgdRuntime(WorkloadRuntime):
+    kind = "p4sgd"
+
+    def programs(self, ctx: PointContext) -> list[HostProgram]:
+        from testbed.runner import SkipPoint  # noqa: PLC0415 - the runner imports us
+
+        scn = ctx.point.scenario
+        wl: P4sgdWorkload = scn.workload
+        workers = [h for h in scn.hosts() if h not in wl.extra_hosts()]
+        if wl.collective == "switch" and not ctx.switch:
+            raise SkipPoint(f"collective 'switch' needs the in-network switch, which --net "
+                            f"{ctx.net_mode} does not provide; use --net mininet or collective ring/ps")
+        if wl.mode == "data_parallel" and wl.batch % len(workers):
+            raise ValueError(f"data_parallel splits workload.batch={wl.batch} over {len(workers)} "
+                             f"workers; use a multiple of {len(workers)}")
+        peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in workers]
+        ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if wl.collective == "ps" else None
+        common = {
+            "world": len(workers), "mode": wl.mode, "glm": wl.glm, "l2": wl.l2, "lr": wl.lr,
+            "batch": wl.batch, "micro_batch": wl.micro_batch, "epochs": wl.epochs,
+            "pipeline_depth": wl.pipeline_depth, "seed": wl.seed, "dataset": wl.dataset_spec(),
+            "balance": wl.balance, "collective": wl.collective, "peers": peers, "ps": ps,
+            "port": P4SGD_TCP_PORT, "fixed_point_exp": wl.fixed_point_exp,
+            "device": wl.device_spec(), "snapshot_every": wl.snapshot_every,
+            "start_at": ctx.start_at, "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
+        }
+        progs = []
+        if ps is not None:
+            cfg = dict(common, host="ps", role="ps", rank=-1, ina=None,
+                       straggler=_straggler_for(scn, "ps"), out=str(ctx.work_dir / "ps.jsonl"))
+            progs.append(HostProgram("ps", self.module_argv("hosts.p4sgd", self.write_config(ctx, "ps", cfg)),
+                                     phase=0))
+        for rank, h in enumerate(workers):
+            ina = ina_settings(ctx.switch, h) if wl.collective == "switch" else None
+            cfg = dict(common, host=h, role="worker", rank=rank, ina=ina,
+                       straggler=_straggler_for(scn, h), out=str(ctx.work_dir / f"{h}.jsonl"))
+            progs.append(HostProgram(h, self.module_argv("hosts.p4sgd", self.write_config(ctx, h, cfg)),
+                                     phase=1))
+        return progs
+
+    def ina_jobs(self, point: Any) -> list[Any]:
+        from testbed.switch.jobs import JobRequest  # noqa: PLC0415
+
+        wl = point.scenario.workload
+        if wl.collective != "switch":
+            return []
+        return [JobRequest(1, tuple(h for h in point.scenario.hosts() if h not in wl.extra_hosts()))]
+
+    def timeout_s(self, ctx: PointContext) -> float:
+        return ctx.point.scenario.workload.timeout_s + 30.0
+
+    def collect(self, ctx: PointContext) -> list[dict[str, Any]]:
+        return collect_point(ctx.point.scenario, ctx.work_dir)
+
+    def summarize(self, ctx: PointContext, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [summary_row(r) for r in records if r.get("type") == "p4sgd_summary"]
+
+
+# ---------------------------------------------------------------------------
+# collect: raw host outputs -> metric records (pure functions, unit-testable)
+# ---------------------------------------------------------------------------
+def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
+    wl: P4sgdWorkload = scenario.workload
+    workers = [h for h in scenario.hosts() if h not in wl.extra_hosts()]
+    raw = {h: read_jsonl(work_dir / f"{h}.jsonl") for h in workers}
+    out: list[dict[str, Any]] = []
+    for h in workers + wl.extra_hosts():
+        for r in raw.get(h) or read_jsonl(work_dir / f"{h}.jsonl"):
+            if r.get("type") == "validity":
+                out.append(dict(r, host=h))
+    iters = [_iter_record(r) for h in workers for r in raw[h] if r.get("type") == "iter"]
+    out.extend(iters)
+    summaries = {h: next((r for r in raw[h] if r.get("type") == "summary"), None) for h in workers}
+    curve, final_x = _curve(wl, work_dir, workers, raw, summaries)
+    out.extend(curve)
+    if final_x is not None:
+        np.save(work_dir / "model.npy", final_x)
+    out.append(_summary(wl, workers, raw, summaries, iters, curve, final_x,
+                        [r for r in out if r.get("type") == "validity"]))
+    return out
+
+
+def _iter_record(r: dict[str, Any]) -> dict[str, Any]:
+    other = r["iter_s"] - r["compute_s"] - r["comm_s"] - r.get("stall_s", 0.0)
+    return {"type": "p4sgd_iter", "host": r["host"], "rank": r["rank"], "iter": r["iter"],
+            "epoch": r["epoch"], "samples": r["samples"], "t_s": r["t_s"], "iter_s": r["iter_s"],
+            "compute_s": r["compute_s"], "comm_s": r["comm_s"], "stall_s": r.get("stall_s", 0.0),
+            "other_s": max(0.0, other), "allreduce_s": r["allreduce_s"], "dilation": r["dilation"]}
+
+
+def _load_snapshots(work_dir: Path, host: str) -> np.ndarray | None:
+    p = work_dir / f"{host}.snapshots.npy"
+    return np.load(p) if p.exists() else None
+
+
+def _curve(wl: P4sgdWorkload, work_dir: Path, workers: list[str], raw: dict[str, list],
+           summaries: dict[str, Any]) -> tuple[list[dict[str, Any]], np.ndarray | None]:
+    """Assemble the model at every snapshot and evaluate it on the training data."""
+    from hosts.glm.data import load_dataset
+    from hosts.glm.models import get_model
+    from hosts.glm.training import evaluate
+
+    snaps = {h: _load_snapshots(work_dir, h) for h in workers}
+    metas = {h: [r for r in raw[h] if r.get("type") == "snapshot"] for h in workers}
+    if any(s is None for s in snaps.values()):
+        return [], None
+    n = min(min(len(snaps[h]), len(metas[h])) for h in workers)
+    ds = load_dataset(wl.dataset_spec())
+    model = get_model(wl.glm, wl.l2)
+    mp = wl.mode == "model_parallel"
+    order = sorted(workers, key=lambda h: (summaries[h] or {}).get("rank", workers.index(h)))
+    curve = []
+    x = None
+    for j in range(n):
+        # Model parallel: slices in rank order; data parallel: every replica is the model.
+        x = np.concatenate([snaps[h][j] for h in order]) if mp else snaps[order[0]][j]
+        if x.size != ds.n_features:
+            return [], None
+        ev = evaluate(ds, x, model)
+        m0 = metas[order[0]][j]
+        t = max(metas[h][j]["t_s"] for h in workers)  # a snapshot exists once all have it
+        curve.append({"type": "p4sgd_curve", "snapshot": j, "iter": m0["iter"], "epochs": m0["epochs"],
+                      "samples_seen": m0["samples_seen"], "t_s": t, "dilation": m0["dilation"],
+                      "loss": ev["loss"], "objective": ev["objective"], "accuracy": ev["accuracy"]})
+    final = [work_dir / f"{h}.model.npy" for h in order]
+    if all(p.exists() for p in final):
+        parts = [np.load(p) for p in final]
+        x = np.concatenate(parts) if mp else parts[0]
+    return curve, x
+
+
+def time_to_target(curve: list[dict[str, Any]], target: float | None) -> float | None:
+    """Emulated time of the first snapshot whose training loss is <= target."""
+    if target is None:
+        return None
+    return next((c["t_s"] for c in curve if c["loss"] <= target), None)
+
+
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.mean(xs)) if xs else None
+
+
+def _summary(wl: P4sgdWorkload, workers: list[str], raw: dict[str, list], summaries: dict[str, Any],
+             iters: list[dict[str, Any]], curve: list[dict[str, Any]], final_x: np.ndarray | None,
+             validity: list[dict[str, Any]]) -> dict[str, Any]:
+    sums = [s for s in summaries.values() if s is not None]
+    ok = len(sums) == len(workers) and all(s.get("ok") for s in sums)
+    digests = {s.get("digest") for s in sums}
+    replicas_identical = None
+    if wl.mode == "data_parallel" and ok:
+        models = [np.load(s["model_path"]) for s in sums if Path(s["model_path"]).exists()]
+        replicas_identical = len(models) == len(sums) and all(np.array_equal(models[0], m) for m in models)
+    train_s = max((s["train_s"] for s in sums), default=0.0)
+    samples = sums[0]["samples"] if sums else 0
+    lat = np.array([v for r in iters for v in r["allreduce_s"]], dtype=np.float64)
+    iter_s = np.array([r["iter_s"] for r in iters], dtype=np.float64)
+    hidden = [1.0 - s["comm_s"] / s["allreduce_total_s"] for s in sums if s.get("allreduce_total_s")]
+    comm_share = [s["comm_s"] / s["train_s"] for s in sums if s.get("train_s")]
+    compute_share = [s["compute_s"] / s["train_s"] for s in sums if s.get("train_s")]
+    final = curve[-1] if curve else {}
+    dilation = wl.dilation
+    stats = [s.get("collective_stats") or {} for s in sums]
+    return {
+        "type": "p4sgd_summary", "mode": wl.mode, "collective": wl.collective, "glm": wl.glm,
+        "device": wl.device, "dilation": dilation, "times_dilated": dilation != 1.0,
+        "workers": len(workers), "batch": wl.batch, "micro_batch": wl.micro_batch,
+        "pipeline_depth": wl.pipeline_depth, "ok": ok,
+        "error": next((s.get("error") for s in sums if s.get("error")), None),
+        "iterations": sums[0]["iterations"] if sums else 0, "samples": samples,
+        "train_s": train_s,
+        "throughput_sps": samples / train_s if train_s > 0 else None,
+        # What the throughput would be if network and device both ran at real speed.
+        "throughput_sps_undilated": samples / train_s * dilation if train_s > 0 else None,
+        "iter_ms_mean": float(iter_s.mean() * 1e3) if iter_s.size else None,
+        "iter_ms_p50": float(np.percentile(iter_s, 50) * 1e3) if iter_s.size else None,
+        "iter_ms_p99": float(np.percentile(iter_s, 99) * 1e3) if iter_s.size else None,
+        "compute_share": _mean(compute_share), "comm_share": _mean(comm_share),
+        "hidden_share": _mean(hidden),
+        "allreduces_per_worker": int(lat.size // max(1, len(workers))),
+        "allreduce_p50_ms": float(np.percentile(lat, 50) * 1e3) if lat.size else None,
+        "allreduce_p99_ms": float(np.percentile(lat, 99) * 1e3) if lat.size else None,
+        # Compare with `dilation`: the device is slowed by that factor, the network by this one.
+        "network_slowdown_vs_hw": (float(np.percentile(lat, 50)) / HW_ALLREDUCE_S
+                                   if lat.size and wl.mode == "model_parallel" else None),
+        "final_loss": final.get("loss"), "final_objective": final.get("objective"),
+        "final_accuracy": final.get("accuracy"), "target_loss": wl.target_loss,
+        "time_to_target_s": time_to_target(curve, wl.target_loss),
+        "model_digest": (hashlib.blake2b(np.ascontiguousarray(final_x).tobytes(), digest_size=8).hexdigest()
+                         if final_x is not None else None),
+        # Every worker hashed every allreduce result: equal digests = identical sums everywhere.
+        "all_correct": ok and len(digests) == 1 and replicas_identical is not False,
+        "replicas_identical": replicas_identical,
+        "valid": all(v.get("valid", True) for v in validity),
+        "retransmissions": sum(int(st.get("retransmissions", 0)) for st in stats),
+        "per_worker": [{"host": h, "train_s": (summaries[h] or {}).get("train_s"),
+                        "compute_s": (summaries[h] or {}).get("compute_s"),
+                        "comm_s": (summaries[h] or {}).get("comm_s"),
+                        "part": (summaries[h] or {}).get("part")} for h in workers],
+    }
+
+
+def summary_row(s: dict[str, Any]) -> dict[str, Any]:
+    def r(v, nd=3):
+        return None if v is None else round(v, nd)
+    return {"mode": s["mode"], "collective": s["collective"], "workers": s["workers"],
+            "device": s["device"], "dilation": s["dilation"], "batch": s["batch"],
+            "depth": s["pipeline_depth"], "throughput_sps": r(s["throughput_sps"], 1),
+            "iter_ms": r(s["iter_ms_p50"]), "comm_share": r(s["comm_share"]),
+            "hidden_share": r(s["hidden_share"]), "allreduce_p50_ms": r(s["allreduce_p50_ms"]),
+            "final_loss": r(s["final_loss"], 5), "time_to_target_s": r(s["time_to_target_s"]),
+            "valid": s["valid"], "all_correct": s["all_correct"]}
