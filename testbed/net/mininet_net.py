@@ -218,9 +218,12 @@ class MininetNetwork(Network):
             lg.removeHandler(h)
         lg.addHandler(handler)
         lg.setLevel(logging.INFO)
+        # ...and only there: not also through a root handler someone configured.
+        old_propagate, lg.propagate = lg.propagate, False
         try:
             yield
         finally:
+            lg.propagate = old_propagate
             lg.removeHandler(handler)
             for h in old_handlers:
                 lg.addHandler(h)

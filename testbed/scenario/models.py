@@ -36,7 +36,7 @@ DOTTED_KEYS = {"dotted_keys": True}
 # Figure names a scenario may list. The plotting package registers its names;
 # the two allreduce figures are known up front so loading a scenario does not
 # need to import matplotlib.
-BUILTIN_FIGURES = frozenset({"goodput_vs_size", "latency_cdf"})
+BUILTIN_FIGURES = frozenset({"goodput_vs_size", "latency_cdf", "latency_vs_loss"})
 known_figures: set[str] = set(BUILTIN_FIGURES)
 
 

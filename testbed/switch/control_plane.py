@@ -32,16 +32,17 @@ class ControlPlane:
     @classmethod
     def start(cls, net: Any, program: str, logs_dir: Path, job_requests: list[JobRequest]) -> "ControlPlane":
         from testbed.switch.controller import SwitchController  # noqa: PLC0415 - grpc import is slow
+        from testbed.switch.p4runtime_server import device_id_for  # noqa: PLC0415
 
         info = net.switch_info
         cp = cls()
         try:
-            for device_id, (sw, addr) in enumerate(sorted(info["p4runtime"].items()), start=1):
-                c = SwitchController(sw, addr, device_id, str(p4info_path(program)), program.encode(),
+            for sw, addr in sorted(info["p4runtime"].items()):
+                c = SwitchController(sw, addr, device_id_for(sw), str(p4info_path(program)), program.encode(),
                                      logs_dir / f"{sw}-p4runtime-requests.txt")
                 cp.controllers[sw] = c.connect()
-                c.install_forwarding(info["forwarding"][sw])
                 c.install_flood_group(info["ports"][sw])
+                c.install_forwarding(info["forwarding"][sw])
             if job_requests:
                 cp.jobs = plan_jobs(info["plan"], job_requests)
                 for job in cp.jobs:

@@ -166,7 +166,7 @@ class RequestLog:
         self.names: dict[int, str] = {}
         self._lock = threading.Lock()
         self._seq = 0
-        self._f = open(self.path, "a", encoding="utf-8")
+        self.path.touch()
 
     def _stamp(self) -> str:
         return datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
@@ -194,13 +194,12 @@ class RequestLog:
             body = format_message(shown, self.names)
             if body:
                 lines.append(body)
-        self._f.write("\n".join(lines) + "\n")
-        self._f.flush()
+        # opened per record: nothing to leak when a controller is never closed
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
 
     def close(self) -> None:
-        with self._lock:
-            if not self._f.closed:
-                self._f.close()
+        """Nothing held open (kept for symmetry with the controller)."""
 
 
 # --- p4runtime-shell plumbing -------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.workloads import register_workload
 from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime
@@ -41,7 +41,17 @@ class AllreduceWorkload(BaseModel):
     compute_ms: float = Field(
         0.0, ge=0, description="Modeled compute time per iteration; a straggler's `slowdown` scales it.")
     timeout_s: float = Field(
-        120.0, gt=0, description="A host gives up if one operation takes longer than this.")
+        120.0, gt=0, description="A host gives up if one operation makes no progress for this long.")
+    jobs: int = Field(
+        1, ge=1, le=8, description="Independent jobs sharing the network: the workers split into this "
+                                   "many contiguous groups, each its own allreduce (and, for switch, "
+                                   "its own aggregation job on the switch).")
+
+    @model_validator(mode="after")
+    def _jobs_need_peer_algorithms(self) -> "AllreduceWorkload":
+        if self.jobs > 1 and self.algorithm == "ps":
+            raise ValueError("jobs > 1 needs algorithm ring or switch (there is one parameter server host)")
+        return self
 
     def extra_hosts(self) -> list[str]:
         """Hosts besides the workers w1..wN that this workload needs."""
@@ -54,6 +64,21 @@ class AllreduceWorkload(BaseModel):
 # ---------------------------------------------------------------------------
 
 ALLREDUCE_TCP_PORT = 47000
+
+
+def job_groups(scenario: Any) -> list[list[str]]:
+    """Workers split into `workload.jobs` contiguous groups (w1..wk, wk+1..)."""
+    workers = [h for h in scenario.hosts() if h.startswith("w")]
+    n = scenario.workload.jobs
+    if n > len(workers):
+        raise ValueError(f"workload.jobs={n} but only {len(workers)} workers; each job needs at least one")
+    size, extra = divmod(len(workers), n)
+    groups, start = [], 0
+    for j in range(n):
+        end = start + size + (1 if j < extra else 0)
+        groups.append(workers[start:end])
+        start = end
+    return groups
 
 
 def straggler_for(scenario: Any, host: str) -> dict[str, float] | None:
@@ -70,24 +95,26 @@ class AllreduceRuntime(WorkloadRuntime):
     def programs(self, ctx: PointContext) -> list[HostProgram]:
         scn = ctx.point.scenario
         wl = scn.workload
-        workers = [h for h in scn.hosts() if h.startswith("w")]
-        peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in workers]
         ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if wl.algorithm == "ps" else None
-        common = {
-            "world": len(workers), "algorithm": wl.algorithm, "peers": peers, "ps": ps,
-            "port": ALLREDUCE_TCP_PORT, "sizes": list(wl.sizes), "iterations": wl.iterations,
-            "warmup": wl.warmup, "compute_ms": wl.compute_ms, "seed": ctx.point.seed,
-            "start_at": ctx.start_at, "connect_timeout_s": 30, "timeout_s": wl.timeout_s,
-        }
         progs = []
-        if ps is not None:
-            cfg = dict(common, host="ps", role="ps", rank=-1, straggler=straggler_for(scn, "ps"),
-                       out=str(ctx.work_dir / "ps.jsonl"))
-            progs.append(HostProgram("ps", self.module_argv("hosts.allreduce", self.write_config(ctx, "ps", cfg)), phase=0))
-        for rank, h in enumerate(workers):
-            cfg = dict(common, host=h, role="worker", rank=rank, straggler=straggler_for(scn, h),
-                       out=str(ctx.work_dir / f"{h}.jsonl"))
-            progs.append(HostProgram(h, self.module_argv("hosts.allreduce", self.write_config(ctx, h, cfg)), phase=1))
+        for job_id, group in enumerate(job_groups(scn), start=1):
+            peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in group]
+            common = {
+                "world": len(group), "algorithm": wl.algorithm, "peers": peers, "ps": ps,
+                "port": ALLREDUCE_TCP_PORT, "sizes": list(wl.sizes), "iterations": wl.iterations,
+                "warmup": wl.warmup, "compute_ms": wl.compute_ms, "seed": ctx.point.seed,
+                "start_at": ctx.start_at, "connect_timeout_s": 30, "timeout_s": wl.timeout_s,
+            }
+            if wl.algorithm == "switch":
+                common["ina"] = {"job_id": job_id}
+            if ps is not None:
+                cfg = dict(common, host="ps", role="ps", rank=-1, straggler=straggler_for(scn, "ps"),
+                           out=str(ctx.work_dir / "ps.jsonl"))
+                progs.append(HostProgram("ps", self.module_argv("hosts.allreduce", self.write_config(ctx, "ps", cfg)), phase=0))
+            for rank, h in enumerate(group):
+                cfg = dict(common, host=h, role="worker", rank=rank, straggler=straggler_for(scn, h),
+                           out=str(ctx.work_dir / f"{h}.jsonl"))
+                progs.append(HostProgram(h, self.module_argv("hosts.allreduce", self.write_config(ctx, h, cfg)), phase=1))
         return progs
 
     def ina_jobs(self, point: Any) -> list[Any]:
@@ -96,25 +123,37 @@ class AllreduceRuntime(WorkloadRuntime):
         scn = point.scenario
         if scn.workload.algorithm != "switch":
             return []
-        return [JobRequest(1, tuple(h for h in scn.hosts() if h.startswith("w")))]
+        return [JobRequest(j, tuple(g)) for j, g in enumerate(job_groups(scn), start=1)]
 
     def timeout_s(self, ctx: PointContext) -> float:
         # The host programs bound themselves with timeout_s per operation; give the
         # whole point room for every size and iteration before declaring it hung.
+        # Hosts fail on their own after timeout_s without progress; this is only
+        # a safety net for a host that hangs outright.
         wl = ctx.point.scenario.workload
-        return wl.timeout_s + 30.0
+        return wl.timeout_s * 2 * len(wl.sizes) + 60.0
+
+    def collect(self, ctx: PointContext) -> list[dict[str, Any]]:
+        job_of = {h: j for j, g in enumerate(job_groups(ctx.point.scenario), start=1) for h in g}
+        records = super().collect(ctx)
+        for r in records:
+            if r.get("host") in job_of:
+                r["job"] = job_of[r["host"]]
+        return records
 
     def summarize(self, ctx: PointContext, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        by_size: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        by_key: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
         for r in records:
             if r.get("type") == "allreduce" and not r.get("warmup"):
-                by_size[r["size"]].append(r)
+                by_key[(r.get("job", 1), r["size"])].append(r)
+        multi_job = len({j for j, _ in by_key}) > 1
         rows = []
-        for size in sorted(by_size):
-            rs = by_size[size]
+        for job, size in sorted(by_key):
+            rs = by_key[(job, size)]
             lat = np.array([r["latency_s"] for r in rs])
             nbytes = rs[0]["bytes"]
             rows.append({
+                **({"job": job} if multi_job else {}),
                 "algorithm": rs[0]["algorithm"], "size": size, "bytes": nbytes,
                 "samples": len(rs),
                 "p50_ms": round(float(np.percentile(lat, 50)) * 1e3, 3),
