@@ -8,7 +8,7 @@ Modules:
     models      loss / derivative / prediction of linreg, logreg, svm
     data        Dataset, LIBSVM loader, synthetic generators, builtin real data
     partition   feature (column) partitioning across model-parallel workers
-    fixed_point float <-> int32 conversion with a shared, overflow-safe scale
+    (fixed point lives in hosts/ina/fixed_point.py, shared with the transport)
     training    reference, model-parallel (pipelined) and data-parallel SGD
     devices     compute device time models (CPU, emulated U280, emulated GPU)
     u280_xrt    adapter that would drive a real U280 through XRT (dry-runnable)

@@ -78,7 +78,7 @@ class LocalAllreduceGroup:
 
     group.endpoint(rank) is an AsyncAllreduce and also callable as a blocking
     allreduce. `reduce(vectors)` defaults to exact_sum (e.g. pass
-    fixed_point.quantized_sum to mimic the switch)."""
+    hosts.ina.fixed_point.quantized_sum to mimic the switch)."""
 
     def __init__(self, n_workers: int, reduce: Callable[[Sequence[Vector]], Vector] | None = None,
                  timeout_s: float = 60.0):
@@ -402,7 +402,7 @@ def simulate_model_parallel(ds: Dataset, n_workers: int, model: str | GLM, lr: f
 
     The allreduce is exact (sum in rank order) or, for the per-micro-batch
     partial sums, `quantize(list_of_worker_vectors) -> sum` (e.g.
-    fixed_point.QuantizedSum()). Evaluation sums are always exact."""
+    hosts.ina.fixed_point.QuantizedSum()). Evaluation sums are always exact."""
     model = get_model(model)
     part = partition_features(ds, n_workers, balance)
     gens = []

@@ -2,8 +2,8 @@
 
 A switch adds 32-bit integers, so a worker sends round(x * 2^k) and turns the
 integer sum S back into S * 2^-k. Every worker must use the same k, and the
-SUM of N contributions must not overflow int32. (`hosts/glm/fixed_point.py`
-has the same names and semantics; this module is the canonical one.)
+SUM of N contributions must not overflow int32. Used by the host transport
+and by the GLM code's in-process simulation of it (hosts/glm).
 
 Exponents. A worker's exponent for a vector is e = exponent_of(max|x|): the
 smallest e with max|x| < 2^e (frexp), EXP_ZERO (-126) for an all-zero vector.

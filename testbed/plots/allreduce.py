@@ -102,9 +102,10 @@ def latency_vs_loss(run: Run, out_dir: Path) -> list[Path]:
     fig, ax = plt.subplots()
     for (alg, size), by_loss in sorted(rows.items()):
         xs = sorted(by_loss)
-        ax.plot(xs, [np.median(by_loss[x]) * 1e3 for x in xs], marker="o", label=f"{alg}, {size} values p50")
+        (line,) = ax.plot(xs, [np.median(by_loss[x]) * 1e3 for x in xs], marker="o",
+                          label=f"{alg}, {size} values p50")
         ax.plot(xs, [np.percentile(by_loss[x], 99) * 1e3 for x in xs], ls="--", alpha=0.6,
-                label=f"{alg}, {size} values p99")
+                color=line.get_color(), label=f"{alg}, {size} values p99")
     ax.set_xscale("symlog", linthresh=0.1)
     ax.set_yscale("log")
     ax.set_xlabel("configured loss per link direction (%)")

@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
 
-from hosts.glm import fixed_point as fp
+from hosts.ina import fixed_point as fp
 from hosts.glm.data import (Dataset, LibsvmFormatError, load_dataset, load_libsvm, make_dense,
                             make_sparse, save_libsvm, train_test_split)
 from hosts.glm.devices import CpuDevice, GpuDevice, U280Device, make_device
