@@ -129,7 +129,7 @@ def run(scenario: str, overrides: tuple[str, ...], net_mode: str, quick: bool, o
         click.secho(f"interrupted: network torn down; {sum(o.status == 'ok' for o in outcome.outcomes)} "
                     f"completed point(s) kept in {outcome.run_dir}", fg="yellow", err=True)
         sys.exit(130)
-    if plot and any(o.status == "ok" for o in outcome.outcomes):
+    if plot and scn.figures and any(o.status == "ok" for o in outcome.outcomes):
         _plot(outcome.run_dir, None)
     click.echo(f"\nresults: {outcome.run_dir}")
     if outcome.failed:

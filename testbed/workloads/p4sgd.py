@@ -22,6 +22,8 @@ dilated by `dilation` (= time_scale), which every record carries.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -40,6 +42,10 @@ P4SGD_TCP_PORT = 47400   # ring ranks use +1+rank, the PS the base (hosts.common
 # [I] one in-switch allreduce round trip on real hardware (Tofino + FPGA NIC),
 # research/seeds.md section 1.3; used only to report how much slower the emulated network is.
 HW_ALLREDUCE_S = 2e-6
+# [D] the U280 has two 100 GbE QSFP28 ports; [A] a data-parallel gradient allreduce through
+# a switch streams the D float32 values up and the sums down at line rate, one round trip
+# apart (SwitchML-style): ~HW_ALLREDUCE_S + 4 D / HW_LINK_BPS. Used like HW_ALLREDUCE_S.
+HW_LINK_BPS = 100e9 / 8
 
 
 def _register_figure_names() -> bool:
@@ -312,7 +318,7 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
     if final_x is not None:
         np.save(work_dir / "model.npy", final_x)
     out.append(_summary(wl, workers, raw, summaries, iters, curve, final_x,
-                        [r for r in out if r.get("type") == "validity"]))
+                        [r for r in out if r.get("type") == "validity"], work_dir))
     return out
 
 
@@ -372,6 +378,23 @@ def time_to_target(curve: list[dict[str, Any]], target: float | None) -> float |
     return next((c["t_s"] for c in curve if c["loss"] <= target), None)
 
 
+def _switch_cpu(work_dir: Path) -> dict[str, float]:
+    """CPU, wall time and run-queue wait of the point's soft switches (summed; they
+    cover the switch's whole life: start, handshake, training, teardown)."""
+    p = work_dir / "switch_stats.json"
+    try:
+        stats = json.loads(p.read_text()) if p.exists() else {}
+    except (OSError, ValueError):
+        return {}
+    out: dict[str, float] = {}
+    for st in stats.values():
+        if isinstance(st, dict):
+            for k in ("cpu_time_s", "wall_time_s", "runqueue_wait_s"):
+                if isinstance(st.get(k), (int, float)):
+                    out[k] = out.get(k, 0.0) + float(st[k])
+    return out
+
+
 def _mean(xs) -> float | None:
     xs = [x for x in xs if x is not None]
     return float(np.mean(xs)) if xs else None
@@ -379,7 +402,7 @@ def _mean(xs) -> float | None:
 
 def _summary(wl: P4sgdWorkload, workers: list[str], raw: dict[str, list], summaries: dict[str, Any],
              iters: list[dict[str, Any]], curve: list[dict[str, Any]], final_x: np.ndarray | None,
-             validity: list[dict[str, Any]]) -> dict[str, Any]:
+             validity: list[dict[str, Any]], work_dir: Path | None = None) -> dict[str, Any]:
     sums = [s for s in summaries.values() if s is not None]
     ok = len(sums) == len(workers) and all(s.get("ok") for s in sums)
     digests = {s.get("digest") for s in sums}
@@ -397,6 +420,13 @@ def _summary(wl: P4sgdWorkload, workers: list[str], raw: dict[str, list], summar
     final = curve[-1] if curve else {}
     dilation = wl.dilation
     stats = [s.get("collective_stats") or {} for s in sums]
+    # What the emulation cost in real CPU: all hosts share the machine's cores.
+    host_cpu = [s["cpu_s"] for s in sums if s.get("cpu_s") is not None]
+    cores = os.cpu_count() or 1
+    sw = _switch_cpu(work_dir) if work_dir is not None else {}
+    # Hardware time of one allreduce of this point's vectors (see HW_LINK_BPS).
+    n_values = wl.micro_batch if wl.mode == "model_parallel" else (final_x.size if final_x is not None else 0)
+    hw_allreduce = HW_ALLREDUCE_S + 4 * n_values / HW_LINK_BPS
     return {
         "type": "p4sgd_summary", "mode": wl.mode, "collective": wl.collective, "glm": wl.glm,
         "device": wl.device, "dilation": dilation, "times_dilated": dilation != 1.0,
@@ -412,13 +442,26 @@ def _summary(wl: P4sgdWorkload, workers: list[str], raw: dict[str, list], summar
         "iter_ms_p50": float(np.percentile(iter_s, 50) * 1e3) if iter_s.size else None,
         "iter_ms_p99": float(np.percentile(iter_s, 99) * 1e3) if iter_s.size else None,
         "compute_share": _mean(compute_share), "comm_share": _mean(comm_share),
+        # 1 - exposed / total allreduce time. Only an asynchronous collective with
+        # pipeline_depth > 1 can hide anything; a blocking use (data parallel, depth 1,
+        # ring/ps) is ~0 by construction and slightly negative when host-side packet
+        # handling outside the measured round trip is counted as exposed.
         "hidden_share": _mean(hidden),
         "allreduces_per_worker": int(lat.size // max(1, len(workers))),
         "allreduce_p50_ms": float(np.percentile(lat, 50) * 1e3) if lat.size else None,
         "allreduce_p99_ms": float(np.percentile(lat, 99) * 1e3) if lat.size else None,
         # Compare with `dilation`: the device is slowed by that factor, the network by this one.
-        "network_slowdown_vs_hw": (float(np.percentile(lat, 50)) / HW_ALLREDUCE_S
-                                   if lat.size and wl.mode == "model_parallel" else None),
+        "network_slowdown_vs_hw": (float(np.percentile(lat, 50)) / hw_allreduce
+                                   if lat.size and n_values else None),
+        "hw_allreduce_s": hw_allreduce,
+        "host_cpu_s": float(sum(host_cpu)) if host_cpu else None,
+        # Share of the machine's cores the workers kept busy while training: near 1,
+        # hosts queue for a core and iteration times measure the machine, not the model.
+        "host_cpu_load": (float(sum(host_cpu)) / (train_s * cores)
+                          if host_cpu and train_s > 0 else None),
+        "cores": cores,
+        "switch_cpu_s": sw.get("cpu_time_s"), "switch_wall_s": sw.get("wall_time_s"),
+        "switch_runqueue_wait_s": sw.get("runqueue_wait_s"),
         "final_loss": final.get("loss"), "final_objective": final.get("objective"),
         "final_accuracy": final.get("accuracy"), "target_loss": wl.target_loss,
         "time_to_target_s": time_to_target(curve, wl.target_loss),

@@ -45,9 +45,9 @@ def test_quickstart_loads():
     assert scn.switch.backend == "soft"
     assert scn.links.bandwidth_mbps == 100
     assert scn.workload.kind == "allreduce"
-    assert scn.workload.sizes == [256, 4096, 65536, 1048576]
-    assert (scn.workload.iterations, scn.workload.warmup) == (20, 2)
-    assert scn.sweep.grid == {"workload.algorithm": ["ring", "ps"]}
+    assert scn.workload.sizes == [64, 1024, 16384, 262144]
+    assert (scn.workload.iterations, scn.workload.warmup) == (10, 2)
+    assert scn.sweep.grid == {"workload.algorithm": ["switch", "ring", "ps"]}
     assert [c.name for c in scn.sweep.cases] == ["baseline", "straggler", "loss"]
     assert scn.figures == ["goodput_vs_size", "latency_cdf"]
     assert scn.hosts() == ["w1", "w2", "w3", "w4"]
@@ -227,16 +227,17 @@ def test_overrides_apply_to_quickstart():
 def test_expansion_count_labels_and_params():
     points = expand_points(load_scenario(QUICKSTART))
     assert [p.label for p in points] == [
-        "000-baseline-algorithm=ring-r0", "001-baseline-algorithm=ps-r0",
-        "002-straggler-algorithm=ring-r0", "003-straggler-algorithm=ps-r0",
-        "004-loss-algorithm=ring-r0", "005-loss-algorithm=ps-r0",
+        "000-baseline-algorithm=switch-r0", "001-baseline-algorithm=ring-r0",
+        "002-baseline-algorithm=ps-r0", "003-straggler-algorithm=switch-r0",
+        "004-straggler-algorithm=ring-r0", "005-straggler-algorithm=ps-r0",
+        "006-loss-algorithm=switch-r0", "007-loss-algorithm=ring-r0", "008-loss-algorithm=ps-r0",
     ]
-    assert [p.index for p in points] == list(range(6))
-    loss_ps = points[5]
+    assert [p.index for p in points] == list(range(9))
+    loss_ps = points[8]
     assert loss_ps.case == "loss" and loss_ps.params == {"workload.algorithm": "ps"}
     assert loss_ps.scenario.links.loss_pct == 1 and loss_ps.scenario.workload.algorithm == "ps"
     assert loss_ps.scenario.hosts()[-1] == "ps"
-    straggler = points[2].scenario.stragglers
+    straggler = points[3].scenario.stragglers
     assert [(s.host, s.delay_ms) for s in straggler] == [("w2", 20)]
     assert points[0].scenario.stragglers == [] and points[0].scenario.links.loss_pct == 0
 
@@ -264,7 +265,7 @@ def test_seeds_are_stable_and_distinct():
     assert [p.seed for p in points] == [p.seed for p in again]
     assert len({p.seed for p in points}) == len(points)
     # Fixed value: the derivation must not change between runs, machines or releases.
-    assert points[0].seed == 1582049270
+    assert points[1].seed == 1582049270  # baseline ring: same as before switch joined the grid
     assert all(0 <= p.seed < 2**31 for p in points)
     reseeded = expand_points(load_scenario(QUICKSTART, ["sweep.seed=2"]))
     assert not {p.seed for p in points} & {p.seed for p in reseeded}
@@ -275,16 +276,16 @@ def test_seeds_are_stable_and_distinct():
 def test_quick_mode():
     scn = load_scenario(QUICKSTART)
     points = expand_points(scn, quick=True)
-    assert len(points) == 6
+    assert len(points) == 9
     assert all(p.scenario.workload.iterations == 5 for p in points)
-    assert all(p.scenario.workload.sizes == [256, 65536] for p in points)
+    assert all(p.scenario.workload.sizes == [64, 16384] for p in points)
     # Same combination, same seed in quick and full mode.
     assert [p.seed for p in points] == [p.seed for p in expand_points(scn)]
     narrowed = load_scenario(QUICKSTART, ["sweep.quick.cases=[loss]", "sweep.quick.repeats=2",
                                           "sweep.quick.grid={workload.algorithm: [ps]}"])
     assert [p.label for p in expand_points(narrowed, quick=True)] == ["000-loss-algorithm=ps-r0",
                                                                       "001-loss-algorithm=ps-r1"]
-    assert len(expand_points(narrowed)) == 6
+    assert len(expand_points(narrowed)) == 9
 
 
 def test_scenario_built_in_python_expands():
