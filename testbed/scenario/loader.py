@@ -418,6 +418,8 @@ def load_scenario_text(text: str, source_name: str, overrides: Iterable[str] = (
     scenario, problems = validate_raw(raw)
     if scenario is None:
         raise ScenarioError(source.problem(loc, msg) for loc, msg in problems)
+    scenario._cli_overrides = [_parse_override(t) for t in overrides
+                               if not _parse_override(t)[0].startswith("sweep.")]
     sweep_problems = check_sweep(scenario, raw, source)
     if sweep_problems:
         raise ScenarioError(sweep_problems)

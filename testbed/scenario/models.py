@@ -238,6 +238,9 @@ class Scenario(BaseModel):
     # The raw mapping this scenario was validated from (after overrides), so
     # sweeps can derive point scenarios by editing the input, not the model.
     _raw: Optional[dict[str, Any]] = PrivateAttr(default=None)
+    # `--set` overrides (path, value): they win over sweep cases and quick
+    # settings too, and pin a swept grid key to the one value given.
+    _cli_overrides: list = PrivateAttr(default_factory=list)
 
     def __eq__(self, other: object) -> bool:
         # Same fields, same scenario, whether loaded from a file or built in Python

@@ -60,6 +60,9 @@ def _plan(scenario: Scenario, quick: bool) -> tuple[list[Case], dict[str, list[A
             cases = [c for c in cases if c.name in q.cases]
         if q.repeats is not None:
             repeats = q.repeats
+    for path, value in scenario._cli_overrides:
+        if path in grid:  # --set on a swept key: run only that value
+            grid[path] = [value]
     return cases, grid, repeats
 
 
@@ -75,6 +78,7 @@ def iter_point_scenarios(scenario: Scenario, quick: bool = False
             entries = list(params.items()) + list(case.set.items())
             if quick:
                 entries += list(scenario.sweep.quick.set.items())
+            entries += [(p, v) for p, v in scenario._cli_overrides if p not in params]
             raw = copy.deepcopy(base)
             name = _label_body(case.name, params)
             try:

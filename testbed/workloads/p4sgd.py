@@ -414,7 +414,9 @@ def _summary(wl: P4sgdWorkload, workers: list[str], raw: dict[str, list], summar
     samples = sums[0]["samples"] if sums else 0
     lat = np.array([v for r in iters for v in r["allreduce_s"]], dtype=np.float64)
     iter_s = np.array([r["iter_s"] for r in iters], dtype=np.float64)
-    hidden = [1.0 - s["comm_s"] / s["allreduce_total_s"] for s in sums if s.get("allreduce_total_s")]
+    # Data parallelism waits for every gradient allreduce (nothing to overlap): no hidden share.
+    hidden = [1.0 - s["comm_s"] / s["allreduce_total_s"] for s in sums
+              if s.get("allreduce_total_s") and wl.mode == "model_parallel"]
     comm_share = [s["comm_s"] / s["train_s"] for s in sums if s.get("train_s")]
     compute_share = [s["compute_s"] / s["train_s"] for s in sums if s.get("train_s")]
     final = curve[-1] if curve else {}
@@ -442,10 +444,15 @@ def _summary(wl: P4sgdWorkload, workers: list[str], raw: dict[str, list], summar
         "iter_ms_p50": float(np.percentile(iter_s, 50) * 1e3) if iter_s.size else None,
         "iter_ms_p99": float(np.percentile(iter_s, 99) * 1e3) if iter_s.size else None,
         "compute_share": _mean(compute_share), "comm_share": _mean(comm_share),
-        # 1 - exposed / total allreduce time. Only an asynchronous collective with
-        # pipeline_depth > 1 can hide anything; a blocking use (data parallel, depth 1,
-        # ring/ps) is ~0 by construction and slightly negative when host-side packet
-        # handling outside the measured round trip is counted as exposed.
+        # Per worker and iteration: modeled compute slept + numpy, and exposed communication.
+        "compute_ms_mean": _mean([r["compute_s"] * 1e3 for r in iters]),
+        "comm_ms_mean": _mean([r["comm_s"] * 1e3 for r in iters]),
+        # 1 - exposed / total allreduce time (model parallel; None for data parallel,
+        # which blocks on every allreduce). Only an asynchronous collective with
+        # pipeline_depth > 1 can hide anything; depth 1 or ring/ps is ~0 by construction,
+        # slightly negative when host-side packet handling outside the measured round
+        # trip counts as exposed. Queueing of deeper pipelines lengthens each allreduce,
+        # and so the total: compare exposed time across depths too (p4sgd_pipeline).
         "hidden_share": _mean(hidden),
         "allreduces_per_worker": int(lat.size // max(1, len(workers))),
         "allreduce_p50_ms": float(np.percentile(lat, 50) * 1e3) if lat.size else None,

@@ -368,3 +368,14 @@ def test_int_override_round_trips(field, value):
             load_scenario_text(MINIMAL, "s.yaml", [override])
         assert f"s.yaml: {path}: must be" in str(info.value)
         assert str(info.value).endswith(f"(from --set {override})")
+
+
+def test_cli_set_wins_over_cases_and_quick_and_pins_grid_keys():
+    scn = load_scenario(QUICKSTART, ["workload.iterations=3", "links.loss_pct=5",
+                                     "workload.algorithm=switch"])
+    points = expand_points(scn, quick=True)
+    # The grid axis the override names collapses to its value...
+    assert [p.params for p in points] == [{"workload.algorithm": "switch"}] * 3
+    # ...and --set beats both the quick `set` (iterations: 5) and the loss case (1 %).
+    assert all(p.scenario.workload.iterations == 3 for p in points)
+    assert all(p.scenario.links.loss_pct == 5 for p in points)

@@ -87,7 +87,10 @@ class SoftSwitchProcess:
 
     @property
     def argv(self) -> list[str]:
-        return [self.python, "-m", "testbed.switch.soft", "--config", str(self.config_path)]
+        from testbed.net.base import with_parent_death_signal  # noqa: PLC0415
+        # Dies with the runner even on SIGKILL (the runner starts it from its main thread).
+        return with_parent_death_signal(
+            [self.python, "-m", "testbed.switch.soft", "--config", str(self.config_path)])
 
     def start(self) -> "SoftSwitchProcess":
         self.workdir.mkdir(parents=True, exist_ok=True)
