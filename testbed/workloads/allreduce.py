@@ -97,11 +97,12 @@ class AllreduceRuntime(WorkloadRuntime):
         wl = scn.workload
         ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if wl.algorithm == "ps" else None
         progs = []
+        port = ctx.tcp_port_base(ALLREDUCE_TCP_PORT)
         for job_id, group in enumerate(job_groups(scn), start=1):
             peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in group]
             common = {
                 "world": len(group), "algorithm": wl.algorithm, "peers": peers, "ps": ps,
-                "port": ALLREDUCE_TCP_PORT, "sizes": list(wl.sizes), "iterations": wl.iterations,
+                "port": port, "sizes": list(wl.sizes), "iterations": wl.iterations,
                 "warmup": wl.warmup, "compute_ms": wl.compute_ms, "seed": ctx.point.seed,
                 "start_at": ctx.start_at, "connect_timeout_s": 30, "timeout_s": wl.timeout_s,
             }

@@ -42,6 +42,26 @@ class PointContext:
     start_at: float            # wall-clock time all hosts begin together
     switch: dict[str, Any] = field(default_factory=dict)  # switch addressing for in-network modes
 
+    def tcp_port_base(self, default: int, span: int = 64) -> int:
+        """Base of the TCP ports host programs listen on. Mininet runs have a
+        network namespace of their own, so the fixed default is safe; local
+        runs share the machine's loopback, so pick a free range instead."""
+        if self.net_mode != "local":
+            return default
+        import random
+        import socket
+        rng = random.Random()
+        for _ in range(50):
+            base = rng.randrange(20000, 60000 - span)
+            try:
+                for port in (base, base + span - 1):
+                    with socket.socket() as s:
+                        s.bind(("127.0.0.1", port))
+                return base
+            except OSError:
+                continue
+        return default
+
 
 class WorkloadRuntime:
     kind: ClassVar[str]

@@ -262,7 +262,7 @@ class P4sgdRuntime(WorkloadRuntime):
             "batch": wl.batch, "micro_batch": wl.micro_batch, "epochs": wl.epochs,
             "pipeline_depth": wl.pipeline_depth, "seed": wl.seed, "dataset": wl.dataset_spec(),
             "balance": wl.balance, "collective": wl.collective, "peers": peers, "ps": ps,
-            "port": P4SGD_TCP_PORT, "fixed_point_exp": wl.fixed_point_exp,
+            "port": ctx.tcp_port_base(P4SGD_TCP_PORT), "fixed_point_exp": wl.fixed_point_exp,
             "device": wl.device_spec(), "snapshot_every": wl.snapshot_every,
             "start_at": ctx.start_at, "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
         }
