@@ -354,6 +354,7 @@ class WorkerDevice:
         self.compute_s = 0.0
         self.debt_s = 0.0
         self.max_overshoot_s = 0.0
+        self.excess_s = 0.0              # sum over steps of max(0, real - modeled)
         self.t0: float | None = None     # perf_counter at the common start
 
     def active(self) -> bool:
@@ -369,6 +370,8 @@ class WorkerDevice:
         out = self.device.run(fn, n_samples, n_features, nnz, phase=phase)
         _, modeled, real = out
         self.debt_s += max(0.0, modeled - real) if self.base_scale is not None else (slow - 1.0) * real
+        if self.base_scale is not None:
+            self.excess_s += max(0.0, real - modeled)   # time the model could not absorb
         if self.debt_s >= self.MIN_SLEEP_S:
             self._sleep_debt()
         self.compute_s += time.perf_counter() - t
@@ -400,7 +403,11 @@ class WorkerDevice:
 def device_validity(host: str, wd: WorkerDevice, dilation: float) -> dict[str, Any]:
     """Is the emulated device's timing trustworthy? (numpy must fit in the model)"""
     device = wd.device
-    v = {**device.validity(), "max_overshoot_s": wd.max_overshoot_s, "sleep_debt_s": wd.debt_s}
+    v = {**device.validity(), "max_overshoot_s": wd.max_overshoot_s, "sleep_debt_s": wd.debt_s,
+         # The timing error the violations caused: steps that ran over the model
+         # delayed this host by this much in total (share of its modeled compute).
+         "excess_s": wd.excess_s}
+    v["excess_share"] = wd.excess_s / v["modeled_s_total"] if v.get("modeled_s_total") else 0.0
     steps = max(1, v["steps"])
     share = v["violations"] / steps
     if getattr(device, "name", "cpu") == "cpu":
@@ -412,7 +419,8 @@ def device_validity(host: str, wd: WorkerDevice, dilation: float) -> dict[str, A
         valid = share <= 0.05 and total_ok
         reason = (f"{v['violations']} of {v['steps']} steps took longer in numpy than the "
                   f"{device.name} model at time_scale {dilation:g} (worst {v['worst_ratio']:.2g}x, "
-                  f"real {v['real_s_total']:.3g} s vs modeled {v['modeled_s_total']:.3g} s)")
+                  f"real {v['real_s_total']:.3g} s vs modeled {v['modeled_s_total']:.3g} s; "
+                  f"time over the model {v['excess_share']:.1%} of the modeled compute)")
         if not valid:
             reason += "; raise workload.time_scale"
     return {**v, "type": "validity", "host": host, "valid": valid, "reason": reason,
@@ -442,6 +450,7 @@ class Worker:
         self.snapshots: list[np.ndarray] = []
         self.iterations = self.samples = 0
         self.train_s = 0.0
+        self.cpu_s = 0.0               # this process's CPU time (user + sys) while training
         self.x: np.ndarray | None = None
         self.part = (0, self.ds.n_features)
         self.timed: TimedAllreduce | None = None
@@ -497,6 +506,7 @@ class Worker:
                            "dilation": self.dilation, "device": self.device.device.describe(),
                            "load_s": self.load_s, "wall_start": time.time()})
         t0 = self.device.t0 = time.perf_counter()
+        cpu0 = time.process_time()
         self.snapshot(t0)
         t_prev = t0
         for epoch in range(cfg.epochs):
@@ -518,6 +528,7 @@ class Worker:
                 if self.iterations % cfg.snapshot_every == 0:
                     self.snapshot(t0)
         self.train_s = time.perf_counter() - t0
+        self.cpu_s = time.process_time() - cpu0
         if self.iterations % cfg.snapshot_every:
             self.snapshot(t0)
 
@@ -560,6 +571,10 @@ class Worker:
             "error": error, "mode": cfg.mode, "collective": cfg.collective, "world": cfg.world,
             "part": list(self.part), "imbalance": getattr(self, "imbalance", None),
             "iterations": self.iterations, "samples": self.samples, "train_s": self.train_s,
+            # Real CPU this emulated host used while training (numpy + transport + Python):
+            # with every host on a few shared cores, sum over hosts / train_s must stay
+            # well below the core count, or hosts wait for a core, not for the model.
+            "cpu_s": self.cpu_s,
             "compute_s": self.device.compute_s, "comm_s": timed.exposed_s if timed else 0.0,
             "allreduces": int(lat.size), "allreduce_total_s": float(lat.sum()),
             "allreduce_p50_s": float(np.percentile(lat, 50)) if lat.size else None,

@@ -230,7 +230,8 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
 def _brief_stats(stats: dict[str, Any] | None) -> dict[str, Any]:
     if not stats:
         return {}
-    return {name: {k: v for k, v in s.items() if k in ("io_mode", "cpu_s", "wall_s", "pipeline")}
+    keep = ("io_mode", "cpu_time_s", "wall_time_s", "runqueue_wait_s", "pipeline")  # soft switch stats keys
+    return {name: {k: v for k, v in s.items() if k in keep}
             for name, s in stats.items() if isinstance(s, dict)}
 
 

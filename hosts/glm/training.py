@@ -230,6 +230,11 @@ def _accumulate(grad: Vector, Xc, g: Vector) -> None:
         grad += Xc.T @ g
 
 
+def _gather_forward(X_part, rows, x):
+    Xc = X_part[rows]
+    return Xc, Xc @ x
+
+
 def _on_device(device, fn, n, f, nnz, phase):
     return fn() if device is None else device.run(fn, n, f, nnz, phase=phase)[0]
 
@@ -292,8 +297,10 @@ def _mp_minibatch(X_part, y, x, model: GLM, lr, idx, micro_batch, depth, device)
 
     for start in range(0, len(idx), micro_batch):
         c = idx[start:start + micro_batch]
-        Xc = X_part[c]
-        q = _on_device(device, lambda: Xc @ x, len(c), f, _rows_nnz(X_part, c), "forward")
+        # The gather of the micro-batch's rows is part of the forward pass (the
+        # device model charges streaming them from HBM), so it runs on the device.
+        Xc, q = _on_device(device, lambda: _gather_forward(X_part, c, x), len(c), f,
+                           _rows_nnz(X_part, c), "forward")
         handle = yield ("submit", np.asarray(q, dtype=np.float64), "forward")
         inflight.append((c, Xc, handle))
         if len(inflight) >= depth:  # k micro-batches outstanding: retire the oldest
@@ -441,9 +448,8 @@ def _dp_worker(X, y, model: GLM, lr, batch, epochs, seed, rank, M, order, x0, ev
             idx = gidx[rank::M]  # DistributedSampler-style share of the global batch
             grad = np.zeros(D)
             if len(idx):
-                Xb = X[idx]
-
-                def local_step():
+                def local_step():  # the gather of the rows is part of the device step
+                    Xb = X[idx]
                     _accumulate(grad, Xb, model.derivative(Xb @ x, y[idx]))
                 _on_device(device, local_step, len(idx), D, _rows_nnz(X, idx), "step")
             h = yield ("submit", grad, "gradient")

@@ -70,20 +70,50 @@ def _caption(run: Run) -> str:
                     if i.get("applied")})
     times = "times are emulated wall-clock" + (", dilated" if any(s["times_dilated"] for s in sums) else "")
     imp = f"loss/delay via {', '.join(mechs)}" if mechs else "no link impairments"
-    slow = [s["network_slowdown_vs_hw"] for s in sums if s.get("network_slowdown_vs_hw")]
+    def span(xs):
+        lo, hi = min(xs), max(xs)
+        return f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
+    slow = [s["network_slowdown_vs_hw"] for s in sums
+            if s.get("network_slowdown_vs_hw") and s["mode"] == "model_parallel"]
     if slow:
-        span = f"{min(slow):.0f}" if round(min(slow)) == round(max(slow)) else f"{min(slow):.0f}-{max(slow):.0f}"
-        dev_txt += f"; emulated micro-batch allreduce p50 = {span}x a ~2 us hardware round trip [I]"
+        dev_txt += f"; emulated micro-batch allreduce p50 = {span(slow)}x a ~2 us hardware round trip [I]"
+    slow_dp = [s["network_slowdown_vs_hw"] for s in sums
+               if s.get("network_slowdown_vs_hw") and s["mode"] == "data_parallel"]
+    if slow_dp:
+        dev_txt += (f"; gradient allreduce p50 = {span(slow_dp)}x a 100 GbE line-rate estimate [A]")
     invalid = sum(1 for s in sums if not s.get("valid", True))
     warn = f"; WARNING: {invalid} point(s) with device timing violations" if invalid else ""
     return (f"Devices: {dev_txt}; collectives: {', '.join(colls) or '-'} "
-            f"(switch = in-network SUM, ring/ps = host TCP); {imp}; {times}{warn}")
+            f"(switch = in-network SUM, ring/ps = host TCP); {imp}; {times}; {_setup(run, sums)}{warn}")
+
+
+def _setup(run: Run, sums: list[dict[str, Any]]) -> str:
+    """Workers and dataset of the successful points (the footer shows only the file's topology)."""
+    workers = sorted({s["workers"] for s in sums})
+    ds = (run.manifest.get("scenario", {}).get("workload") or {}).get("dataset") or {}
+    sets = {}
+    for p in run.points:
+        v = (p.get("params") or {}).get("workload.dataset")
+        if isinstance(v, dict):
+            sets[repr(v)] = v
+    dss = list(sets.values()) or [ds]
+    def one(d):
+        if d.get("source") == "synthetic":
+            return (f"synthetic {d.get('kind', 'dense')} {d.get('samples', '?')} x {d.get('features', '?')}"
+                    + (f" (density {d['density']:g})" if d.get("kind") == "sparse" and "density" in d else ""))
+        return f"{d.get('source')} {d.get('name') or d.get('path', '')}"
+    return (f"workers {', '.join(map(str, workers)) or '-'}; data {'; '.join(one(d) for d in dss)}")
 
 
 def _save(fig: "plt.Figure", run: Run, out_dir: Path, name: str) -> list[Path]:
-    fig.text(0.01, 0.035, _caption(run), fontsize=6.5, color="0.15", ha="left", va="bottom", wrap=True)
+    w, h = fig.get_size_inches()
+    cap = _caption(run)
+    lines = 1 + len(cap) // max(40, int(w * 19))       # ~19 characters per inch at 6.5 pt
+    line_h = 6.5 * 1.3 / 72 / h                         # one caption line, in figure fraction
+    foot = 0.005 + line_h
+    fig.text(0.01, foot + 0.004, cap, fontsize=6.5, color="0.15", ha="left", va="bottom", wrap=True)
     fig.text(0.01, 0.005, emulation_footer(run), fontsize=6.5, color="0.35", ha="left", va="bottom")
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.tight_layout(rect=(0, foot + 0.01 + lines * line_h, 1, 1))
     paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
     for p in paths:
         fig.savefig(p)
@@ -102,9 +132,10 @@ def scaling(run: Run, out_dir: Path) -> list[Path]:
     for s in _summaries(run):
         if s.get("throughput_sps"):
             groups[_series_label(s)][s["workers"]].append(s["throughput_sps"])
-    fig, (ax_s, ax_t) = plt.subplots(1, 2, figsize=(9.5, 4.0))
+    fig, (ax_s, ax_t, ax_b) = plt.subplots(1, 3, figsize=(13.5, 4.2))
     if not groups:
         _empty(ax_s)
+    _iteration_breakdown(run, ax_b)
     top = 1
     for label, by_w in sorted(groups.items()):
         ws = sorted(by_w)
@@ -127,6 +158,40 @@ def scaling(run: Run, out_dir: Path) -> list[Path]:
     ax_t.set_title("Throughput")
     ax_t.legend(fontsize=7)
     return _save(fig, run, out_dir, "p4sgd_scaling")
+
+
+def _iteration_breakdown(run: Run, ax) -> None:
+    """Per worker count and variant: mean time per iteration split into modeled
+    compute, exposed (waited-for) communication and the rest (host overhead, stalls)."""
+    iters = _by_point(run, "p4sgd_iter")
+    rows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for s in _summaries(run):
+        rows[(_series_label(s, ("collective",)), s["workers"])].extend(iters.get(s["point"], []))
+    if not rows:
+        _empty(ax)
+        return
+    keys = sorted(rows, key=lambda k: (k[0], k[1]))
+    parts = (("compute_s", "compute (modeled)"), ("comm_s", "exposed communication"),
+             ("other_s", "host overhead + stall"))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    x = np.arange(len(keys))
+    ms = np.array([[np.mean([r[key] + (r.get("stall_s", 0.0) if key == "other_s" else 0.0)
+                             for r in rows[k]]) * 1e3 for k in keys] for key, _ in parts])
+    total = ms.sum(0)
+    bottom = np.zeros(len(keys))
+    for j, (_, name) in enumerate(parts):
+        share = ms[j] / np.where(total > 0, total, 1.0)
+        ax.bar(x, share, 0.7, bottom=bottom, color=colors[(j + 2) % len(colors)], label=name,
+               edgecolor="k", lw=0.3)
+        bottom += share
+    for xi, t in zip(x, total):
+        ax.text(xi, 1.01, f"{t:.3g} ms", ha="center", va="bottom", fontsize=6.5)
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{k[0].split(',')[0]}\n{k[1]} w" for k in keys], fontsize=6.5)
+    ax.set_ylim(0, 1.12)
+    ax.set_ylabel("share of the mean iteration time (total on top)")
+    ax.set_title("Where an iteration goes")
+    ax.legend(fontsize=7, loc="lower left")
 
 
 @figure("p4sgd_convergence")
@@ -190,17 +255,25 @@ def loss(run: Run, out_dir: Path) -> list[Path]:
         line, = ax_i.plot(x, [s["iter_ms_p50"] for s in ss], marker="o", label=f"{label} p50")
         ax_i.plot(x, [s["iter_ms_p99"] for s in ss], marker="^", ls="--", color=line.get_color(),
                   label=f"{label} p99")
+        base = next((s["train_s"] for s in ss if _loss_pct(s) == 0 and s.get("train_s")), None)
+        for s in ss:
+            if base and s.get("train_s") and _loss_pct(s) > 0:
+                ax_i.annotate(f"x{s['train_s'] / base:.1f} train time", (_loss_pct(s), s["iter_ms_p50"]),
+                              textcoords="offset points", xytext=(-20, 7), fontsize=7,
+                              color=line.get_color())
         digests = {s.get("model_digest") for s in ss}
-        same = "identical" if len(digests) == 1 else f"{len(digests)} different"
-        ax_l.plot(x, [s["final_loss"] for s in ss], marker="o", label=f"{label}: final models {same}")
+        same = (f"final models identical\n(digest {next(iter(digests))})" if len(digests) == 1
+                else f"{len(digests)} different final models")
+        ax_l.plot(x, [s["final_loss"] for s in ss], marker="o", label=f"{label}:\n{same}")
+    ax_i.set_yscale("log")
     ax_i.set_xlabel("packet loss per link direction (%)")
-    ax_i.set_ylabel("iteration time (ms, emulated)")
+    ax_i.set_ylabel("iteration time (ms, emulated, log)")
     ax_i.set_title("Iteration time vs loss rate")
     ax_i.legend(fontsize=7)
     ax_l.set_xlabel("packet loss per link direction (%)")
     ax_l.set_ylabel("final training loss")
     ax_l.set_title("Training is exact under loss")
-    ax_l.legend(fontsize=7)
+    ax_l.legend(fontsize=7, loc="upper right")
     return _save(fig, run, out_dir, "p4sgd_loss")
 
 
@@ -260,11 +333,19 @@ def pipeline(run: Run, out_dir: Path) -> list[Path]:
     fig, (ax_h, ax_i) = plt.subplots(1, 2, figsize=(9.5, 4.0))
     if not groups:
         _empty(ax_h)
+    iters = _by_point(run, "p4sgd_iter")
     for label, ss in sorted(groups.items()):
         ss = sorted(ss, key=lambda s: s["pipeline_depth"])
         d = [s["pipeline_depth"] for s in ss]
-        ax_h.plot(d, [s["hidden_share"] or 0.0 for s in ss], marker="o", label=label)
-        ax_i.plot(d, [s["iter_ms_p50"] for s in ss], marker="o", label=label)
+        ax_h.plot(d, [s["hidden_share"] or 0.0 for s in ss], marker="o", label=f"{label}: 1 - exposed / total")
+        # The same relative to the unpipelined run: exposed time removed vs depth 1.
+        exposed = [np.mean([r["comm_s"] for r in iters.get(s["point"], [])] or [np.nan]) for s in ss]
+        if ss[0]["pipeline_depth"] == 1 and exposed[0] > 0:
+            ax_h.plot(d, [1.0 - e / exposed[0] for e in exposed], marker="s", ls="--",
+                      label=f"{label}: 1 - exposed / exposed at depth 1")
+        line, = ax_i.plot(d, [s["iter_ms_p50"] for s in ss], marker="o", label=f"{label}: iteration p50")
+        ax_i.plot(d, [e * 1e3 for e in exposed], marker="s", ls="--", color=line.get_color(),
+                  label=f"{label}: exposed communication (mean)")
     ax_h.set_ylim(-0.05, 1.05)
     for ax in (ax_h, ax_i):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -273,7 +354,7 @@ def pipeline(run: Run, out_dir: Path) -> list[Path]:
     ax_h.set_title("Share of communication hidden by pipelining")
     ax_h.legend(fontsize=7)
     ax_i.set_xlabel("pipeline depth")
-    ax_i.set_ylabel("iteration time p50 (ms, emulated)")
-    ax_i.set_title("Iteration time")
+    ax_i.set_ylabel("ms per iteration (emulated)")
+    ax_i.set_title("Iteration time and exposed communication")
     ax_i.legend(fontsize=7)
     return _save(fig, run, out_dir, "p4sgd_pipeline")

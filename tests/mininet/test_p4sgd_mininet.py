@@ -32,7 +32,7 @@ from hosts.glm.models import get_model
 from hosts.glm.training import evaluate, simulate_model_parallel
 from hosts.ina import fixed_point as fp
 
-pytestmark = [pytest.mark.mininet, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.mininet, pytest.mark.timeout(90)]
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 3
@@ -67,7 +67,7 @@ def test_p4sgd_exact_under_loss_and_matches_reference(tmp_path):
             "--quick", "--no-plot", "--out", str(tmp_path),
             "--set", f"topology.workers={WORKERS}",
             "--set", f"sweep.quick.grid.links.loss_pct=[0, {LOSS_PCT}]"]
-    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=110)
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=85)
     assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     (run_dir,) = [m.parent for m in tmp_path.glob("*/*/manifest.json")]
     points = [json.loads(line) for line in (run_dir / "points.jsonl").read_text().splitlines()]

@@ -268,6 +268,15 @@ def test_device_validity_tolerates_rare_overshoot_but_flags_systematic():
     wd.device.violations = 600
     v = prog.device_validity("w1", wd, 1.0)
     assert v["valid"] is False and "raise workload.time_scale" in v["reason"]
+    assert v["excess_s"] == 0.0 and v["excess_share"] == 0.0
+
+
+def test_worker_device_accumulates_time_over_the_model():
+    from hosts.glm.devices import U280Device
+    wd = prog.WorkerDevice(U280Device(time_scale=1e-6), None)   # modeled ~1e-12 s: always over
+    wd.run(lambda: sum(range(2000)), 8, 64)
+    v = prog.device_validity("w1", wd, 1e-6)
+    assert v["violations"] == 1 and v["excess_s"] > 0 and v["excess_share"] > 1
 
 
 # ----------------------------------------------------------------- collect / summarize
@@ -293,6 +302,26 @@ def test_collect_assembles_snapshots_and_summarizes(tmp_path):
     assert s["time_to_target_s"] == time_to_target(curve, 0.68)
     row = summary_row(s)
     assert row["all_correct"] is True and row["workers"] == 2
+    # What the emulation cost: workers' CPU while training, share of the machine's cores.
+    assert s["host_cpu_s"] > 0 and s["cores"] >= 1
+    assert s["host_cpu_load"] == pytest.approx(s["host_cpu_s"] / (s["train_s"] * s["cores"]))
+    assert s["compute_ms_mean"] >= 0 and s["comm_ms_mean"] >= 0
+    assert s["switch_cpu_s"] is None                          # no switch_stats.json here
+    assert s["hw_allreduce_s"] == pytest.approx(2e-6 + 4 * 4 / 12.5e9)   # micro_batch 4 values
+
+
+def test_collect_reads_switch_cpu_and_data_parallel_has_no_hidden_share(tmp_path):
+    run_workers(tmp_path, 2, mode="data_parallel", batch=16, epochs=1)
+    (tmp_path / "switch_stats.json").write_text(json.dumps(
+        {"s1": {"cpu_time_s": 0.5, "wall_time_s": 4.0, "runqueue_wait_s": 0.1, "pipeline": {}}}))
+    scn = scenario("collective: ring, mode: data_parallel, lr: 2.0, l2: 0.01, batch: 16, "
+                   "micro_batch: 4, seed: 5, device: cpu")
+    s = collect_point(scn, tmp_path)[-1]
+    assert (s["switch_cpu_s"], s["switch_wall_s"], s["switch_runqueue_wait_s"]) == (0.5, 4.0, 0.1)
+    assert s["hidden_share"] is None                         # blocks on every gradient allreduce
+    # A gradient allreduce of D = 40 floats on hardware: round trip + line rate.
+    assert s["hw_allreduce_s"] == pytest.approx(2e-6 + 4 * 40 / 12.5e9)
+    assert s["network_slowdown_vs_hw"] > 0
 
 
 def test_collect_flags_disagreeing_workers(tmp_path):
