@@ -27,12 +27,19 @@ def emulation_footer(run: Run) -> str:
     parts = [
         f"net={m.get('net', '?')}",
         f"switch={scn.get('switch', {}).get('backend', '?')}",
-        f"{topo.get('workers', '?')} workers ({topo.get('kind', '?')})",
+        f"{_workers(run, topo)} workers ({topo.get('kind', '?')})",
         f"impairments via {', '.join(mechs)}" if mechs else "no impairments",
         f"{m.get('machine', {}).get('cpus', '?')} shared cores",
         f"git {str(m.get('git', {}).get('commit') or '?')[:8]}",
     ]
     return "Emulated: " + "; ".join(parts)
+
+
+def _workers(run: Run, topo: dict) -> str:
+    """Worker count, or the counts a sweep ran ('1/2/4/8')."""
+    swept = sorted({p["params"]["topology.workers"] for p in run.points
+                    if "topology.workers" in (p.get("params") or {})})
+    return "/".join(map(str, swept)) if swept else str(topo.get("workers", "?"))
 
 
 def save(fig: "plt.Figure", run: Run, out_dir: Path, name: str) -> list[Path]:
