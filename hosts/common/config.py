@@ -175,7 +175,7 @@ class InaSettings:
     switch_mac: str = "02:00:00:00:00:fe"  # for the runner's static ARP entry (Mininet)
     job_id: int = 1
     worker_port: int = 0x5A00           # UDP port this worker binds (the switch's udp_port for it)
-    window: int = 64                    # outstanding slots; <= the job's slot_count in the switch
+    window: int = 256                   # outstanding slots; <= the job's slot_count (the runner gives 256)
     retx_timeout_s: float = 0.05        # first retransmission timeout (then doubled, capped x16)
     max_retries: int = 20
     scale_exp: int | None = None        # None: agree on the scale per tensor (one MAX round)

@@ -23,6 +23,17 @@ resend multiplies it by backoff, capped at max_timeout_s (default
 16 x timeout_s). After max_retries resends the client fails with
 `InaTimeoutError` (job, slot, seq, what the switch seems to be missing) and
 stays failed: its seq stream can no longer match the other workers'.
+An expired timer resends only if the chunk looks lost: no result at all
+arrived for its timeout, or a chunk sent after it was already answered (RACK);
+otherwise results are still flowing and it is queued behind them at a slow
+switch, so the timer is re-armed without a resend (no retransmission storms).
+
+Bulk path. A tensor's chunks are one run (`_Seg`) of consecutive seqs: all
+packets are built at once with numpy (PKT_DTYPE rows in one buffer), slot
+state lives in per-slot numpy arrays, bursts of results are parsed and
+applied vectorized, and the next chunks of the answered slots go out as one
+sendmmsg when the io has `send_many`/`recv_block` (UdpIo on Linux). One-chunk
+vectors (P4SGD micro-batches) take a scalar path (struct, one sendto).
 
 Values. float input + op "sum": fixed point with a shared scale (see
 hosts/ina/fixed_point.py): by default one MAX round per tensor agrees on the
@@ -44,11 +55,11 @@ runs a switch pipeline in-process (tests, simulations).
 """
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import select
 import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -57,6 +68,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from hosts.ina import _mmsg
 from hosts.ina import fixed_point as fp
 from testbed import wire
 
@@ -65,6 +77,7 @@ log = logging.getLogger("ina")
 OPS = {"sum": wire.OP_SUM, "or": wire.OP_OR, "max": wire.OP_MAX}
 LANES = wire.MAX_VALUES_PER_PACKET
 _H = wire.HEADER_STRUCT
+_I32 = struct.Struct(">i")
 _DEFAULT = object()
 _DRAIN = 256          # packets handled per receive burst before timers are checked
 
@@ -117,44 +130,82 @@ class InaStats:
 class InaHandle:
     """One submitted vector. `done`, then `result` (or `error`)."""
 
-    __slots__ = ("id", "op", "shape", "kind", "scale_exp", "fixed", "ints", "src", "remaining",
-                 "max_exp", "done", "result", "error", "chunks", "submitted_at", "completed_at")
+    __slots__ = ("id", "op", "shape", "kind", "scale_exp", "fixed", "ints", "ints2d", "src",
+                 "n", "nchunks", "remaining", "max_exp", "done", "result", "error", "segs",
+                 "submitted_at", "completed_at")
 
     def __init__(self, hid: int, op: int, shape: tuple, kind: str, scale_exp: int | None):
         self.id, self.op, self.shape, self.kind = hid, op, shape, kind
         self.scale_exp = scale_exp                # None until agreed (float, agreed mode)
         self.fixed = scale_exp is not None        # configured scale: check saturation
-        self.ints: np.ndarray | None = None       # int32 results, filled per chunk
+        self.ints: np.ndarray | None = None       # int32 results (padded to whole chunks)
+        self.ints2d: np.ndarray | None = None     # the same, one row per chunk
         self.src: np.ndarray | None = None        # floats waiting for the agreed scale
-        self.remaining = 0
+        self.n = self.nchunks = self.remaining = 0
         self.max_exp = fp.EXP_WIRE_MIN
         self.done = False
         self.result: np.ndarray | None = None
         self.error: BaseException | None = None
-        self.chunks: list[_Chunk] = []
+        self.segs: list[_Seg] = []
         self.submitted_at = self.completed_at = 0.0
 
     def __repr__(self) -> str:
         return f"<InaHandle {self.id} {self.kind} {self.shape} {'done' if self.done else 'pending'}>"
 
 
-class _Chunk:
-    __slots__ = ("handle", "lo", "hi", "seq", "slot", "ver", "op", "is_exp", "packet",
-                 "first_sent", "deadline", "rto", "retries", "acked", "patience_s")
+# One chunk's packet (header + 64 lanes) as numpy sees it: a tensor's packets are
+# built at once in one contiguous array of these, and sent as slices of it.
+PKT_DTYPE = np.dtype([("h", wire.HEADER_DTYPE), ("v", ">i4", (LANES,))])
+PKT_SIZE = PKT_DTYPE.itemsize                       # 272
+assert PKT_SIZE == wire.INA_HLEN + 4 * LANES
+# A received datagram in a fixed-size receive slot (longer ones are truncated;
+# the header's count must still fit the datagram's length).
+RX_STRIDE = 320
+RX_DTYPE = np.dtype({"names": ["h", "v"], "formats": [wire.HEADER_DTYPE, (">i4", (LANES,))],
+                     "offsets": [0, wire.INA_HLEN], "itemsize": RX_STRIDE})
+_VEC_MIN = 6          # results in one burst from which the vectorized path is used
+_INF = float("inf")
+_SEQ_SPACE = 1 << 32
 
-    def __init__(self, handle, lo, hi, seq, slot, ver, op, is_exp, patience_s):
-        self.handle, self.lo, self.hi = handle, lo, hi
-        self.seq, self.slot, self.ver, self.op, self.is_exp = seq, slot, ver, op, is_exp
-        self.packet: bytes | None = None
-        self.first_sent: float | None = None
-        self.deadline = self.rto = 0.0
-        self.retries = 0
-        self.acked = False
-        self.patience_s = patience_s
+
+class _Seg:
+    """A run of consecutive chunks of one handle: seqs seq0 .. seq0+n-1 (never
+    across the 2^32 wrap), so chunk i sits in slot (slot0 + i) % window and the
+    next chunk of its slot within the run is i + window. `buf` holds the n
+    packets at PKT_SIZE strides (None until built: agreed scale not known yet)."""
+
+    __slots__ = ("handle", "seq0", "slot0", "n", "c0", "op", "is_exp", "patience_s", "buf",
+                 "addr", "last", "pkt")
+
+    def __init__(self, handle: InaHandle, seq0: int, slot0: int, n: int, c0: int, op: int,
+                 is_exp: bool, patience_s: float | None):
+        self.handle, self.seq0, self.slot0, self.n, self.c0 = handle, seq0, slot0, n, c0
+        self.op, self.is_exp, self.patience_s = op, is_exp, patience_s
+        self.buf: np.ndarray | None = None     # n > 1: the packets, PKT_SIZE apart
+        self.pkt: bytes | None = None          # n == 1: the packet
+        self.addr = 0
+        # value count of the handle's last chunk (the others carry LANES)
+        self.last = 1 if is_exp else handle.n - LANES * (handle.nchunks - 1)
+
+    def count(self, ci: int) -> int:
+        if self.is_exp:
+            return 1
+        return self.last if self.c0 + ci == self.handle.nchunks - 1 else LANES
+
+    def counts(self, ci: np.ndarray) -> np.ndarray:
+        if self.is_exp:
+            return np.ones(len(ci), np.int64)
+        return np.where(ci == self.handle.nchunks - 1 - self.c0, self.last, LANES)
 
     @property
-    def count(self) -> int:
-        return 1 if self.is_exp else self.hi - self.lo
+    def ready(self) -> bool:
+        return self.pkt is not None or self.buf is not None
+
+    def packet(self, ci: int) -> bytes:
+        if self.pkt is not None:
+            return self.pkt
+        off = ci * PKT_SIZE
+        return self.buf[off:off + wire.INA_HLEN + 4 * self.count(ci)].tobytes()
 
 
 class InaClient:
@@ -187,16 +238,31 @@ class InaClient:
         self.adaptive_rto, self.min_timeout_s = adaptive_rto, min(min_timeout_s, timeout_s)
         self._srtt: float | None = None
         self._rttvar = 0.0
+        self._rto_cache = timeout_s
         self.stats = InaStats()
         self._clock = clock
         self._next_seq = first_seq & 0xFFFFFFFF
-        self._slots: list[deque[_Chunk]] = [deque() for _ in range(window)]
-        self._timers: list[tuple[float, int, _Chunk]] = []
-        self._tick = itertools.count()
+        # Per slot: a FIFO of runs of chunks (_Seg); the head run's current chunk
+        # is `_hci[slot]`; it is on the wire iff `_hseq[slot]` >= 0 (its seq).
+        W = window
+        self._slots: list[deque[_Seg]] = [deque() for _ in range(W)]
+        self._hci = np.zeros(W, np.int64)
+        self._hseq = np.full(W, -1, np.int64)
+        self._first = np.zeros(W, np.float64)      # head's first send
+        self._txt = np.zeros(W, np.float64)        # head's latest (re)transmission
+        self._rack = -_INF                         # latest send time of a chunk answered
+                                                   # without a resend (RACK)
+        self._dl = np.full(W, _INF)                # head's retransmission deadline
+        self._rto = np.zeros(W, np.float64)
+        self._retries = np.zeros(W, np.int64)
+        self._next_dl = _INF                       # <= min(_dl): checked before scanning
         self._hids = itertools.count()
         self._fatal: BaseException | None = None
         self._last_rx: float | None = None
         self._warned_saturation = False
+        self._rx_block = getattr(io, "recv_block", None)   # (timeout) -> (records, lens)
+        self._tx_many = getattr(io, "send_many", None)     # (base_addr, offs, lens)
+        self._exp_hdr: dict[int, int] = {}
 
     # -- public API --------------------------------------------------------------
     def allreduce(self, values: np.ndarray, op: str = "sum", **kw: Any) -> np.ndarray:
@@ -225,7 +291,7 @@ class InaClient:
         else:
             raise TypeError(f"cannot aggregate values of dtype {a.dtype}")
         h = InaHandle(next(self._hids), code, a.shape, kind, k)
-        h.submitted_at = self._clock()
+        h.submitted_at = now = self._clock()
         if n == 0:
             h.result = np.zeros(a.shape, np.float32 if kind == "float" else
                                 (np.uint32 if kind == "uint" else np.int32))
@@ -243,20 +309,26 @@ class InaClient:
             self.stats.saturated_values += nsat
         else:
             ints = _as_int32_bits(flat, kind)
-        h.ints = np.zeros(n, np.int32)
+            exps = 0
+        h.n, h.nchunks = n, nchunks
+        h.ints = np.zeros(nchunks * LANES, np.int32)
+        h.ints2d = h.ints.reshape(nchunks, LANES)
         h.remaining = nchunks
         if ints is None:
             # Agreed scale: a MAX round for the exponent first (one extra RTT per tensor).
             h.src = np.array(flat, dtype=np.float64)
-            c = self._new_chunk(h, 0, 0, wire.OP_MAX, True, patience_s)
-            c.packet = self._packet(c, e, np.array([e], ">i4").tobytes())
+            (xs,) = self._new_segs(h, 1, wire.OP_MAX, True, patience_s)
+            xs.pkt = _H.pack(wire.INA_VERSION, wire.OP_MAX, 0, self.job_id, xs.slot0,
+                             (xs.seq0 // self.window) & 1, self.worker_id, xs.seq0, 1, e, 0) \
+                + _I32.pack(e)
             self.stats.scale_rounds += 1
-        chunks = [self._new_chunk(h, i * LANES, min(n, (i + 1) * LANES), code, False, patience_s)
-                  for i in range(nchunks)]
+        data = self._new_segs(h, nchunks, code, False, patience_s)
         if ints is not None:
-            self._fill_packets(h, chunks, ints, exps)
-        for c in h.chunks:
-            self._try_send(c.slot)
+            for s in data:
+                self._build(s, ints, exps)
+        for s in h.segs:
+            if s.ready:
+                self._start_seg(s, now)
         return h
 
     def wait(self, handle: InaHandle, timeout: float | None = None) -> np.ndarray:
@@ -266,23 +338,17 @@ class InaClient:
         while not handle.done:
             self._raise_fatal()
             now = clock()
-            self._fire_timers(now)
-            if handle.done:
-                break
-            wait_s = min(max(0.0, self._timers[0][0] - now) if self._timers else 0.1, 0.1)
+            if now >= self._next_dl:
+                self._fire_timers(now)
+                if handle.done:
+                    break
+            wait_s = min(max(0.0, self._next_dl - now), 0.1)
             if end is not None:
                 if now >= end:
                     raise TimeoutError(f"INA job {self.job_id}: handle {handle.id} not complete "
                                        f"after {timeout} s (wait timeout; the transport is still retrying)")
                 wait_s = min(wait_s, end - now)
-            buf = self.io.recv(wait_s)
-            for _ in range(_DRAIN):
-                if buf is None:
-                    break
-                self._on_packet(buf)
-                buf = self.io.recv(0.0)
-            if buf is not None:
-                self._on_packet(buf)
+            self._receive(wait_s)
         self._raise_fatal()
         if handle.error is not None:
             raise handle.error
@@ -292,32 +358,46 @@ class InaClient:
         """Non-blocking progress: handle received packets and expired timers.
         Returns the number of events (packets handled + resends)."""
         self._raise_fatal()
-        n = 0
-        for _ in range(_DRAIN):
-            buf = self.io.recv(0.0)
-            if buf is None:
-                break
-            self._on_packet(buf)
-            n += 1
+        n = self._receive(0.0)
         return n + self._fire_timers(self._clock())
 
     def next_deadline(self) -> float | None:
         """When the earliest retransmission timer fires (None: nothing in flight)."""
-        t = self._timers
-        while t and (t[0][2].acked or t[0][2].deadline != t[0][0]):
-            heapq.heappop(t)
-        return t[0][0] if t else None
+        d = float(self._dl.min())
+        self._next_dl = d
+        return None if d == _INF else d
 
     @property
     def rto_s(self) -> float:
         """First retransmission timeout of a chunk sent now."""
-        if not self.adaptive_rto or self._srtt is None:
-            return self.timeout_s
-        return min(self.timeout_s, max(self.min_timeout_s, self._srtt + 4 * self._rttvar))
+        return self._rto_cache
+
+    def _update_rtt(self, rtt: float) -> None:
+        if self._srtt is None:
+            self._srtt, self._rttvar = rtt, rtt / 2
+        else:
+            self._rttvar += 0.25 * (abs(self._srtt - rtt) - self._rttvar)
+            self._srtt += 0.125 * (rtt - self._srtt)
+        if self.adaptive_rto:
+            self._rto_cache = min(self.timeout_s,
+                                  max(self.min_timeout_s, self._srtt + 4 * self._rttvar))
+
+    def _update_rtts(self, rtts: list[float]) -> None:
+        """_update_rtt for each sample of a burst, in order."""
+        if self._srtt is None:
+            self._update_rtt(rtts[0])
+            rtts = rtts[1:]
+        srtt, var = self._srtt, self._rttvar
+        for r in rtts:
+            var += 0.25 * (abs(srtt - r) - var)
+            srtt += 0.125 * (r - srtt)
+        self._srtt, self._rttvar = srtt, var
+        if self.adaptive_rto:
+            self._rto_cache = min(self.timeout_s, max(self.min_timeout_s, srtt + 4 * var))
 
     @property
     def in_flight(self) -> int:
-        return sum(1 for q in self._slots if q and q[0].first_sent is not None)
+        return int(np.count_nonzero(self._hseq >= 0))
 
     @property
     def next_seq(self) -> int:
@@ -327,28 +407,61 @@ class InaClient:
         self.io.close()
 
     # -- chunks and packets --------------------------------------------------------
-    def _new_chunk(self, h: InaHandle, lo: int, hi: int, op: int, is_exp: bool,
-                   patience_s: float | None) -> _Chunk:
-        seq = self._next_seq
-        self._next_seq = (seq + 1) & 0xFFFFFFFF
-        slot = seq % self.window
-        c = _Chunk(h, lo, hi, seq, slot, (seq // self.window) % 2, op, is_exp, patience_s)
-        h.chunks.append(c)
-        self._slots[slot].append(c)
-        return c
+    def _new_segs(self, h: InaHandle, nchunks: int, op: int, is_exp: bool,
+                  patience_s: float | None) -> list[_Seg]:
+        """Take the next nchunks seqs; queue their runs in their slots' FIFOs."""
+        W, slots, out, c0 = self.window, self._slots, [], 0
+        while c0 < nchunks:
+            seq0 = self._next_seq
+            n = min(nchunks - c0, _SEQ_SPACE - seq0)       # a run never wraps seq
+            self._next_seq = (seq0 + n) & 0xFFFFFFFF
+            slot0 = seq0 % W
+            seg = _Seg(h, seq0, slot0, n, c0, op, is_exp, patience_s)
+            for i in range(min(n, W)):
+                s = slot0 + i
+                if s >= W:
+                    s -= W
+                q = slots[s]
+                if not q:
+                    self._hci[s] = i
+                q.append(seg)
+            h.segs.append(seg)
+            out.append(seg)
+            c0 += n
+        return out
 
-    def _packet(self, c: _Chunk, exponent: int, values: bytes) -> bytes:
-        return _H.pack(wire.INA_VERSION, c.op, 0, self.job_id, c.slot, c.ver, self.worker_id,
-                       c.seq, c.count, exponent, 0) + values
-
-    def _fill_packets(self, h: InaHandle, chunks: list[_Chunk], ints: np.ndarray,
-                      exps: np.ndarray | None) -> None:
-        be = ints.astype(">i4").tobytes()
-        exps_l = exps.tolist() if exps is not None else None
-        for i, c in enumerate(chunks):
-            e = exps_l[i] if exps_l is not None else (0 if h.scale_exp is None else
-                                                      fp.max_exponent_for_scale(h.scale_exp, self.n_workers))
-            c.packet = self._packet(c, e, be[4 * c.lo:4 * c.hi])
+    def _build(self, seg: _Seg, ints: np.ndarray, exps: np.ndarray | int) -> None:
+        """All packets of a run at once: headers and big-endian values."""
+        h, W = seg.handle, self.window
+        lo, hi = seg.c0 * LANES, min(h.n, (seg.c0 + seg.n) * LANES)
+        if seg.n == 1:                       # latency path: one struct.pack, no numpy arrays
+            e = exps if isinstance(exps, int) else int(exps[seg.c0])
+            seg.pkt = _H.pack(wire.INA_VERSION, seg.op, 0, self.job_id, seg.slot0,
+                              (seg.seq0 // W) & 1, self.worker_id, seg.seq0, hi - lo, e, 0) \
+                + ints[lo:hi].astype(">i4").tobytes()
+            return
+        else:
+            p = np.zeros(seg.n, PKT_DTYPE)
+            hd = p["h"]
+            seqs = np.arange(seg.seq0, seg.seq0 + seg.n, dtype=np.int64)
+            hd["version"] = wire.INA_VERSION
+            hd["op"] = seg.op
+            hd["job_id"] = self.job_id
+            hd["slot"] = seqs % W
+            hd["slot_ver"] = (seqs // W) & 1
+            hd["worker_id"] = self.worker_id
+            hd["seq"] = seqs
+            hd["count"] = LANES
+            if seg.c0 + seg.n == h.nchunks:
+                hd["count"][-1] = seg.last
+            hd["exponent"] = exps if isinstance(exps, int) else exps[seg.c0:seg.c0 + seg.n]
+            v = p["v"]                       # (n, LANES), strided: fill row-wise
+            full, rem = divmod(hi - lo, LANES)
+            v[:full] = ints[lo:lo + full * LANES].reshape(full, LANES)
+            if rem:
+                v[full, :rem] = ints[lo + full * LANES:hi]
+            seg.buf = p.view(np.uint8)
+            seg.addr = seg.buf.ctypes.data
 
     def _chunk_exponents(self, flat: np.ndarray, k: int, nchunks: int) -> np.ndarray:
         """Header exponent per chunk at a fixed scale: the chunk's own exponent,
@@ -356,15 +469,22 @@ class InaClient:
         value of the chunk, so the MAX-ed result exponent flags it to everyone."""
         pad = nchunks * LANES - flat.size
         lim_e = fp.max_exponent_for_scale(k, self.n_workers)
+        if nchunks == 1:                     # latency path: scalar arithmetic
+            m = float(np.abs(flat).max())
+            e = int(np.frexp(m)[1]) if m > 0 else fp.EXP_ZERO
+            # rint(m * 2^k) > L  <=>  m * 2^k > L + 1/2 (L is a power of two)
+            clipped = bool(np.ldexp(m, k) > fp.contribution_limit(self.n_workers) + 0.5)
+            e = lim_e + 1 if clipped else min(e, lim_e)
+            return np.array([min(max(e, fp.EXP_WIRE_MIN), fp.EXP_WIRE_MAX)], np.int64)
         x = np.pad(flat.astype(np.float64), (0, pad)).reshape(nchunks, LANES)
         mags = np.abs(x).max(1)
         e = np.where(mags > 0, np.frexp(mags)[1], fp.EXP_ZERO)
-        clipped = (np.abs(np.rint(np.ldexp(x, k))) > fp.contribution_limit(self.n_workers)).any(1)
+        clipped = np.abs(np.rint(np.ldexp(mags, k))) > fp.contribution_limit(self.n_workers)
         e = np.minimum(e, lim_e)
         e[clipped] = lim_e + 1
         return np.clip(e, fp.EXP_WIRE_MIN, fp.EXP_WIRE_MAX).astype(np.int64)
 
-    def _on_scale(self, h: InaHandle, max_exp: int) -> None:
+    def _on_scale(self, h: InaHandle, max_exp: int, now: float) -> None:
         """The MAX round is back: quantize with the agreed scale, release the SUM chunks."""
         k = fp.scale_from_exponent(max_exp, self.n_workers)
         h.scale_exp = k
@@ -374,78 +494,292 @@ class InaClient:
                                    f"this worker's values ({nsat} would overflow): workers disagree")
             raise self._fatal
         h.src = None
-        data = h.chunks[1:]
-        self._fill_packets(h, data, ints, None)
-        for c in data:
-            self._try_send(c.slot)
+        e = self._exp_hdr.get(k)
+        if e is None:
+            e = self._exp_hdr[k] = fp.max_exponent_for_scale(k, self.n_workers)
+        for s in h.segs:
+            if not s.is_exp:
+                self._build(s, ints, e)
+                self._start_seg(s, now)
 
-    def _try_send(self, slot: int) -> None:
-        q = self._slots[slot]
-        if not q:
+    # -- sending ---------------------------------------------------------------------
+    def _start_seg(self, seg: _Seg, now: float) -> None:
+        """Send every chunk of `seg` that heads its slot and is not on the wire yet."""
+        W, slots, hseq = self.window, self._slots, self._hseq
+        if seg.n == 1:
+            s = seg.slot0
+            if slots[s][0] is seg and hseq[s] < 0:
+                self._start_one(seg, s, 0, now)
             return
-        c = q[0]
-        if c.first_sent is not None or c.packet is None:
+        ready = []
+        for i in range(min(seg.n, W)):
+            s = seg.slot0 + i
+            if s >= W:
+                s -= W
+            if slots[s][0] is seg and hseq[s] < 0:
+                ready.append(s)
+        if ready:
+            ss = np.array(ready, np.int64)
+            self._start_many(seg, ss, self._hci[ss], now)
+
+    def _start_one(self, seg: _Seg, s: int, ci: int, now: float) -> None:
+        rto = self._rto_cache
+        self._hseq[s] = seg.seq0 + ci
+        self._first[s] = now
+        self._txt[s] = now
+        self._rto[s] = rto
+        self._dl[s] = d = now + rto
+        self._retries[s] = 0
+        if d < self._next_dl:
+            self._next_dl = d
+        st = self.stats
+        st.packets_sent += 1
+        st.chunks_sent += 1
+        off = ci * PKT_SIZE
+        ln = wire.INA_HLEN + 4 * seg.count(ci)
+        if seg.pkt is not None:
+            self.io.send(seg.pkt)
+        elif self._tx_many is not None:
+            self._tx_many(seg.addr, (off,), (ln,))
+        else:
+            self.io.send(seg.buf[off:off + ln].tobytes())
+
+    def _start_many(self, seg: _Seg, ss: np.ndarray, cis: np.ndarray, now: float) -> None:
+        """Put chunks cis of `seg` (heads of slots ss, not on the wire) on the wire."""
+        k = len(ss)
+        if k == 1:
+            self._start_one(seg, int(ss[0]), int(cis[0]), now)
             return
-        now = self._clock()
-        c.first_sent = now
-        c.rto = self.rto_s
-        c.deadline = now + c.rto
-        self.io.send(c.packet)
-        self.stats.packets_sent += 1
-        self.stats.chunks_sent += 1
-        heapq.heappush(self._timers, (c.deadline, next(self._tick), c))
+        rto = self._rto_cache
+        self._hseq[ss] = seg.seq0 + cis
+        self._first[ss] = now
+        self._txt[ss] = now
+        self._rto[ss] = rto
+        self._dl[ss] = d = now + rto
+        self._retries[ss] = 0
+        if d < self._next_dl:
+            self._next_dl = d
+        st = self.stats
+        st.packets_sent += k
+        st.chunks_sent += k
+        offs = cis * PKT_SIZE
+        lens = wire.INA_HLEN + 4 * seg.counts(cis)
+        if self._tx_many is not None:
+            self._tx_many(seg.addr, offs, lens)
+        else:
+            send, buf = self.io.send, seg.buf
+            for o, ln in zip(offs.tolist(), lens.tolist()):
+                send(buf[o:o + ln].tobytes())
+
+    def _advance(self, s: int, now: float) -> None:
+        """Slot s's head was answered (and is off the wire): move to its next chunk."""
+        q = self._slots[s]
+        seg = q[0]
+        nxt = int(self._hci[s]) + self.window
+        if nxt < seg.n:
+            self._hci[s] = nxt
+            self._start_one(seg, s, nxt, now)
+            return
+        q.popleft()
+        if q:
+            seg = q[0]
+            ci = s - seg.slot0
+            if ci < 0:
+                ci += self.window
+            self._hci[s] = ci
+            if seg.ready:
+                self._start_one(seg, s, ci, now)
 
     # -- receive -----------------------------------------------------------------------
+    def _receive(self, timeout: float) -> int:
+        """Wait up to `timeout` for results, then take in up to _DRAIN of them."""
+        n = 0
+        rb = self._rx_block
+        if rb is not None:
+            while n < _DRAIN:
+                rec, lens = rb(timeout if n == 0 else 0.0)
+                k = len(lens)
+                if not k:
+                    break
+                n += k
+                if k < _VEC_MIN:
+                    for i in range(k):
+                        self._on_packet(rec[i:i + 1].tobytes()[:int(lens[i])])
+                else:
+                    self._on_block(rec, lens)
+            return n
+        recv = self.io.recv
+        bufs = []
+        b = recv(timeout)
+        while b is not None:
+            bufs.append(b)
+            if len(bufs) >= _DRAIN:
+                break
+            b = recv(0.0)
+        n = len(bufs)
+        if n < _VEC_MIN:
+            for b in bufs:
+                self._on_packet(b)
+        else:
+            rec = np.zeros(n, RX_DTYPE)
+            raw = rec.view(np.uint8).reshape(n, RX_STRIDE)
+            for i, b in enumerate(bufs):
+                m = min(len(b), RX_STRIDE)
+                raw[i, :m] = np.frombuffer(b, np.uint8, m)
+            self._on_block(rec, np.fromiter(map(len, bufs), np.int64, n))
+        return n
+
     def _on_packet(self, buf: bytes) -> None:
         if len(buf) < wire.INA_HLEN:
             self.stats.foreign_packets += 1
             return
-        ver_, op, flags, job, slot, sver, _wid, seq, count, exp, _ = _H.unpack_from(buf, 0)
+        ver_, op, flags, job, slot, _sver, _wid, seq, count, exp, _ = _H.unpack_from(buf, 0)
         if ver_ != wire.INA_VERSION or not flags & wire.FLAG_RESULT or job != self.job_id \
                 or slot >= self.window or count > LANES or len(buf) < wire.INA_HLEN + 4 * count:
             self.stats.foreign_packets += 1
             return
-        q = self._slots[slot]
-        c = q[0] if q else None
-        if c is None or c.first_sent is None or c.seq != seq:
+        if self._hseq.item(slot) != seq:
             self.stats.duplicates_ignored += 1
             return
-        if op != c.op or count != c.count:
-            self._fatal = InaError(
-                f"INA job {self.job_id}: result for seq {seq} (slot {slot}) has op {op}, count "
-                f"{count} but this worker sent op {c.op}, count {c.count}: the workers do not "
-                f"submit the same sequence of vectors (sizes/ops must match in order)")
-            raise self._fatal
+        seg = self._slots[slot][0]
+        ci = self._hci.item(slot)
+        want = seg.count(ci)
+        if op != seg.op or count != want:
+            self._mismatch(seq, slot, op, count, seg.op, want)
         now = self._clock()
         self._last_rx = now
-        q.popleft()
-        c.acked = True
+        self._hseq[slot] = -1
+        self._dl[slot] = _INF
         st = self.stats
         st.results += 1
-        rtt = now - c.first_sent
+        first = self._first.item(slot)
+        rtt = now - first
         st.latencies_s.append(rtt)
-        if c.retries == 0:
-            if self._srtt is None:
-                self._srtt, self._rttvar = rtt, rtt / 2
+        if self._retries.item(slot) == 0:
+            self._update_rtt(rtt)
+            if first > self._rack:
+                self._rack = first
+        h = seg.handle
+        self._advance(slot, now)
+        if seg.is_exp:
+            self._on_scale(h, _I32.unpack_from(buf, wire.INA_HLEN)[0], now)
+            return
+        g = seg.c0 + ci
+        h.ints2d[g, :count] = np.frombuffer(buf, ">i4", count, wire.INA_HLEN)
+        if exp > h.max_exp:
+            h.max_exp = exp
+        h.remaining -= 1
+        if h.remaining == 0:
+            self._finish(h, now)
+
+    def _on_block(self, rec: np.ndarray, lens: np.ndarray) -> None:
+        """A burst of received datagrams (RX_DTYPE records), parsed at once."""
+        n = len(lens)
+        hd = rec["h"][:n]
+        slot = hd["slot"].astype(np.int64)
+        count = hd["count"]
+        ok = ((hd["version"] == wire.INA_VERSION) & ((hd["flags"] & wire.FLAG_RESULT) != 0)
+              & (hd["job_id"] == self.job_id) & (slot < self.window) & (count <= LANES)
+              & (lens[:n] >= wire.INA_HLEN + 4 * count.astype(np.int64)))
+        st = self.stats
+        idx = np.flatnonzero(ok)
+        st.foreign_packets += n - len(idx)
+        if not len(idx):
+            return
+        ss = slot[idx]
+        m = self._hseq[ss] == hd["seq"][idx]
+        if not m.all():
+            st.duplicates_ignored += int(len(m) - np.count_nonzero(m))
+            idx, ss = idx[m], ss[m]
+            if not len(idx):
+                return
+        if len(ss) > 1:                     # two copies of one result in the burst
+            _, first = np.unique(ss, return_index=True)
+            if len(first) < len(ss):
+                st.duplicates_ignored += len(ss) - len(first)
+                first.sort()
+                idx, ss = idx[first], ss[first]
+        now = self._clock()
+        self._last_rx = now
+        slots = self._slots
+        groups: dict[int, list] = {}
+        for j, s in enumerate(ss.tolist()):
+            seg = slots[s][0]
+            g = groups.get(id(seg))
+            if g is None:
+                groups[id(seg)] = [seg, j]
             else:
-                self._rttvar += 0.25 * (abs(self._srtt - rtt) - self._rttvar)
-                self._srtt += 0.125 * (rtt - self._srtt)
-        h = c.handle
-        vals = np.frombuffer(buf, ">i4", count, wire.INA_HLEN)
-        if c.is_exp:
-            self._on_scale(h, int(vals[0]))
+                g.append(j)
+        for seg, *js in groups.values():
+            sel = np.array(js, np.int64) if len(js) < len(ss) else slice(None)
+            self._accept_many(seg, ss[sel], idx[sel], rec, now)
+
+    def _accept_many(self, seg: _Seg, ss: np.ndarray, rows: np.ndarray, rec: np.ndarray,
+                     now: float) -> None:
+        """Results for the heads of slots ss, all chunks of run `seg` (rows of rec)."""
+        hd = rec["h"]
+        cis = self._hci[ss]
+        want = seg.counts(cis)
+        op, count = hd["op"][rows], hd["count"][rows]
+        bad = (op != seg.op) | (count != want)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            self._mismatch(int(hd["seq"][rows[i]]), int(ss[i]), int(op[i]), int(count[i]),
+                           seg.op, int(want[i]))
+        k = len(ss)
+        st = self.stats
+        st.results += k
+        rtt = now - self._first[ss]
+        st.latencies_s.extend(rtt.tolist())
+        fresh = self._retries[ss] == 0
+        if fresh.all():
+            self._update_rtts(rtt.tolist())
+            sent = float(self._first[ss].max())
+        elif fresh.any():
+            self._update_rtts(rtt[fresh].tolist())
+            sent = float(self._first[ss[fresh]].max())
         else:
-            h.ints[c.lo:c.hi] = vals
-            if exp > h.max_exp:
-                h.max_exp = exp
-            h.remaining -= 1
-            if h.remaining == 0:
-                self._finish(h, now)
-        self._try_send(slot)
+            sent = self._rack
+        if sent > self._rack:
+            self._rack = sent
+        self._hseq[ss] = -1
+        self._dl[ss] = _INF
+        h = seg.handle
+        if seg.is_exp:                                   # n == 1: one slot
+            self._advance(int(ss[0]), now)
+            self._on_scale(h, int(rec["v"][rows[0], 0]), now)
+            return
+        h.ints2d[seg.c0 + cis] = rec["v"][rows]
+        e = int(hd["exponent"][rows].max())
+        if e > h.max_exp:
+            h.max_exp = e
+        h.remaining -= k
+        nxt = cis + self.window
+        stay = nxt < seg.n
+        if stay.all():
+            self._hci[ss] = nxt
+            self._start_many(seg, ss, nxt, now)
+        else:
+            if stay.any():
+                s2, n2 = ss[stay], nxt[stay]
+                self._hci[s2] = n2
+                self._start_many(seg, s2, n2, now)
+            for s in ss[~stay].tolist():
+                self._advance(s, now)
+        if h.remaining == 0:
+            self._finish(h, now)
+
+    def _mismatch(self, seq: int, slot: int, op: int, count: int, my_op: int, my_count: int):
+        self._fatal = InaError(
+            f"INA job {self.job_id}: result for seq {seq} (slot {slot}) has op {op}, count "
+            f"{count} but this worker sent op {my_op}, count {my_count}: the workers do not "
+            f"submit the same sequence of vectors (sizes/ops must match in order)")
+        raise self._fatal
 
     def _finish(self, h: InaHandle, now: float) -> None:
+        ints = h.ints[:h.n] if h.n != h.ints.size else h.ints
         if h.kind == "float":
-            h.result = fp.from_fixed(h.ints, h.scale_exp, np.float32).reshape(h.shape)
+            h.result = fp.from_fixed(ints, h.scale_exp, np.float32).reshape(h.shape)
             lim_e = fp.max_exponent_for_scale(h.scale_exp, self.n_workers)
             if h.fixed and h.max_exp > lim_e:
                 self.stats.saturated_results += 1
@@ -458,48 +792,68 @@ class InaClient:
                     self._warned_saturation = True
                     log.warning("%s (counted in stats.saturated_results; warning once)", msg)
         elif h.kind == "uint":
-            h.result = h.ints.view(np.uint32).reshape(h.shape)
+            h.result = ints.view(np.uint32).reshape(h.shape)
         else:
-            h.result = h.ints.reshape(h.shape)
-        h.ints = None
-        h.chunks = []
+            h.result = ints.reshape(h.shape)
+        h.ints = h.ints2d = None
+        h.segs = []
         h.completed_at = now
         h.done = True
 
     # -- timers ---------------------------------------------------------------------------
     def _fire_timers(self, now: float) -> int:
-        t, n = self._timers, 0
-        while t and t[0][0] <= now:
-            deadline, _, c = heapq.heappop(t)
-            if c.acked or c.deadline != deadline:
-                continue                      # stale entry: answered or re-armed
-            if c.retries >= self.max_retries and (c.patience_s is None
-                                                  or now - c.first_sent >= c.patience_s):
-                self._give_up(c, now)
-            c.retries += 1
-            c.rto = min(c.rto * self.backoff, self.max_timeout_s)
-            c.deadline = now + c.rto
-            p = c.packet
-            self.io.send(p[:2] + bytes((p[2] | wire.FLAG_RETX,)) + p[3:])
+        if now < self._next_dl:
+            return 0
+        dl = self._dl
+        n = 0
+        last_rx = self._last_rx
+        reo = 0.25 * self._srtt if self._srtt is not None else 0.0
+        for s in np.flatnonzero(dl <= now).tolist():
+            # Resend only if the chunk looks lost: nothing arrived for its timeout
+            # (a stall, a lost tail), or a chunk sent after it was answered (RACK).
+            # Otherwise results are still flowing and it is queued behind them
+            # (a slow switch): re-arm, no resend, no retry counted.
+            rto = float(self._rto[s])
+            if last_rx is not None and now - last_rx < rto \
+                    and self._rack <= float(self._txt[s]) + reo:
+                dl[s] = now + max(self._rto_cache, rto / 2)
+                continue
+            seg = self._slots[s][0]
+            ci = int(self._hci[s])
+            retries = int(self._retries[s])
+            if retries >= self.max_retries and (seg.patience_s is None
+                                                or now - self._first[s] >= seg.patience_s):
+                self._give_up(s, now)
+            self._retries[s] = retries + 1
+            self._rto[s] = rto = min(rto * self.backoff, self.max_timeout_s)
+            dl[s] = now + rto
+            self._txt[s] = now
+            p = bytearray(seg.packet(ci))
+            p[2] |= wire.FLAG_RETX
+            self.io.send(bytes(p))
             self.stats.retransmissions += 1
             self.stats.packets_sent += 1
-            heapq.heappush(t, (c.deadline, next(self._tick), c))
             n += 1
+        self._next_dl = float(dl.min())
         return n
 
-    def _give_up(self, c: _Chunk, now: float) -> None:
+    def _give_up(self, slot: int, now: float) -> None:
         self.stats.timeouts += 1
         n = self.n_workers
+        seq = int(self._hseq[slot])
+        ver = (seq // self.window) % 2
+        retries = int(self._retries[slot])
+        elapsed = now - float(self._first[slot])
         missing: int | None = None
         present: list[int] | None = None
         state = None
         probe = getattr(self.io, "slot_state", None)
         if callable(probe):
             try:
-                state = probe(self.job_id, c.slot, c.ver)
+                state = probe(self.job_id, slot, ver)
             except Exception:  # noqa: BLE001 - diagnostics must not mask the timeout
                 state = None
-        if state is not None and state.get("seq") == c.seq and state.get("count", 0) > 0:
+        if state is not None and state.get("seq") == seq and state.get("count", 0) > 0:
             present = [w for w in range(wire.MAX_WORKERS) if state["bitmap"] >> w & 1]
             missing = n - int(state["count"])
             what = (f"the switch has {state['count']} of {n} contributions (workers {present}): "
@@ -507,7 +861,7 @@ class InaClient:
         elif state is not None:
             missing = n
             what = (f"the switch's slot holds seq {state.get('seq')} (count {state.get('count')}): "
-                    f"no contribution to seq {c.seq} arrived, not even ours; missing {n}")
+                    f"no contribution to seq {seq} arrived, not even ours; missing {n}")
         else:
             since = ("no result ever arrived from the switch (is the job installed, and the switch "
                      "reachable?)" if self._last_rx is None
@@ -515,14 +869,14 @@ class InaClient:
             what = (f"the switch answers any retransmission once a slot is complete, so it seems "
                     f"to miss 1..{n - 1} other workers' contributions, or never got ours; {since}")
         err = InaTimeoutError(
-            f"INA job {self.job_id} worker {self.worker_id}: no result for seq {c.seq} (slot "
-            f"{c.slot}, slot_ver {c.ver}) after {c.retries} retransmissions over "
-            f"{now - c.first_sent:.3f} s (timeout {self.timeout_s} s, backoff x{self.backoff}, "
+            f"INA job {self.job_id} worker {self.worker_id}: no result for seq {seq} (slot "
+            f"{slot}, slot_ver {ver}) after {retries} retransmissions over "
+            f"{elapsed:.3f} s (timeout {self.timeout_s} s, backoff x{self.backoff}, "
             f"cap {self.max_timeout_s} s); "
             f"{what}. Check that every worker runs, submits the same vectors, uses window "
             f"{self.window} <= the job's slot_count, and that the switch is up.",
-            job_id=self.job_id, slot=c.slot, slot_ver=c.ver, seq=c.seq, retries=c.retries,
-            elapsed_s=now - c.first_sent, missing=missing, present_workers=present)
+            job_id=self.job_id, slot=slot, slot_ver=ver, seq=seq, retries=retries,
+            elapsed_s=elapsed, missing=missing, present_workers=present)
         self._fatal = err
         raise err
 
@@ -550,12 +904,18 @@ class UdpIo:
 
     switch: (ip, port) the switch receives on: Mininet (10.0.0.254, INA port),
     local mode the soft switch's UDP endpoint for this worker's port. Results
-    arrive from the switch at the bound address; the client checks their header."""
+    arrive from the switch at the bound address; the client checks their header.
 
-    def __init__(self, bind: tuple[str, int], switch: tuple[str, int], rcvbuf: int = 4 << 20):
+    Besides send/recv, where libc has recvmmsg/sendmmsg (Linux), `recv_block`
+    and `send_many` move bursts of datagrams in one system call each; the
+    client uses them for whole windows of chunks (mmsg=False: plain calls only)."""
+
+    def __init__(self, bind: tuple[str, int], switch: tuple[str, int], rcvbuf: int = 4 << 20,
+                 *, mmsg: bool = True, batch: int = 256):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, rcvbuf)
             s.bind(bind)
         except OSError as e:
             s.close()
@@ -563,13 +923,27 @@ class UdpIo:
                                    f"{e.strerror or e}") from None
         s.setblocking(False)
         self.sock, self.bind, self.switch = s, bind, tuple(switch)
-        self.send_errors = 0
+        self._send_errors = 0
+        self._mm = None
+        if mmsg and _mmsg.HAVE_MMSG:
+            try:
+                self._mm = _mmsg.MmsgUdp(s, self.switch, RX_DTYPE, batch)
+            except OSError:
+                self._mm = None
+        if self._mm is not None:
+            self.recv_block = self._recv_block
+            self.send_many = self._mm.send
+        self._empty = np.zeros(0, np.uint32)
+
+    @property
+    def send_errors(self) -> int:
+        return self._send_errors + (self._mm.send_errors if self._mm is not None else 0)
 
     def send(self, payload: bytes) -> None:
         try:
             self.sock.sendto(payload, self.switch)
         except (BlockingIOError, InterruptedError, ConnectionRefusedError, OSError):
-            self.send_errors += 1      # treated as a loss: the retransmission timer covers it
+            self._send_errors += 1     # treated as a loss: the retransmission timer covers it
 
     def recv(self, timeout: float) -> bytes | None:
         try:
@@ -587,6 +961,19 @@ class UdpIo:
             return self.sock.recv(4096)
         except (BlockingIOError, InterruptedError, ConnectionRefusedError):
             return None
+
+    def _recv_block(self, timeout: float) -> tuple[np.ndarray, np.ndarray]:
+        """A burst: (RX_DTYPE records, lengths), valid until the next call."""
+        mm = self._mm
+        n = mm.recv()
+        if n == 0:
+            if timeout <= 0:
+                return mm.rec, self._empty
+            r, _, _ = select.select([self.sock], [], [], timeout)
+            if not r:
+                return mm.rec, self._empty
+            n = mm.recv()
+        return mm.rec, mm.lens[:n]
 
     def close(self) -> None:
         self.sock.close()
