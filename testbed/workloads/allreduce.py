@@ -6,7 +6,7 @@ in-switch aggregation, over a range of tensor sizes.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Optional
 
 import numpy as np
 
@@ -18,6 +18,19 @@ from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, r
 # ---------------------------------------------------------------------------
 # Params model (validated as `workload:` in scenario files)
 # ---------------------------------------------------------------------------
+
+
+class InaParams(BaseModel):
+    """Host transport settings for algorithm switch (hosts/common/config.py InaSettings)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    window: int = Field(256, ge=1, le=256, description="Chunks outstanding per worker (at most the "
+                                                          "job's 256 switch slots).")
+    retx_timeout_s: float = Field(0.05, gt=0, description="First retransmission timeout (then doubled).")
+    scale_exp: Optional[int] = Field(None, ge=-64, le=64, description=(
+        "Fixed-point scale 2^k shared by all workers; null agrees on one per tensor (one extra "
+        "MAX round trip), a fixed k saves that round trip for latency-bound small vectors."))
 
 
 @register_workload
@@ -42,6 +55,8 @@ class AllreduceWorkload(BaseModel):
         0.0, ge=0, description="Modeled compute time per iteration; a straggler's `slowdown` scales it.")
     timeout_s: float = Field(
         120.0, gt=0, description="A host gives up if one operation makes no progress for this long.")
+    ina: InaParams = Field(default_factory=InaParams,
+                           description="In-switch transport settings (algorithm switch only).")
     jobs: int = Field(
         1, ge=1, le=8, description="Independent jobs sharing the network: the workers split into this "
                                    "many contiguous groups, each its own allreduce (and, for switch, "
@@ -107,7 +122,7 @@ class AllreduceRuntime(WorkloadRuntime):
                 "start_at": ctx.start_at, "connect_timeout_s": 30, "timeout_s": wl.timeout_s,
             }
             if wl.algorithm == "switch":
-                common["ina"] = {"job_id": job_id}
+                common["ina"] = {"job_id": job_id, **wl.ina.model_dump(exclude_none=True)}
             if ps is not None:
                 cfg = dict(common, host="ps", role="ps", rank=-1, straggler=straggler_for(scn, "ps"),
                            out=str(ctx.work_dir / "ps.jsonl"))
