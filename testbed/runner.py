@@ -160,7 +160,7 @@ class SkipPoint(Exception):
 
 def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    from testbed.net.factory import build_network  # noqa: PLC0415
+    from testbed.net.factory import BackendUnavailable, build_network  # noqa: PLC0415
     from testbed.net.impairments import ImpairmentError  # noqa: PLC0415
 
     scn = point.scenario
@@ -175,6 +175,8 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
         net = build_network(net_mode, scn, logs_dir=logs, pcaps_dir=pcaps, seed=point.seed, registry=reg)
     except ImpairmentError as e:
         raise SkipPoint(f"impairment cannot be applied: {e}") from None
+    except BackendUnavailable as e:
+        raise SkipPoint(str(e)) from None
     procs: dict[str, Any] = {}
     warnings: list[str] = []
     control = None

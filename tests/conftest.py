@@ -39,7 +39,8 @@ def mininet_unavailable_reason() -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def bmv2_unavailable_reason() -> str | None:
-    missing = [b for b in ("simple_switch_grpc", "p4c") if shutil.which(b) is None]
+    # The same binaries testbed.switch.bmv2.bmv2_available() needs.
+    missing = [b for b in ("simple_switch_grpc", "p4c-bm2-ss") if shutil.which(b) is None]
     if missing:
         return (f"{' and '.join(missing)} not installed: BMv2/p4c are not packaged for Debian "
                 f"or PyPI; install them from p4lang to run this tier")

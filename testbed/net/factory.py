@@ -8,23 +8,23 @@ from testbed.net.base import Network, NetworkError
 from testbed.net.registry import RunRegistry
 
 
+class BackendUnavailable(NetworkError):
+    """The scenario's switch backend cannot run on this machine (the point is skipped)."""
+
+
 def switch_class(backend: str) -> type:
     """The Mininet switch class of a backend."""
     if backend == "soft":
         from testbed.switch.soft.node import SoftSwitchNode  # noqa: PLC0415
         return SoftSwitchNode
     if backend == "bmv2":
-        from testbed.switch.bmv2 import bmv2_available  # noqa: PLC0415
+        from testbed.switch.bmv2 import Bmv2SwitchNode, bmv2_available  # noqa: PLC0415
         ok, reason = bmv2_available()
         if not ok:
-            raise NetworkError(f"switch.backend bmv2: {reason}. Use switch.backend soft here.")
-        # The node class, compile step and controller exist (testbed/switch/bmv2.py)
-        # but runs are not yet wired to them: say so rather than run something else.
-        raise NetworkError("switch.backend bmv2: simple_switch_grpc is installed, but scenario runs "
-                           "do not drive BMv2 yet (testbed/switch/bmv2.py has the node class and "
-                           "compile step); use switch.backend soft")
+            raise BackendUnavailable(f"switch.backend bmv2: {reason}. Use switch.backend soft here.")
+        return Bmv2SwitchNode
     if backend == "tofino":
-        raise NetworkError("switch.backend tofino targets a real switch, not Mininet: "
+        raise BackendUnavailable("switch.backend tofino targets a real switch, not Mininet: "
                            "see testbed/switch/tofino.py (TofinoBackend(...).run(dry_run=True) "
                            "prints the exact commands) and p4/README.md")
     raise NetworkError(f"unknown switch.backend {backend!r}; use soft, bmv2 or tofino")
@@ -42,7 +42,22 @@ def build_network(net_mode: str, scenario: Any, *, logs_dir: Path, pcaps_dir: Pa
     from testbed.net.mininet_net import MininetNetwork  # noqa: PLC0415
     sw = scenario.switch
     base = {"pipeline": sw.program, **dict(sw.options)}
-    return MininetNetwork(scenario.topology, scenario.links, hosts, switch_class(sw.backend), base,
+    cls = switch_class(sw.backend)
+    build = None
+    if sw.backend == "bmv2":
+        build = compile_bmv2(sw.program, sw.options, Path(logs_dir))
+    return MininetNetwork(scenario.topology, scenario.links, hosts, cls, base,
                           run_dir=Path(logs_dir), seed=seed, capture=sw.capture, log_dir=logs_dir,
                           pcap_dir=pcaps_dir, registry=registry, backend=sw.backend,
-                          p4runtime=sw.backend == "soft")
+                          p4runtime=sw.backend in ("soft", "bmv2"), bmv2_build=build)
+
+
+def compile_bmv2(program: str, options: Any, logs_dir: Path) -> Any:
+    """p4/<program>.p4 -> BMv2 JSON + P4Info in the point's logs (logs/<point>/bmv2/),
+    once per point; a bad option or a failed compile ends the point with p4c's log."""
+    from testbed.switch import bmv2  # noqa: PLC0415
+    try:
+        bmv2.check_options(dict(options or {}))
+        return bmv2.compile_program(program, Path(logs_dir) / "bmv2")
+    except bmv2.Bmv2Error as e:
+        raise NetworkError(f"switch.backend bmv2: {e}") from None

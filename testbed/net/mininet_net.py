@@ -59,11 +59,13 @@ class MininetNetwork(Network):
                  switch_config_base: dict[str, Any] | None, run_dir: str | Path, seed: int = 0,
                  capture: bool = False, *, log_dir: str | Path | None = None,
                  pcap_dir: str | Path | None = None, registry: RunRegistry | None = None,
-                 backend: str | None = None, p4runtime: bool = False):
+                 backend: str | None = None, p4runtime: bool = False, bmv2_build: Any = None):
         kind, workers, leaves = _topology_fields(topology)
         # With a control plane the switches boot with empty tables and a
         # P4Runtime server; the runner's controller programs them.
         self.p4runtime = p4runtime
+        # BMv2: the compiled program (testbed.switch.bmv2.Bmv2Build) its controllers push.
+        self.bmv2_build = bmv2_build
         self.host_names = list(hosts) if hosts else [f"w{i}" for i in range(1, workers + 1)]
         self.run_dir = Path(run_dir)
         self.log_dir = Path(log_dir) if log_dir else self.run_dir / "logs"
@@ -108,12 +110,20 @@ class MininetNetwork(Network):
                 "ports": {sw: sorted(self.plan.switch_ports(sw)) for sw in self.switch_names}}
         if self.p4runtime:
             info["p4runtime"] = {sw: self._p4runtime_addr(sw) for sw in self.switch_names}
+        if self.bmv2_build is not None:
+            # What ControlPlane pushes to a BMv2: the compiled JSON and p4c's P4Info.
+            info["pipeline_config"] = {"p4info": str(self.bmv2_build.p4info_path),
+                                       "device_config": str(self.bmv2_build.json_path)}
         return info
 
     @staticmethod
-    def _p4runtime_addr(sw: str) -> str:
+    def _p4runtime_port(sw: str) -> int:
         # The run has its own network namespace, so fixed ports never collide.
-        return f"127.0.0.1:{P4RUNTIME_BASE_PORT + int(sw[1:])}"
+        return P4RUNTIME_BASE_PORT + int(sw[1:])
+
+    @classmethod
+    def _p4runtime_addr(cls, sw: str) -> str:
+        return f"127.0.0.1:{cls._p4runtime_port(sw)}"
 
     def start(self) -> None:
         if self._started:
@@ -231,6 +241,12 @@ class MininetNetwork(Network):
             stream.close()
 
     def _switch_params(self, sw: str) -> dict[str, Any]:
+        if self.bmv2_build is not None:
+            from testbed.switch.bmv2 import node_params  # noqa: PLC0415
+            from testbed.switch.p4runtime_server import device_id_for  # noqa: PLC0415
+            # The same device id and address the ControlPlane's controller will use.
+            return node_params(sw, device_id_for(sw), self._p4runtime_port(sw), self.log_dir,
+                               self.switch_config_base)
         if not self.soft:
             return {}
         sw_dir = self.run_dir / "switches" / sw

@@ -30,6 +30,10 @@ except ImportError:   # argv building and compile need no Mininet
 
 P4C = "p4c-bm2-ss"
 SWITCH = "simple_switch_grpc"
+P4_DIR = Path(__file__).resolve().parents[2] / "p4"
+THRIFT_BASE_PORT = 9089  # s1 -> 9090 (bmv2's default); every switch of a run needs its own
+# switch.options a bmv2 switch understands (the soft switch's options mean nothing to it)
+NODE_OPTIONS = ("ready_timeout", "log_level")
 
 
 class Bmv2Error(RuntimeError):
@@ -89,6 +93,17 @@ def compile_p4(p4_path: str | Path, out_dir: str | Path, p4c: str = P4C,
     if rc != 0 or not build.json_path.exists():
         raise Bmv2Error(f"p4c failed ({rc}): {' '.join(build.argv)}\n  log: {log_path}\n{_tail(log_path)}")
     return build
+
+
+def compile_program(program: str, out_dir: str | Path, p4_dir: str | Path = P4_DIR,
+                    compile: Callable[..., Bmv2Build] | None = None) -> Bmv2Build:
+    """switch.program -> p4/<program>.p4 compiled into out_dir (the point's logs)."""
+    p4_path = Path(p4_dir) / f"{program}.p4"
+    if not p4_path.exists():
+        have = sorted(p.stem for p in Path(p4_dir).glob("*.p4"))
+        raise Bmv2Error(f"switch.program {program!r}: no P4 source at {p4_path}; "
+                        f"programs available: {have}")
+    return (compile or compile_p4)(p4_path, out_dir)
 
 
 # --- the switch process --------------------------------------------------------------------
@@ -165,6 +180,27 @@ def stop_switch(proc: subprocess.Popen, timeout: float = 5.0) -> int | None:
     return proc.returncode
 
 
+def check_options(options: dict | None) -> dict:
+    """switch.options for bmv2 (without the testbed's "pipeline"); refuses the rest."""
+    options = {k: v for k, v in (options or {}).items() if k != "pipeline"}
+    unknown = sorted(set(options) - set(NODE_OPTIONS))
+    if unknown:
+        raise Bmv2Error(f"switch.options {unknown} do not apply to switch.backend bmv2; "
+                        f"it accepts {list(NODE_OPTIONS)}")
+    return options
+
+
+def node_params(sw: str, device_id: int, grpc_port: int, log_dir: str | Path,
+                options: dict | None = None) -> dict:
+    """The addSwitch() keyword arguments of one Bmv2SwitchNode in a run. Ports
+    are fixed per switch (the run has its own network namespace); pcaps are
+    the network's tcpdumps, not bmv2's --pcap. Unknown options are refused."""
+    options = check_options(options)
+    n = int(device_id)
+    return {"device_id": n, "grpc_port": int(grpc_port), "thrift_port": THRIFT_BASE_PORT + n,
+            "log_dir": Path(log_dir), **options}
+
+
 class Bmv2SwitchNode(Switch):
     """Mininet switch running simple_switch_grpc on its veth ends (root namespace).
 
@@ -172,10 +208,12 @@ class Bmv2SwitchNode(Switch):
                   log_dir=run/"logs"/"p0", pcap_dir=run/"pcaps"/"p0")
     """
 
+    accepts_switch_config = False   # testbed.net.mininet_net: not the soft switch
+
     def __init__(self, name: str, device_id: int = 1, grpc_port: int = 50001,
                  log_dir: str | Path | None = None, pcap_dir: str | Path | None = None,
                  thrift_port: int | None = None, ready_timeout: float = 10.0,
-                 binary: str = SWITCH, **params):
+                 binary: str = SWITCH, log_level: str = "info", **params):
         if Switch is object:
             raise Bmv2Error("Bmv2SwitchNode needs Mininet (run `make setup`)")
         params["inNamespace"] = False
@@ -187,8 +225,9 @@ class Bmv2SwitchNode(Switch):
         self.console_log = self.log_dir / f"{name}-bmv2-console.log"
         self.pcap_dir = pcap_dir
         self.thrift_port = thrift_port
-        self.ready_timeout = ready_timeout
+        self.ready_timeout = float(ready_timeout)
         self.binary = binary
+        self.log_level = log_level
         self.proc: subprocess.Popen | None = None
         if _listening(self.grpc_addr):   # two runs must not share a switch silently
             raise Bmv2Error(f"{name}: {self.grpc_addr} is already in use; pick another grpc_port")
@@ -199,7 +238,8 @@ class Bmv2SwitchNode(Switch):
 
     def argv(self) -> list[str]:
         return switch_argv(self.device_id, self.port_map(), self.grpc_addr, self.log_file,
-                           self.thrift_port, self.pcap_dir, binary=self.binary)
+                           self.thrift_port, self.pcap_dir, log_level=self.log_level,
+                           binary=self.binary)
 
     def start(self, controllers) -> None:
         for intf in self.port_map().values():
@@ -223,5 +263,7 @@ def device_config(build: Bmv2Build) -> bytes:
     return build.json_path.read_bytes()
 
 
-__all__ = ["bmv2_available", "compile_argv", "compile_p4", "switch_argv", "start_switch",
+__all__ = ["bmv2_available", "compile_argv", "compile_p4", "compile_program", "check_options",
+           "node_params",
+           "switch_argv", "start_switch",
            "stop_switch", "Bmv2SwitchNode", "Bmv2Build", "Bmv2Error", "device_config"]

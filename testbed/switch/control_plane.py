@@ -24,6 +24,16 @@ def p4info_path(program: str) -> Path:
     return path
 
 
+def pipeline_config(switch_info: dict[str, Any], program: str) -> tuple[str, bytes]:
+    """(P4Info path, device config) for SetForwardingPipelineConfig. BMv2 gets the
+    JSON p4c compiled for this point and p4c's P4Info (switch_info["pipeline_config"]);
+    the soft switch gets the checked-in P4Info and the program's name."""
+    compiled = switch_info.get("pipeline_config")
+    if compiled:
+        return str(compiled["p4info"]), Path(compiled["device_config"]).read_bytes()
+    return str(p4info_path(program)), program.encode()
+
+
 @dataclass
 class ControlPlane:
     controllers: dict[str, Any] = field(default_factory=dict)
@@ -35,10 +45,11 @@ class ControlPlane:
         from testbed.switch.p4runtime_server import device_id_for  # noqa: PLC0415
 
         info = net.switch_info
+        p4info, device_config = pipeline_config(info, program)
         cp = cls()
         try:
             for sw, addr in sorted(info["p4runtime"].items()):
-                c = SwitchController(sw, addr, device_id_for(sw), str(p4info_path(program)), program.encode(),
+                c = SwitchController(sw, addr, device_id_for(sw), p4info, device_config,
                                      logs_dir / f"{sw}-p4runtime-requests.txt")
                 cp.controllers[sw] = c.connect()
                 c.install_flood_group(info["ports"][sw])
