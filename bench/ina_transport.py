@@ -1,6 +1,6 @@
 """Host INA transport on loopback: N=4 worker processes + the soft switch (UDP mode).
 
-The soft switch runs `python -m testbed.switch.soft.udp_io` (InaPipeline, one
+The soft switch runs `python -m testbed.switch.soft` with UDP ports (InaPipeline, one
 UDP "port" per worker, as tests/local/test_ina_local.py); every worker is a
 process with an `InaClient` over `UdpIo`. Per size, each worker does `warmup`
 + `iters` allreduces, each after a small in-switch barrier so skew between
@@ -35,8 +35,6 @@ import argparse
 import importlib
 import json
 import os
-import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +42,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from testbed.switch.soft.process import SoftSwitchProcess
+from testbed.switch.soft.udp_io import bindable, free_loopback_ports, loopback_ip, loopback_switch_config
 
 ROOT = Path(__file__).resolve().parent.parent
 N = 4
@@ -84,39 +85,11 @@ LOADED_NEW: dict = {
 }
 
 
-def _worker_ip(rank: int) -> str:
-    return f"127.0.1.{rank + 1}"
-
-
-def _bindable(addrs: list[tuple[str, int]]) -> bool:
-    socks = []
-    try:
-        for a in addrs:
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            socks.append(s)
-            s.bind(a)
-        return True
-    except OSError:
-        return False
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _free_ports() -> tuple[int, int]:
-    for _ in range(200):
-        base, wport = random.randrange(30000, 50000), random.randrange(50001, 60000)
-        if _bindable([("127.0.0.1", base + p) for p in range(1, N + 1)]) and \
-                _bindable([(_worker_ip(r), wport) for r in range(N)]):
-            return base, wport
-    raise RuntimeError("no free UDP ports")
-
-
 # -- worker process ----------------------------------------------------------------
 def worker_main(cfg: dict) -> None:
     mod = importlib.import_module(cfg["module"])
     rank = cfg["rank"]
-    io = mod.UdpIo((_worker_ip(rank), cfg["wport"]), ("127.0.0.1", cfg["base"] + rank + 1))
+    io = mod.UdpIo((loopback_ip(rank), cfg["wport"]), ("127.0.0.1", cfg["base"] + rank + 1))
     kw = {} if cfg["window"] is None else {"window": cfg["window"]}
     c = mod.InaClient(io, 1, rank, N, timeout_s=0.05, max_retries=50, **kw)
     barrier = np.ones(1, np.int32)
@@ -144,43 +117,13 @@ def worker_main(cfg: dict) -> None:
 
 
 # -- orchestration -----------------------------------------------------------------
-def _start_switch(tmp: Path, base: int, wport: int) -> subprocess.Popen:
-    workers = [{"worker_id": r, "mac": f"02:00:00:00:01:{r + 1:02x}", "ip": _worker_ip(r),
-                "port": r + 1, "udp_port": wport} for r in range(N)]
-    cfg = {"name": "s1", "ports": {str(r + 1): f"w{r + 1}" for r in range(N)},
-           "stats_path": str(tmp / "s1.stats.json"), "ready_path": str(tmp / "s1.ready.json"),
-           "pipeline": "ina", "seed": 3, "io": "udp", "udp_listen": f"127.0.0.1:{base}",
-           "jobs": [{"job_id": 1, "workers": workers, "slot_base": 0, "slot_count": SLOT_COUNT}]}
-    (tmp / "s1.json").write_text(json.dumps(cfg))
-    with open(tmp / "s1.log", "w") as log:
-        p = subprocess.Popen([sys.executable, "-m", "testbed.switch.soft.udp_io", "--config",
-                              str(tmp / "s1.json")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    end = time.monotonic() + 15
-    while not (tmp / "s1.ready.json").exists():
-        if p.poll() is not None or time.monotonic() > end:
-            _stop(p)
-            raise RuntimeError(f"switch did not start:\n{(tmp / 's1.log').read_text()}")
-        time.sleep(0.02)
-    return p
-
-
-def _stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def measure(*, module: str = "hosts.ina.transport", window: int | None = None, iters: int = 10,
             bulk_iters: int = 5, warmup: int = 1) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-ina-") as td:
         tmp = Path(td)
-        base, wport = _free_ports()
-        sw = _start_switch(tmp, base, wport)
-        procs = []
+        base, wport = free_loopback_ports(N)
+        sw = SoftSwitchProcess(loopback_switch_config(N, base, wport, slot_count=SLOT_COUNT), tmp).start()
+        procs, sw_stats = [], {}
         try:
             for r in range(N):
                 cfg = {"module": module, "rank": r, "base": base, "wport": wport, "window": window,
@@ -198,12 +141,8 @@ def measure(*, module: str = "hosts.ina.transport", window: int | None = None, i
                 if p.poll() is None:
                     p.kill()
                     p.wait()
-            _stop(sw)
+            sw_stats = sw.stop() or {}
         res = [json.loads((tmp / f"w{r}.json").read_text()) for r in range(N)]
-        try:
-            sw_stats = json.loads((tmp / "s1.stats.json").read_text())
-        except (OSError, ValueError):
-            sw_stats = {}
     out: dict = {"module": module, "window": window or "default", "workers": N,
                  "slot_count": SLOT_COUNT, "sizes": {}}
     for name, size, k in SIZES:
@@ -234,7 +173,7 @@ def measure(*, module: str = "hosts.ina.transport", window: int | None = None, i
 
 
 def run(out_dir) -> dict:
-    if not _bindable([(_worker_ip(0), 0)]):
+    if not bindable([(loopback_ip(0), 0)]):
         return {"skipped": "cannot bind 127.0.1.x loopback addresses"}
     new = {str(w): measure(window=w) for w in (64, 256)}
     res = {"benchmark": "ina_transport", "cpu_count": os.cpu_count(),

@@ -13,7 +13,6 @@ recv/sendto.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import socket
@@ -21,43 +20,7 @@ import struct
 
 import numpy as np
 
-MSG_DONTWAIT = 0x40
-
-
-class _IoVec(ctypes.Structure):
-    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
-
-
-class _MsgHdr(ctypes.Structure):
-    _fields_ = [("msg_name", ctypes.c_void_p), ("msg_namelen", ctypes.c_uint32),
-                ("msg_iov", ctypes.c_void_p), ("msg_iovlen", ctypes.c_size_t),
-                ("msg_control", ctypes.c_void_p), ("msg_controllen", ctypes.c_size_t),
-                ("msg_flags", ctypes.c_int)]
-
-
-class _MMsgHdr(ctypes.Structure):
-    _fields_ = [("msg_hdr", _MsgHdr), ("msg_len", ctypes.c_uint)]
-
-
-_HDR = ctypes.sizeof(_MMsgHdr)
-_LEN_IDX = _MMsgHdr.msg_len.offset // 4
-
-
-def _load():
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        rf, sf = libc.recvmmsg, libc.sendmmsg
-    except (OSError, AttributeError):
-        return None, None
-    rf.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
-    rf.restype = ctypes.c_int
-    sf.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
-    sf.restype = ctypes.c_int
-    return rf, sf
-
-
-_RECVMMSG, _SENDMMSG = _load()
-HAVE_MMSG = _RECVMMSG is not None and _HDR % 4 == 0 and ctypes.sizeof(_IoVec) == 16
+from testbed.linux_mmsg import HAVE_MMSG, HDR_SIZE, LEN_IDX, MSG_DONTWAIT, MMsgHdr, recvmmsg, sendmmsg
 
 
 def _sockaddr_in(addr: tuple[str, int]) -> bytes:
@@ -78,21 +41,21 @@ class MmsgUdp:
         self._riov = np.zeros(2 * batch, np.uint64)
         self._riov[0::2] = base + stride * np.arange(batch, dtype=np.uint64)
         self._riov[1::2] = stride
-        self._rraw = np.zeros(batch * _HDR, np.uint8)
-        rh = (_MMsgHdr * batch).from_buffer(self._rraw)
+        self._rraw = np.zeros(batch * HDR_SIZE, np.uint8)
+        rh = (MMsgHdr * batch).from_buffer(self._rraw)
         riov = self._riov.ctypes.data
         for i in range(batch):
             rh[i].msg_hdr.msg_iov = riov + 16 * i
             rh[i].msg_hdr.msg_iovlen = 1
         self._rhdrs = rh
         self._rptr = ctypes.addressof(rh)
-        self.lens = self._rraw.view(np.uint32)[_LEN_IDX::_HDR // 4]
+        self.lens = self._rraw.view(np.uint32)[LEN_IDX::HDR_SIZE // 4]
         # send side: iovecs filled per call, all messages addressed to `dest`
         self._name = ctypes.create_string_buffer(_sockaddr_in(dest), 16)
         name = ctypes.addressof(self._name)
         self._siov = np.zeros(2 * batch, np.uint64)
-        self._sraw = np.zeros(batch * _HDR, np.uint8)
-        sh = (_MMsgHdr * batch).from_buffer(self._sraw)
+        self._sraw = np.zeros(batch * HDR_SIZE, np.uint8)
+        sh = (MMsgHdr * batch).from_buffer(self._sraw)
         siov = self._siov.ctypes.data
         for i in range(batch):
             sh[i].msg_hdr.msg_name = name
@@ -105,7 +68,7 @@ class MmsgUdp:
 
     def recv(self) -> int:
         """Non-blocking: datagrams now in rec[:n] (lengths lens[:n])."""
-        n = _RECVMMSG(self.fd, self._rptr, self.batch, MSG_DONTWAIT, None)
+        n = recvmmsg(self.fd, self._rptr, self.batch, MSG_DONTWAIT, None)
         if n < 0:
             e = ctypes.get_errno()
             if e in (errno.EAGAIN, errno.EINTR, errno.ECONNREFUSED):
@@ -123,7 +86,7 @@ class MmsgUdp:
             iov[0:2 * k:2] = offs[done:done + k]
             iov[0:2 * k:2] += np.uint64(base_addr)
             iov[1:2 * k:2] = lens[done:done + k]
-            r = _SENDMMSG(self.fd, self._sptr, k, 0)
+            r = sendmmsg(self.fd, self._sptr, k, 0)
             if r <= 0:
                 e = ctypes.get_errno() if r < 0 else 0
                 if e == errno.EINTR:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +21,8 @@ import pytest
 from hosts.common.tensors import make_tensor
 from hosts.ina import fixed_point as fp
 from hosts.ina.transport import InaClient, InaTimeoutError, UdpIo
-from testbed.switch.soft.udp_io import port_endpoint
+from testbed.switch.soft.process import SoftSwitchProcess
+from testbed.switch.soft.udp_io import free_loopback_ports, loopback_ip, loopback_switch_config, port_endpoint
 
 pytestmark = pytest.mark.local
 
@@ -33,67 +32,21 @@ SIZES = [1, 300, 4096]
 ITERS, WARMUP, SEED = 3, 1, 11
 
 
-def worker_ip(rank: int) -> str:
-    return f"127.0.1.{rank + 1}"
-
-
-def bindable(addrs: list[tuple[str, int]]) -> bool:
-    socks = []
-    try:
-        for a in addrs:
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            socks.append(s)
-            s.bind(a)
-        return True
-    except OSError:
-        return False
-    finally:
-        for s in socks:
-            s.close()
+worker_ip = loopback_ip
 
 
 def free_ports() -> tuple[int, int]:
-    """(switch listen base, worker UDP port), all needed UDP ports free now."""
-    for _ in range(200):
-        base, wport = random.randrange(30000, 50000), random.randrange(50001, 60000)
-        if bindable([("127.0.0.1", base + p) for p in range(1, N + 1)]) and \
-                bindable([(worker_ip(r), wport) for r in range(N)]):
-            return base, wport
-    raise RuntimeError("no free UDP ports")
+    return free_loopback_ports(N)
 
 
-def start_switch(tmp: Path, base: int, wport: int, loss: float) -> subprocess.Popen:
-    workers = [{"worker_id": r, "mac": f"02:00:00:00:01:{r + 1:02x}", "ip": worker_ip(r),
-                "port": r + 1, "udp_port": wport} for r in range(N)]
-    cfg = {"name": "s1", "ports": {str(r + 1): f"w{r + 1}" for r in range(N)},
-           "stats_path": str(tmp / "s1.stats.json"), "ready_path": str(tmp / "s1.ready.json"),
-           "pipeline": "ina", "seed": 3, "io": "udp", "udp_listen": f"127.0.0.1:{base}",
-           "jobs": [{"job_id": 1, "workers": workers, "slot_base": 0, "slot_count": 32}],
-           "drop_probabilities": {str(r + 1): loss for r in range(N)}}
-    (tmp / "s1.json").write_text(json.dumps(cfg))
-    log = open(tmp / "s1.log", "w")
-    p = subprocess.Popen([sys.executable, "-m", "testbed.switch.soft.udp_io", "--config",
-                          str(tmp / "s1.json")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    log.close()
-    end = time.monotonic() + 15
-    while not (tmp / "s1.ready.json").exists():
-        if p.poll() is not None or time.monotonic() > end:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            pytest.fail(f"switch did not start (rc {p.poll()}):\n{(tmp / 's1.log').read_text()}")
-        time.sleep(0.02)
-    return p
+def start_switch(tmp: Path, base: int, wport: int, loss: float) -> SoftSwitchProcess:
+    cfg = loopback_switch_config(N, base, wport, slot_count=32,
+                                 drop_probabilities={str(r + 1): loss for r in range(N)})
+    return SoftSwitchProcess(cfg, tmp).start()
 
 
-def stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+def stop(p: SoftSwitchProcess) -> None:
+    p.stop()
 
 
 def run_workers(tmp: Path, base: int, wport: int) -> dict[int, list[dict]]:

@@ -14,10 +14,12 @@ import random
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from testbed.switch.soft.process import SoftSwitchProcess
+from testbed.switch.soft.udp_io import loopback_switch_config
 
 from hosts.glm.data import load_dataset
 from hosts.glm.models import get_model
@@ -136,13 +138,7 @@ def test_switch_collective_over_the_soft_switch_udp_mode(tmp_path):
 
     world, base = 2, _free_udp_base(4)
     wport = base + 3                                   # where workers receive results
-    workers = [{"worker_id": r, "mac": f"02:00:00:00:01:{r + 1:02x}", "ip": f"127.0.1.{r + 1}",
-                "port": r + 1, "udp_port": wport} for r in range(world)]
-    sw = {"name": "s1", "ports": {str(r + 1): f"udp{r + 1}" for r in range(world)},
-          "stats_path": str(tmp_path / "switch.stats.json"), "ready_path": str(tmp_path / "switch.ready"),
-          "pipeline": "ina", "flood": False, "io": "udp", "udp_listen": f"127.0.0.1:{base}",
-          "jobs": [{"job_id": 3, "workers": workers, "slot_base": 0, "slot_count": 16}]}
-    (tmp_path / "switch.json").write_text(json.dumps(sw))
+    sw = loopback_switch_config(world, base, wport, job_id=3, slot_count=16, flood=False)
     wl = {"kind": "p4sgd", "collective": "switch", "mode": "model_parallel", "lr": 16.0, "batch": 32,
           "micro_batch": 8, "epochs": 1, "pipeline_depth": 4, "snapshot_every": 4, "time_scale": 500.0,
           "dataset": {"source": "synthetic", "kind": "dense", "samples": 512, "features": 2048, "seed": 7}}
@@ -150,15 +146,8 @@ def test_switch_collective_over_the_soft_switch_udp_mode(tmp_path):
     w = scn.workload
     peers = [{"name": f"w{r + 1}", "ip": f"127.0.1.{r + 1}"} for r in range(world)]
     procs = []
+    switch = SoftSwitchProcess(sw, tmp_path, ready_timeout=20).start()
     try:
-        procs.append(subprocess.Popen([sys.executable, "-m", "testbed.switch.soft.udp_io", "--config",
-                                       str(tmp_path / "switch.json")], cwd=ROOT,
-                                      stderr=open(tmp_path / "switch.log", "w")))
-        deadline = time.monotonic() + 20
-        while not (tmp_path / "switch.ready").exists():
-            assert procs[0].poll() is None and time.monotonic() < deadline, \
-                (tmp_path / "switch.log").read_text()
-            time.sleep(0.05)
         for r in range(world):
             cfg = {"host": f"w{r + 1}", "role": "worker", "rank": r, "world": world, "mode": w.mode,
                    "glm": w.glm, "l2": w.l2, "lr": w.lr, "batch": w.batch, "micro_batch": w.micro_batch,
@@ -175,7 +164,7 @@ def test_switch_collective_over_the_soft_switch_udp_mode(tmp_path):
             procs.append(subprocess.Popen([sys.executable, "-m", "hosts.p4sgd", "--config",
                                            str(tmp_path / f"w{r + 1}.json")], cwd=ROOT,
                                           stderr=open(tmp_path / f"w{r + 1}.log", "w")))
-        for r, p in enumerate(procs[1:]):
+        for r, p in enumerate(procs):
             assert p.wait(timeout=60) == 0, (tmp_path / f"w{r + 1}.log").read_text()[-2000:]
     finally:
         for p in procs:           # only what this test started
@@ -185,6 +174,7 @@ def test_switch_collective_over_the_soft_switch_udp_mode(tmp_path):
                     p.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     p.kill()
+        switch.stop()
     s = collect_point(scn, tmp_path)[-1]
     assert s["all_correct"] and s["ok"]
     assert s["hidden_share"] > 0.0            # asynchronous: some latency overlapped compute

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib.util
 import logging
 import os
 import sys
@@ -18,20 +17,13 @@ from testbed.switch.soft.switch import SoftSwitch, write_json_atomic
 
 log = logging.getLogger("softswitch")
 
-# Hook for the P4Runtime server: a module exposing
-#   serve(switch: SoftSwitch, addr: str) -> object with .stop()
-# It runs in a thread and programs switch.pipeline / switch.tables().
-P4RUNTIME_MODULE = "testbed.switch.p4runtime_server"  # P4Runtime hook (control-plane helper)
-
 
 def _start_control_plane(switch: SoftSwitch, addr: str | None):
+    """The P4Runtime server, in a thread, when the config asks for one."""
     if not addr:
         return None
-    if importlib.util.find_spec(P4RUNTIME_MODULE) is None:
-        log.warning("p4runtime_addr=%s ignored: %s is not implemented yet", addr, P4RUNTIME_MODULE)
-        return None
-    mod = importlib.import_module(P4RUNTIME_MODULE)
-    return mod.serve(switch, addr)
+    from testbed.switch.p4runtime_server import serve  # noqa: PLC0415 - grpc is slow to import
+    return serve(switch, addr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
               f"`unshare -Urn` (needs CAP_NET_RAW)", file=sys.stderr)
         return 1
     except OSError as e:
-        if e.errno in (errno.ENODEV, errno.ENXIO):
-            print(f"soft switch {cfg.name}: {e.strerror or e}; check `ports` in {args.config}",
-                  file=sys.stderr)
+        if e.errno in (errno.ENODEV, errno.ENXIO, errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+            print(f"soft switch {cfg.name}: {e.strerror or e}; check `ports`/`udp_listen` in "
+                  f"{args.config}", file=sys.stderr)
             return 2
         raise
     switch.install_signal_handlers()

@@ -12,7 +12,6 @@ send_batch, stats, close.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import select
@@ -22,14 +21,15 @@ from typing import Protocol
 
 import numpy as np
 
+from testbed.linux_mmsg import (FLAGS_IDX, HAVE_MMSG, HDR_SIZE, LEN_IDX, MSG_DONTWAIT, MSG_TRUNC,
+                                IoVec, MMsgHdr, recvmmsg, sendmmsg)
+
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23  # not exported by Python's socket module
 SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
-MSG_DONTWAIT = 0x40
-MSG_TRUNC = 0x20
 
 # The interface went away or down: normal during teardown (Mininet deletes
 # links before stopping switches).
@@ -53,45 +53,7 @@ class PortIO(Protocol):
     def close(self) -> None: ...
 
 
-# --- recvmmsg/sendmmsg through ctypes ------------------------------------------
-
-class _IoVec(ctypes.Structure):
-    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
-
-
-class _MsgHdr(ctypes.Structure):
-    _fields_ = [("msg_name", ctypes.c_void_p), ("msg_namelen", ctypes.c_uint32),
-                ("msg_iov", ctypes.c_void_p), ("msg_iovlen", ctypes.c_size_t),
-                ("msg_control", ctypes.c_void_p), ("msg_controllen", ctypes.c_size_t),
-                ("msg_flags", ctypes.c_int)]
-
-
-class _MMsgHdr(ctypes.Structure):
-    _fields_ = [("msg_hdr", _MsgHdr), ("msg_len", ctypes.c_uint)]
-
-
-_HDR = ctypes.sizeof(_MMsgHdr)
-assert _HDR % 4 == 0 and ctypes.sizeof(_IoVec) == 16
-_LEN_IDX = _MMsgHdr.msg_len.offset // 4
-_FLAGS_IDX = (_MMsgHdr.msg_hdr.offset + _MsgHdr.msg_flags.offset) // 4
-
-
-def _load_libc():
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        rf, sf = libc.recvmmsg, libc.sendmmsg
-    except (OSError, AttributeError):
-        return None
-    rf.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
-    rf.restype = ctypes.c_int
-    sf.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
-    sf.restype = ctypes.c_int
-    return libc
-
-
-_LIBC = _load_libc()
-HAVE_MMSG = _LIBC is not None
-
+# --- recvmmsg/sendmmsg (ctypes binding in testbed.linux_mmsg) -------------------
 
 class MmsgRx:
     """recvmmsg into `batch` fixed slots of `slot` bytes; frames come out as bytes."""
@@ -103,18 +65,18 @@ class MmsgRx:
         self._buf = bytearray(batch * slot)
         self._mv = memoryview(self._buf)
         base = ctypes.addressof((ctypes.c_char * len(self._buf)).from_buffer(self._buf))
-        self._iov = (_IoVec * batch)()
-        self._raw = np.zeros(batch * _HDR, np.uint8)  # the mmsghdr array, viewed by numpy too
-        self._hdrs = (_MMsgHdr * batch).from_buffer(self._raw)
+        self._iov = (IoVec * batch)()
+        self._raw = np.zeros(batch * HDR_SIZE, np.uint8)  # the mmsghdr array, viewed by numpy too
+        self._hdrs = (MMsgHdr * batch).from_buffer(self._raw)
         for i in range(batch):
             self._iov[i].iov_base = base + i * slot
             self._iov[i].iov_len = slot
             self._hdrs[i].msg_hdr.msg_iov = ctypes.addressof(self._iov[i])
             self._hdrs[i].msg_hdr.msg_iovlen = 1
         u32 = self._raw.view(np.uint32)
-        stride = _HDR // 4
-        self._lens = u32[_LEN_IDX::stride]
-        self._flags = u32[_FLAGS_IDX::stride]
+        stride = HDR_SIZE // 4
+        self._lens = u32[LEN_IDX::stride]
+        self._flags = u32[FLAGS_IDX::stride]
         self._offs = list(range(0, batch * slot, slot))
         self._ptr = ctypes.addressof(self._hdrs)
         self.truncated = 0
@@ -122,7 +84,7 @@ class MmsgRx:
     def recv(self, max_frames: int | None = None) -> tuple[list[bytes], int]:
         """Non-blocking: (frames, total bytes). Raises OSError (not EAGAIN)."""
         vlen = self.batch if max_frames is None else min(max_frames, self.batch)
-        n = _LIBC.recvmmsg(self.fd, self._ptr, vlen, MSG_DONTWAIT, None)
+        n = recvmmsg(self.fd, self._ptr, vlen, MSG_DONTWAIT, None)
         if n <= 0:
             if n == 0:
                 return [], 0
@@ -153,8 +115,8 @@ class MmsgTx:
         self.fd, self.batch = fd, batch
         self._iov_raw = np.zeros(batch * 2, np.uint64)  # (base, len) pairs
         iov_addr = self._iov_addr = self._iov_raw.ctypes.data
-        self._raw = np.zeros(batch * _HDR, np.uint8)
-        self._hdrs = (_MMsgHdr * batch).from_buffer(self._raw)
+        self._raw = np.zeros(batch * HDR_SIZE, np.uint8)
+        self._hdrs = (MMsgHdr * batch).from_buffer(self._raw)
         for i in range(batch):
             self._hdrs[i].msg_hdr.msg_iov = iov_addr + 16 * i
             self._hdrs[i].msg_hdr.msg_iovlen = 1
@@ -192,7 +154,7 @@ class MmsgTx:
 
     def send_prepared(self, start: int, count: int) -> int:
         """sendmmsg of prepared messages [start, start+count); returns sent or -errno."""
-        r = _LIBC.sendmmsg(self.fd, self._ptr + start * _HDR, count, MSG_DONTWAIT)
+        r = sendmmsg(self.fd, self._ptr + start * HDR_SIZE, count, MSG_DONTWAIT)
         return r if r >= 0 else -ctypes.get_errno()
 
 

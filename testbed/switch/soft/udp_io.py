@@ -14,24 +14,16 @@ worker's registered ip and udp_port), from that port's socket.
 Config: the soft switch's config plus
     "io": "udp", "udp_listen": "127.0.0.1:40000"   # port p listens on 40000 + p
 and the pipeline's keys (pipeline "ina", jobs [...] with each worker's real
-loopback ip and udp_port). Run:
-    python -m testbed.switch.soft.udp_io --config cfg.json
-or build the ports with `udp_ports(SwitchConfig)` and inject them into SoftSwitch.
+loopback ip and udp_port). `python -m testbed.switch.soft --config cfg.json`
+(or SoftSwitchProcess) then opens these ports instead of interfaces.
 """
 from __future__ import annotations
 
-import argparse
-import logging
-import os
 import socket
-import sys
-import time
-from pathlib import Path
 
 from testbed import wire
 from testbed.switch.soft.config import ConfigError, SwitchConfig
 
-log = logging.getLogger("softswitch.udp")
 
 DEFAULT_SWITCH_MAC = "02:00:00:00:00:fe"
 DEFAULT_SWITCH_IP = "10.0.0.254"
@@ -163,54 +155,46 @@ def udp_ports(config: SwitchConfig) -> dict[int, UdpInaPort]:
     return ports
 
 
-def run_udp_switch(config: dict | str | Path) -> int:
-    """Run the soft switch with UDP ports until SIGTERM/SIGINT (ready file,
-    final stats file, exit codes as `python -m testbed.switch.soft`)."""
-    from testbed.switch.soft.switch import SoftSwitch, write_json_atomic  # noqa: PLC0415
+# -- loopback setups (tests, benchmarks) -----------------------------------------------
+def loopback_ip(rank: int) -> str:
+    """Worker `rank`'s address in local mode (w<rank+1>, as testbed.net.local_net)."""
+    from testbed.net.local_net import LOCAL_PREFIX  # noqa: PLC0415
+    return f"{LOCAL_PREFIX}{rank + 1}"
 
+
+def bindable(addrs: list[tuple[str, int]]) -> bool:
+    socks = []
     try:
-        cfg = SwitchConfig.from_dict(config) if isinstance(config, dict) else SwitchConfig.load(config)
-        ports = udp_ports(cfg)
-    except (ConfigError, KeyError, ValueError) as e:
-        print(f"soft switch (udp): bad config: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"soft switch (udp): cannot bind its UDP ports: {e}", file=sys.stderr)
-        return 2
-    try:
-        switch = SoftSwitch(cfg, ports=ports)
-    except (ConfigError, KeyError, ValueError) as e:
-        for p in ports.values():
-            p.close()
-        print(f"soft switch {cfg.name}: bad config: {e}", file=sys.stderr)
-        return 2
-    switch.install_signal_handlers()
-    try:
-        write_json_atomic(cfg.ready_path, {
-            "pid": os.getpid(), "name": cfg.name, "io_mode": "udp-ina", "time": time.time(),
-            "ports": {str(no): f"{p.sock.getsockname()[0]}:{p.sock.getsockname()[1]}"
-                      for no, p in ports.items()}})
-        log.info("%s ready (udp): pid %d, ports %s, pipeline %s", cfg.name, os.getpid(),
-                 {no: p.name for no, p in ports.items()}, cfg.pipeline)
-        switch.run()
+        for a in addrs:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            socks.append(s)
+            s.bind(a)
+        return True
+    except OSError:
+        return False
     finally:
-        st = switch.close()
-        if st is not None and cfg.stats_path is not None:
-            write_json_atomic(cfg.stats_path, st)
-    return 0
+        for s in socks:
+            s.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m testbed.switch.soft.udp_io",
-                                 description="soft switch with UDP ports (rootless local mode)")
-    ap.add_argument("--config", required=True, help="switch config JSON with io=udp, udp_listen")
-    ap.add_argument("-v", "--verbose", action="store_true")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
-    return run_udp_switch(args.config)
+def free_loopback_ports(n_workers: int) -> tuple[int, int]:
+    """(switch listen base, worker UDP port) with every needed UDP port free now."""
+    import random  # noqa: PLC0415
+    for _ in range(200):
+        base, wport = random.randrange(30000, 50000), random.randrange(50001, 60000)
+        if bindable([("127.0.0.1", base + p) for p in range(1, n_workers + 1)]) and \
+                bindable([(loopback_ip(r), wport) for r in range(n_workers)]):
+            return base, wport
+    raise RuntimeError("no free UDP ports on loopback")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
+def loopback_switch_config(n_workers: int, listen_base: int, worker_port: int, *, job_id: int = 1,
+                           slot_count: int = 256, **extra) -> dict:
+    """Config of an INA soft switch in UDP mode whose port r+1 is worker r's link;
+    run it with SoftSwitchProcess (`python -m testbed.switch.soft`)."""
+    workers = [{"worker_id": r, "mac": f"02:00:00:00:01:{r + 1:02x}", "ip": loopback_ip(r),
+                "port": r + 1, "udp_port": worker_port} for r in range(n_workers)]
+    return {"name": "s1", "ports": {str(r + 1): f"w{r + 1}" for r in range(n_workers)},
+            "pipeline": "ina", "seed": 3, "io": "udp", "udp_listen": f"127.0.0.1:{listen_base}",
+            "jobs": [{"job_id": job_id, "workers": workers, "slot_base": 0, "slot_count": slot_count}],
+            **extra}
