@@ -96,6 +96,19 @@ class Network(ABC):
     @abstractmethod
     def stop(self) -> None: ...
 
+    def _spawn(self, spawn: Any, host: str, argv: list[str], log_path: str | Path,
+               env: dict[str, str] | None, run_id: str, **popen_kw: Any) -> subprocess.Popen:
+        """What every popen does, whatever starts the process (a Mininet node's
+        popen, or subprocess.Popen): check the host, tag the environment with
+        the run id, log to a file, die with the runner."""
+        from testbed.net.registry import ENV_RUN  # noqa: PLC0415 - registry imports this module
+        if host not in self.hosts:
+            raise NetworkError(f"unknown host {host!r}; hosts are {', '.join(self.hosts)}")
+        full_env = {**os.environ, **(env or {}), ENV_RUN: run_id}
+        with open_log(log_path) as f:
+            return spawn(with_parent_death_signal(argv), stdin=subprocess.DEVNULL, stdout=f,
+                         stderr=subprocess.STDOUT, env=full_env, **popen_kw)
+
     def switch_stats(self) -> dict[str, dict]:
         """Per-switch counters, available after ``stop()``."""
         return {}

@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from testbed.net.base import HostInfo, Network, NetworkError, with_parent_death_signal, open_log, stop_processes
+from testbed.net.base import HostInfo, Network, NetworkError, stop_processes
 from testbed.net.impairments import ImpairmentError, resolve_links
-from testbed.net.registry import ENV_RUN, RunRegistry
+from testbed.net.registry import RunRegistry
 from testbed.net.topology import host_octets
 
 LOCAL_PREFIX = "127.0.1."
@@ -58,15 +58,11 @@ class LocalNetwork(Network):
 
     def popen(self, host: str, argv: list[str], log_path: str | Path,
               env: dict[str, str] | None = None) -> subprocess.Popen:
-        if host not in self.hosts:
-            raise NetworkError(f"unknown host {host!r}; hosts are {', '.join(self.hosts)}")
         if not self._started or self._stopped:
             raise NetworkError(f"popen({host}): the network is not running (call start() first)")
-        full_env = {**os.environ, **(env or {}), ENV_RUN: self._registry.run_id}
-        with open_log(log_path) as f:
-            # Own session: stop() can signal the program together with its helpers.
-            p = subprocess.Popen(with_parent_death_signal(argv), stdin=subprocess.DEVNULL, stdout=f,
-                                 stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+        # Own session: stop() can signal the program together with its helpers.
+        p = self._spawn(subprocess.Popen, host, argv, log_path, env, self._registry.run_id,
+                        start_new_session=True)
         self._registry.register_pid(p.pid, role=f"{host}: {os.path.basename(argv[0])}")
         self._procs.append(p)
         return p

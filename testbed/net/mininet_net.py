@@ -25,7 +25,7 @@ from typing import Any
 from testbed.net import impairments as imp
 from testbed.net.base import HostInfo, Network, NetworkError, with_parent_death_signal, open_log, stop_processes
 from testbed.net.isolation import in_initial_netns
-from testbed.net.registry import ENV_RUN, RunRegistry, alive, signal_recorded
+from testbed.net.registry import RunRegistry, alive, signal_recorded
 from testbed.net.topology import (
     PREFIX_LEN, SWITCH_VIP, SWITCH_VIP_MAC, TopologyPlan, forwarding_tables, plan_topology,
     switch_port_mac,
@@ -168,15 +168,9 @@ class MininetNetwork(Network):
 
     def popen(self, host: str, argv: list[str], log_path: str | Path,
               env: dict[str, str] | None = None) -> subprocess.Popen:
-        if host not in self.hosts:
-            raise NetworkError(f"unknown host {host!r}; hosts are {', '.join(self.hosts)}")
         if self._net is None or self._stopped:
             raise NetworkError(f"popen({host}): the network is not running (call start() first)")
-        full_env = {**os.environ, **(env or {})}
-        full_env[ENV_RUN] = self._registry.run_id
-        with open_log(log_path) as f:
-            p = self.node(host).popen(with_parent_death_signal(argv), stdin=subprocess.DEVNULL, stdout=f,
-                                      stderr=subprocess.STDOUT, env=full_env)
+        p = self._spawn(lambda *a, **kw: self.node(host).popen(*a, **kw), host, argv, log_path, env, self._registry.run_id)
         self._register(p.pid, f"{host}: {os.path.basename(argv[0])}")
         self._procs.append(p)
         return p
