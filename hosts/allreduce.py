@@ -17,22 +17,22 @@ hung, or configs disagree).
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import logging
 import sys
 import time
-from typing import Any
 
 from hosts.collectives import Collective, make_hello
 from hosts.collectives.ps import ParameterServer, PSWorker
 from hosts.collectives.ring import RingAllreduce
-from hosts.common.config import AllreduceConfig, ConfigError, ps_port, ring_port
+from hosts.common import program
+from hosts.common.config import AllreduceConfig, ps_port, ring_port
 from hosts.common.results import JsonlWriter, finite_or_none, latency_summary
 from hosts.common.tcp import NetError
 from hosts.common.tensors import check_allreduce, make_tensor, tolerance
 
-EXIT_OK, EXIT_WRONG_RESULT, EXIT_CONFIG, EXIT_NET = 0, 1, 2, 3
+EXIT_OK, EXIT_WRONG_RESULT = 0, 1
+EXIT_CONFIG, EXIT_NET = program.EXIT_CONFIG, program.EXIT_NET
 
 log = logging.getLogger("allreduce")
 
@@ -198,22 +198,10 @@ class PSRun:
 
 def main(argv: list[str] | None = None) -> int:
     global log
-    parser = argparse.ArgumentParser(prog="python -m hosts.allreduce", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", required=True, help="JSON config (see hosts/common/config.py)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
-                        format="%(asctime)s %(name)s: %(levelname)s %(message)s")
     try:
-        cfg = AllreduceConfig.from_json(args.config)
-    except ConfigError as e:
-        log.error("bad config: %s", e)
-        return EXIT_CONFIG
-    log = logging.getLogger(f"allreduce[{cfg.host}]")
-    try:
-        writer = JsonlWriter(cfg.out)
-    except OSError as e:
-        log.error("cannot write output %s: %s", cfg.out, e.strerror or e)
-        return EXIT_CONFIG
+        cfg, writer, log = program.start("allreduce", __doc__, AllreduceConfig, argv)
+    except program.SetupFailed as e:
+        return e.code
     job = PSRun(cfg, writer) if cfg.role == "ps" else WorkerRun(cfg, writer)
     try:
         return job.run()

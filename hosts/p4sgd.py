@@ -42,7 +42,6 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import argparse  # noqa: E402
 import hashlib  # noqa: E402
 import logging  # noqa: E402
 import sys  # noqa: E402
@@ -53,12 +52,15 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from hosts.common.config import (Checker, ConfigError, HostAddr, InaSettings,  # noqa: E402
+from hosts.common import program  # noqa: E402
+from hosts.common.config import (Checker, HostAddr, InaSettings,  # noqa: E402
                                  Straggler, load_json_object, ps_port)
 from hosts.common.results import JsonlWriter  # noqa: E402
 from hosts.common.tcp import NetError  # noqa: E402
+from hosts.ina.transport import InaError  # noqa: E402
 
-EXIT_OK, EXIT_TRAINING, EXIT_CONFIG, EXIT_NET = 0, 1, 2, 3
+EXIT_OK, EXIT_TRAINING = 0, 1
+EXIT_CONFIG, EXIT_NET = program.EXIT_CONFIG, program.EXIT_NET
 MODES = ("model_parallel", "data_parallel")
 COLLECTIVES = ("switch", "ring", "ps")
 GLMS = ("linreg", "logreg", "svm")
@@ -630,34 +632,12 @@ class PSRole:
 
 
 # ============================================================ main
-def _net_errors() -> tuple[type[BaseException], ...]:
-    errs: list[type[BaseException]] = [NetError, TimeoutError]
-    try:
-        from hosts.ina.transport import InaError
-        errs.append(InaError)
-    except ImportError:
-        pass
-    return tuple(errs)
-
-
 def main(argv: list[str] | None = None) -> int:
     global log
-    parser = argparse.ArgumentParser(prog="python -m hosts.p4sgd", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", required=True, help="JSON config (see P4sgdConfig)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
-                        format="%(asctime)s %(name)s: %(levelname)s %(message)s")
     try:
-        cfg = P4sgdConfig.from_json(args.config)
-    except ConfigError as e:
-        log.error("bad config: %s", e)
-        return EXIT_CONFIG
-    log = logging.getLogger(f"p4sgd[{cfg.host}]")
-    try:
-        writer = JsonlWriter(cfg.out)
-    except OSError as e:
-        log.error("cannot write output %s: %s", cfg.out, e.strerror or e)
-        return EXIT_CONFIG
+        cfg, writer, log = program.start("p4sgd", __doc__, P4sgdConfig, argv)
+    except program.SetupFailed as e:
+        return e.code
     try:
         job = PSRole(cfg, writer) if cfg.role == "ps" else Worker(cfg, writer)
     except (ValueError, OSError) as e:  # dataset or device spec problems
@@ -666,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     try:
         return job.run()
-    except _net_errors() as e:
+    except (NetError, TimeoutError, InaError) as e:
         log.error("network: %s", e)
         job.write_summary(False, f"{type(e).__name__}: {e}")
         return EXIT_NET
