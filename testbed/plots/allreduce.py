@@ -91,13 +91,12 @@ def latency_cdf(run: Run, out_dir: Path) -> list[Path]:
 @figure("latency_vs_loss")
 def latency_vs_loss(run: Run, out_dir: Path) -> list[Path]:
     """Median and p99 latency against the configured loss rate, per algorithm and size."""
-    ok_points = {p["index"]: p for p in run.points if p.get("status") == "ok"}
+    loss_of = {p["index"]: _point_loss(run, p) for p in run.points if p.get("status") == "ok"}
     rows: dict[tuple[str, int], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for m in run.metrics_of("allreduce"):
-        p = ok_points.get(m.get("point"))
-        if m.get("warmup") or p is None:
+        loss = loss_of.get(m.get("point"))
+        if m.get("warmup") or loss is None:
             continue
-        loss = _point_loss(run, p)
         rows[(m["algorithm"], m["size"])][loss].append(m["latency_s"])
     fig, ax = plt.subplots()
     for (alg, size), by_loss in sorted(rows.items()):
