@@ -57,6 +57,7 @@ from hosts.common.config import (Checker, HostAddr, InaSettings,  # noqa: E402
                                  Straggler, load_json_object, ps_port)
 from hosts.common.results import JsonlWriter  # noqa: E402
 from hosts.common.tcp import NetError  # noqa: E402
+from hosts.common.trace import TraceRecorder  # noqa: E402
 from hosts.ina.transport import InaError  # noqa: E402
 
 EXIT_OK, EXIT_TRAINING = 0, 1
@@ -99,12 +100,14 @@ class P4sgdConfig:
     connect_timeout_s: float
     timeout_s: float
     out: str
+    trace: str | None              # this host's trace (hosts.common.trace), None = not recorded
+    calibration: dict | None       # {"hw_op_s", "rounds", "batches"}: calibrate time_scale first
 
     KEYS = frozenset({
         "host", "role", "rank", "world", "mode", "glm", "l2", "lr", "batch", "micro_batch",
         "epochs", "pipeline_depth", "seed", "dataset", "balance", "collective", "peers", "ps",
         "port", "ina", "fixed_point_exp", "device", "snapshot_every", "straggler",
-        "start_at", "connect_timeout_s", "timeout_s", "out"})
+        "start_at", "connect_timeout_s", "timeout_s", "out", "trace", "calibration"})
 
     @classmethod
     def from_json(cls, source: str | Path | dict) -> "P4sgdConfig":
@@ -124,6 +127,11 @@ class P4sgdConfig:
             "connect_timeout_s": c.number("connect_timeout_s", positive=True),
             "timeout_s": c.number("timeout_s", positive=True), "out": c.str("out"),
         }
+        ok, val = c.value("trace", True)
+        if ok and not isinstance(val, str):
+            c.error("trace", f"must be a path or null, got {val!r}")
+        v["trace"] = val if ok and isinstance(val, str) else None
+        v["calibration"] = _parse_calibration(c)
         for key in ("dataset", "device"):
             ok, val = c.value(key, False)
             if ok and not isinstance(val, dict):
@@ -176,6 +184,20 @@ class P4sgdConfig:
                 "seed": self.seed, "dataset": ds, "port": self.port}
 
 
+def _parse_calibration(c: Checker) -> dict | None:
+    ok, val = c.value("calibration", True)
+    if not ok:
+        return None
+    if not isinstance(val, dict) or set(val) != {"hw_op_s", "rounds", "batches"}:
+        c.error("calibration", f"must be null or {{hw_op_s, rounds, batches}}, got {val!r}")
+        return None
+    bad = [k for k in ("rounds", "batches") if not isinstance(val[k], int) or val[k] < 1]
+    if bad or not isinstance(val["hw_op_s"], (int, float)) or val["hw_op_s"] < 0:
+        c.error("calibration", f"hw_op_s must be >= 0, rounds and batches integers >= 1; got {val!r}")
+        return None
+    return dict(val)
+
+
 def out_paths(out: str | Path) -> tuple[Path, Path]:
     """(<stem>.snapshots.npy, <stem>.model.npy) next to the JSONL output."""
     p = Path(out)
@@ -193,15 +215,24 @@ def allreduce_schedule(cfg: P4sgdConfig, n_samples: int, n_features: int) -> lis
     """(float32 elements, last of its iteration) of every allreduce, in order.
 
     Identical on all workers (that is what keeps collectives in step); the PS
-    uses it to know what to serve."""
+    uses it to know what to serve. Calibration (if any) comes first: `rounds`
+    times its first `batches` mini-batches, then one agreement allreduce."""
+    def batch_ops(b: int) -> list[tuple[int, bool]]:
+        if cfg.mode == "data_parallel":
+            return [(n_features, True)]
+        micro = [min(cfg.micro_batch, b - i) for i in range(0, b, cfg.micro_batch)]
+        return [(m, k == len(micro) - 1) for k, m in enumerate(micro)]
+
     out: list[tuple[int, bool]] = []
+    if cfg.calibration:
+        sizes = minibatch_sizes(n_samples, cfg.batch)[:cfg.calibration["batches"]]
+        for _ in range(cfg.calibration["rounds"]):
+            for b in sizes:
+                out.extend(batch_ops(b))
+            out.append((4 * cfg.world, True))   # hosts.common.calibration agreement vector
     for _ in range(cfg.epochs):
         for b in minibatch_sizes(n_samples, cfg.batch):
-            if cfg.mode == "data_parallel":
-                out.append((n_features, True))
-            else:
-                micro = [min(cfg.micro_batch, b - i) for i in range(0, b, cfg.micro_batch)]
-                out.extend((m, k == len(micro) - 1) for k, m in enumerate(micro))
+            out.extend(batch_ops(b))
     return out
 
 
@@ -301,9 +332,10 @@ class TimedAllreduce:
     Exposed = time this worker spends inside submit/wait (the part of the
     communication compute did not hide)."""
 
-    def __init__(self, comm: Comm, before_send=None):
+    def __init__(self, comm: Comm, before_send=None, trace=None, algo: str = ""):
         self.comm = comm
         self.before_send = before_send
+        self.trace, self.algo = trace, algo     # hosts.common.trace.TraceRecorder or None
         self.exposed_s = 0.0
         self.latencies: list[float] = []
         self.digest = hashlib.blake2b(digest_size=8)  # equal on all workers iff results agree
@@ -315,10 +347,12 @@ class TimedAllreduce:
         h = self.comm.aar.submit(vec)
         dt = time.perf_counter() - t
         self.exposed_s += dt
-        return (h, dt, t)
+        node = (self.trace.comm(t, None, op="allreduce", algo=self.algo, values=len(vec))
+                if self.trace is not None else None)
+        return (h, dt, t, node)
 
     def wait(self, wrapped):
-        h, submit_s, t_submit = wrapped
+        h, submit_s, t_submit, node = wrapped
         t = time.perf_counter()
         result = self.comm.aar.wait(h)
         t_end = time.perf_counter()
@@ -326,7 +360,11 @@ class TimedAllreduce:
         # Blocking: the whole time inside the collective (nothing can hide it);
         # async: the collective's own completion time, else until wait returned.
         lat = submit_s + (t_end - t) if self.comm.blocking else self.comm.latency(h, submit_s)
-        self.latencies.append(lat if lat is not None else t_end - t_submit)
+        lat = lat if lat is not None else t_end - t_submit
+        self.latencies.append(lat)
+        if node is not None:
+            self.trace.done(node, t_submit + lat)
+            self.trace.waited(node)
         self.digest.update(np.ascontiguousarray(result).tobytes())
         return result
 
@@ -347,8 +385,9 @@ class WorkerDevice:
 
     MIN_SLEEP_S = 200e-6
 
-    def __init__(self, device, straggler: Straggler | None):
+    def __init__(self, device, straggler: Straggler | None, trace=None):
         self.device, self.straggler = device, straggler
+        self.trace = trace               # hosts.common.trace.TraceRecorder or None
         self.base_scale = getattr(device, "time_scale", None)   # None: measured CPU
         if self.base_scale is not None:
             device.sleep = False                                 # we own the sleeping
@@ -371,6 +410,11 @@ class WorkerDevice:
         t = time.perf_counter()
         out = self.device.run(fn, n_samples, n_features, nnz, phase=phase)
         _, modeled, real = out
+        if self.trace is not None:
+            # Hardware time of the step: the model undilated (a straggler's slowdown kept).
+            hw = modeled / self.base_scale if self.base_scale is not None else real
+            self.trace.compute(t, t + real, hw, real,
+                               {"n": int(n_samples), "f": int(n_features), "nnz": nnz, "phase": phase})
         self.debt_s += max(0.0, modeled - real) if self.base_scale is not None else (slow - 1.0) * real
         if self.base_scale is not None:
             self.excess_s += max(0.0, real - modeled)   # time the model could not absorb
@@ -399,7 +443,11 @@ class WorkerDevice:
             return 0.0
         t = time.perf_counter()
         self.idle(self.straggler.delay_ms / 1e3)
-        return time.perf_counter() - t
+        t1 = time.perf_counter()
+        if self.trace is not None:
+            # The stall in hardware time: emulated seconds undilated.
+            self.trace.compute(t, t1, (t1 - t) / (self.base_scale or 1.0), 0.0, {"stall": True})
+        return t1 - t
 
 
 def device_validity(host: str, wd: WorkerDevice, dilation: float) -> dict[str, Any]:
@@ -438,13 +486,17 @@ def wait_until(start_at: float | None) -> None:
 class Worker:
     def __init__(self, cfg: P4sgdConfig, writer: JsonlWriter):
         from hosts.glm.data import load_dataset
-        from hosts.glm.devices import make_device
         from hosts.glm.models import get_model
 
         self.cfg, self.writer = cfg, writer
         self.model = get_model(cfg.glm, cfg.l2)
-        self.device = WorkerDevice(make_device(dict(cfg.device)), cfg.straggler)
         self.dilation = float(cfg.device.get("time_scale", 1.0)) if cfg.device.get("type", "cpu") != "cpu" else 1.0
+        self.trace = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.rank, world=cfg.world,
+                                   tdf=self.dilation, device=dict(cfg.device), workload="p4sgd",
+                                   mode=cfg.mode, collective=cfg.collective,
+                                   pipeline_depth=cfg.pipeline_depth) if cfg.trace else None
+        self.device = self._new_device(self.dilation)
+        self.calibration: dict[str, Any] | None = None
         t = time.perf_counter()
         self.ds = load_dataset(dict(cfg.dataset))
         self.load_s = time.perf_counter() - t
@@ -457,6 +509,23 @@ class Worker:
         self.part = (0, self.ds.n_features)
         self.timed: TimedAllreduce | None = None
         self.comm: Comm | None = None
+
+    def _new_device(self, time_scale: float) -> WorkerDevice:
+        from hosts.glm.devices import make_device
+
+        spec = dict(self.cfg.device)
+        if spec.get("type", "cpu") != "cpu":
+            spec["time_scale"] = time_scale
+        return WorkerDevice(make_device(spec), self.cfg.straggler, self.trace)
+
+    def _attach(self) -> None:
+        """Wire device and collective together (again after calibration)."""
+        self.device.idle = self.comm.idle
+        # Realize the modeled compute before each send: the device sleeps in batches
+        # (sleep granularity), and unrealized debt would let a worker's partial sums
+        # leave before its forward pass "finished", misaligning workers in lock-step.
+        self.timed = TimedAllreduce(self.comm, before_send=self.device.flush, trace=self.trace,
+                                    algo=self.cfg.collective)
 
     # -- data -------------------------------------------------------------
     def prepare(self) -> None:
@@ -476,27 +545,75 @@ class Worker:
         """Train; `comm` replaces the configured collective (in-process tests)."""
         cfg = self.cfg
         self.prepare()
+        if self.trace is not None:   # what the projector needs to rescale compute to other worker counts
+            self.trace.header.update(n_features=self.ds.n_features, n_samples=self.ds.n_samples,
+                                     part=list(self.part), batch=cfg.batch, micro_batch=cfg.micro_batch)
         log.info("%s rank %d/%d, %s over %s, features %d..%d of %d, %d samples, device %s x%g",
                  cfg.mode, cfg.rank, cfg.world, cfg.glm, cfg.collective, self.part[0], self.part[1],
                  self.ds.n_features, self.ds.n_samples, cfg.device.get("type"), self.dilation)
         self.comm = comm or open_comm(cfg)
-        self.device.idle = self.comm.idle
-        # Realize the modeled compute before each send: the device sleeps in batches
-        # (sleep granularity), and unrealized debt would let a worker's partial sums
-        # leave before its forward pass "finished", misaligning workers in lock-step.
-        self.timed = TimedAllreduce(self.comm, before_send=self.device.flush)
+        self._attach()
         try:
             wait_until(cfg.start_at)
             self.comm.barrier()
+            if cfg.calibration:
+                self.calibrate()
             self.train()
         finally:
             self.comm.close()
             self.save()
+            if self.trace is not None:
+                self.trace.set_tdf(self.dilation)
+                self.trace.close()
         self.writer.write(device_validity(cfg.host, self.device, self.dilation))
         self.write_summary(True, None)
         log.info("done: %d iterations, %d samples in %.3f s (dilation %g)", self.iterations,
                  self.samples, self.train_s, self.dilation)
         return EXIT_OK
+
+    def calibrate(self) -> None:
+        """Set the dilation from this network: `rounds` times, run the first
+        `batches` mini-batches at the current dilation, measure every allreduce
+        against its hardware time, and agree on a new dilation (see
+        hosts.common.calibration). The model is reset afterwards: training
+        starts from the same state as without calibration."""
+        from hosts.common import calibration as cal
+        from hosts.glm.training import epoch_order, minibatches
+
+        cc = self.cfg.calibration
+        first = list(minibatches(epoch_order(self.ds.n_samples, self.cfg.seed, 0), self.cfg.batch))
+        rounds = []
+        for r in range(cc["rounds"]):
+            self.device.t0 = time.perf_counter()
+            n0 = len(self.timed.latencies)
+            for idx in first[:cc["batches"]]:
+                self.step(idx)
+                self.device.flush()
+            lat = self.timed.latencies[n0:]
+            dev = self.device.device
+            ratios = ([] if self.device.base_scale is None else
+                      [dev.real_s_total / (dev.modeled_s_total / self.device.base_scale)]
+                      if dev.modeled_s_total > 0 else [])
+            prop = cal.propose(lat, cc["hw_op_s"], ratios)
+            summed = self.comm.aar.wait(self.comm.aar.submit(
+                cal.encode_for_agreement(prop, self.cfg.rank, self.cfg.world)))
+            tdf, why = cal.agree(summed, self.cfg.world, fallback=self.dilation)
+            rounds.append({"round": r, "tdf_in": self.dilation, "tdf_out": tdf,
+                           "op_p50_s": float(np.median(lat)) if lat else None, "ops": len(lat),
+                           "my_tdf_net": prop.tdf_net, "my_tdf_cmp": prop.tdf_cmp, **why})
+            if self.device.base_scale is not None:
+                self.dilation = tdf
+            self.device = self._new_device(self.dilation)
+            self._attach()
+        prev = rounds[-2]["tdf_out"] if len(rounds) > 1 else rounds[-1]["tdf_in"]
+        self.calibration = {"type": "calibration", "host": self.cfg.host, "rounds": rounds,
+                            "hw_op_s": cc["hw_op_s"], "tdf": self.dilation,
+                            "converged": abs(self.dilation / prev - 1) <= 0.1 if prev else False}
+        self.writer.write(self.calibration)
+        self.x = np.zeros_like(self.x)          # training starts from scratch
+        if self.trace is not None:
+            self.trace.reset()
+        self.comm.barrier()
 
     def train(self) -> None:
         from hosts.glm.training import epoch_order, minibatches

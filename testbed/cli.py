@@ -189,9 +189,16 @@ def show(run_dir: Path, as_json: bool) -> None:
         line = f"  {p['label']:<40} {p['status']:<8} {p.get('wall_s', 0):>7.1f}s"
         if imp:
             line += "  impairments: " + ", ".join(sorted(set(imp)))
-        click.secho(line, fg=None if p["status"] == "ok" else "red")
+        fid = p.get("fidelity") or {}
+        if fid:
+            line += (f"  {'valid' if fid.get('valid') else 'INVALID'} (tdf {fid.get('tdf', 0):.4g}, "
+                     f"net/tdf p50 {fid.get('ratio_p50') or float('nan'):.2f})")
+        bad = p["status"] != "ok" or fid.get("valid") is False
+        click.secho(line, fg="red" if bad else None)
         if p.get("error"):
             click.echo(f"      {p['error'].splitlines()[0]}")
+        for reason in (fid.get("reasons") or []) if fid.get("valid") is False else []:
+            click.echo(f"      invalid: {reason}")
     _print_summary(r.path)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from testbed import results as res
 from testbed.manifest import base_manifest
+from testbed.net.cpu_isolation import CpuIsolation
 from testbed.scenario import Point, Scenario, expand_points, load_scenario
 from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, get_runtime, host_env
 
@@ -179,6 +180,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
         raise SkipPoint(str(e)) from None
     procs: dict[str, Any] = {}
     warnings: list[str] = []
+    cpu = None
     control = None
     counters: dict[str, Any] = {}
     job_requests = runtime.ina_jobs(point)
@@ -195,11 +197,15 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
                            switch=getattr(net, "switch_info", {}))
         programs = runtime.programs(ctx)
         env = host_env()
+        cpu = CpuIsolation(f"{run_dir.name}-{point.index}")
+        cpu.place_switches()
         for prog in sorted(programs, key=lambda p: p.phase):
             procs[prog.host] = (prog, net.popen(prog.host, prog.argv, logs / f"{prog.host}.log", env=env))
+            cpu.place(prog.host, procs[prog.host][1].pid)
         _wait_programs(procs, runtime.timeout_s(ctx) + START_SLACK_S, logs)
     finally:
         _stop_programs(procs)
+        cpu_report = cpu.report() if cpu is not None else None
         if control is not None:
             try:
                 counters = control.read_counters()
@@ -207,6 +213,8 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
                 warnings.append(f"could not read switch counters: {e}")
             control.close()
         net.stop()
+        if cpu is not None:
+            cpu.close()
         impairments = net.impairment_report()
         switch_stats = net.switch_stats()
         if switch_stats:
@@ -219,6 +227,10 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
         res.append_jsonl(run_dir / "metrics.jsonl", r)
         if r.get("type") == "validity" and not r.get("valid", True):
             warnings.append(f"emulation not valid on {r.get('host')}: {r.get('reason')}")
+    # The fidelity monitor's verdict on the point (testbed.fidelity), if the workload ran one.
+    fidelity = next((r for r in records if r.get("type") == "fidelity"), None)
+    if fidelity is not None and not fidelity.get("valid", True):
+        warnings.append("emulation not valid (fidelity monitor): " + "; ".join(fidelity.get("reasons") or []))
     not_applied = [i for i in impairments if not i.get("applied", True)]
     for i in not_applied:
         warnings.append(f"impairment NOT applied: {i}")
@@ -226,7 +238,12 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
     bad = [r for r in summary if r.get("all_correct") is False]
     if bad:
         raise PointFailed(f"wrong results for {len(bad)} size(s); see metrics.jsonl (ok=false)")
-    return summary, impairments, {"warnings": warnings, "switch_stats": _brief_stats(switch_stats)}
+    if cpu_report is not None and not cpu_report["isolated"]:
+        warnings.append(f"no CPU isolation: {cpu_report['reason']}")
+    extra = {"warnings": warnings, "switch_stats": _brief_stats(switch_stats), "cpu": cpu_report}
+    if fidelity is not None:
+        extra["fidelity"] = {k: v for k, v in fidelity.items() if k != "type"}
+    return summary, impairments, extra
 
 
 def _brief_stats(stats: dict[str, Any] | None) -> dict[str, Any]:

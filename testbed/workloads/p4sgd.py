@@ -26,7 +26,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -73,7 +73,7 @@ _DATASET_KEYS = {
     "libsvm": {"source", "path", "n_features", "task", "model", "positive_label", "name"},
     "builtin": {"source", "name", "bias"},
 }
-_BUILTIN_DATASETS = {"breast_cancer"}
+_BUILTIN_DATASETS = {"breast_cancer", "digits"}
 
 
 def _default_dataset() -> dict[str, Any]:
@@ -119,9 +119,19 @@ class P4sgdWorkload(BaseModel):
     device_options: dict[str, Any] = Field(
         default_factory=dict, description="Extra device-model parameters, e.g. {hbm_efficiency: 0.5, "
                                           "latency_s: 1e-6} (see hosts/glm/devices.py).")
-    time_scale: Optional[float] = Field(
-        None, gt=0, description="Time dilation of a modeled device (null: 100 for u280/gpu, 1 for cpu). "
-                                "Must match how much slower the emulated network is than the real one.")
+    time_scale: Union[Literal["auto"], float, None] = Field(
+        "auto", description="Time dilation (TDF) of a modeled device. auto (default): calibrated on the "
+                            "built network before training (the workload's own allreduces against the "
+                            "`hardware` model; testbed.fidelity). A number: fixed, checked by the fidelity "
+                            "monitor all the same. null: the old fixed default (100 for u280/gpu).")
+    hardware: str = Field(
+        "tofino1-100g", description="Hardware network profile (testbed/fidelity/profiles/<name>.yaml, or a "
+                                    "path): the modeled time of every allreduce, for calibration, the "
+                                    "fidelity monitor and the projection.")
+    calibration_rounds: int = Field(3, ge=1, le=10, description="time_scale auto: calibration rounds "
+                                    "(each re-measures at the previous round's dilation).")
+    calibration_batches: int = Field(4, ge=1, le=64, description="time_scale auto: mini-batches per "
+                                     "calibration round (training then starts from scratch).")
     fixed_point_exp: Optional[int] = Field(
         16, ge=-32, le=40, description="switch, model_parallel: partial sums travel as round(q * 2^k) "
                                        "with this fixed k (no scale round trip); null = agree per vector.")
@@ -173,7 +183,9 @@ class P4sgdWorkload(BaseModel):
     def _cross_checks(self) -> "P4sgdWorkload":
         if self.micro_batch > self.batch:
             raise ValueError(f"micro_batch {self.micro_batch} > batch {self.batch}")
-        if self.device == "cpu" and self.time_scale not in (None, 1.0):
+        if isinstance(self.time_scale, float) and self.time_scale <= 0:
+            raise ValueError(f"time_scale must be > 0 or auto, got {self.time_scale}")
+        if self.device == "cpu" and self.time_scale not in (None, 1.0, "auto"):
             raise ValueError("time_scale dilates a modeled device; the cpu device is measured, "
                              "not modeled: leave time_scale null (or 1)")
         from hosts.glm.devices import make_device  # light: no numpy work
@@ -185,8 +197,16 @@ class P4sgdWorkload(BaseModel):
 
     # -- derived ---------------------------------------------------------------
     @property
+    def calibrated(self) -> bool:
+        """Dilation set by calibration on the built network (modeled devices only)."""
+        return self.time_scale == "auto" and self.device != "cpu"
+
+    @property
     def dilation(self) -> float:
-        return float(self.time_scale or DEFAULT_DILATION[self.device])
+        """The fixed dilation, or calibration's starting point."""
+        if isinstance(self.time_scale, (int, float)):
+            return float(self.time_scale)
+        return DEFAULT_DILATION[self.device]
 
     def device_spec(self) -> dict[str, Any]:
         spec = {"type": self.device, **self.device_options}
@@ -206,6 +226,31 @@ class P4sgdWorkload(BaseModel):
 
     def extra_hosts(self) -> list[str]:
         return ["ps"] if self.collective == "ps" else []
+
+
+# ---------------------------------------------------------------------------
+# Hardware time of the workload's operations (testbed.fidelity)
+# ---------------------------------------------------------------------------
+def n_features(wl: P4sgdWorkload) -> int:
+    spec = wl.dataset_spec()
+    if spec["source"] == "synthetic":
+        return int(spec.get("features", 1))
+    from hosts.glm.data import load_dataset  # noqa: PLC0415 - real files: read them
+    return int(load_dataset(spec).n_features)
+
+
+def op_values(wl: P4sgdWorkload) -> int:
+    """Values of one allreduce: a micro-batch of partial dot products (P4SGD) or a
+    full gradient (data parallel)."""
+    return wl.micro_batch if wl.mode == "model_parallel" else n_features(wl)
+
+
+def hw_op_time(wl: P4sgdWorkload, workers: int, profile: Any = None) -> float:
+    """Modeled hardware seconds of one of the workload's allreduces."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.network_model import collective_time  # noqa: PLC0415
+    return collective_time("allreduce", wl.collective, op_values(wl), 4, workers,
+                           profile or load_profile(wl.hardware))
 
 
 # ---------------------------------------------------------------------------
@@ -265,16 +310,19 @@ class P4sgdRuntime(WorkloadRuntime):
             "port": ctx.tcp_port_base(P4SGD_TCP_PORT), "fixed_point_exp": wl.fixed_point_exp,
             "device": wl.device_spec(), "snapshot_every": wl.snapshot_every,
             "start_at": ctx.start_at, "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
+            "calibration": ({"hw_op_s": hw_op_time(wl, len(workers)), "rounds": wl.calibration_rounds,
+                             "batches": wl.calibration_batches} if wl.calibrated else None),
         }
         progs = []
         if ps is not None:
-            cfg = dict(common, host="ps", role="ps", rank=-1, ina=None,
+            cfg = dict(common, host="ps", role="ps", rank=-1, ina=None, trace=None,
                        straggler=_straggler_for(scn, "ps"), out=str(ctx.work_dir / "ps.jsonl"))
             progs.append(HostProgram("ps", self.module_argv("hosts.p4sgd", self.write_config(ctx, "ps", cfg)),
                                      phase=0))
         for rank, h in enumerate(workers):
             ina = ina_settings(ctx.switch, h) if wl.collective == "switch" else None
             cfg = dict(common, host=h, role="worker", rank=rank, ina=ina,
+                       trace=str(ctx.work_dir / f"{h}.trace.jsonl"),
                        straggler=_straggler_for(scn, h), out=str(ctx.work_dir / f"{h}.jsonl"))
             progs.append(HostProgram(h, self.module_argv("hosts.p4sgd", self.write_config(ctx, h, cfg)),
                                      phase=1))
@@ -317,9 +365,91 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
     out.extend(curve)
     if final_x is not None:
         np.save(work_dir / "model.npy", final_x)
-    out.append(_summary(wl, workers, raw, summaries, iters, curve, final_x,
-                        [r for r in out if r.get("type") == "validity"], work_dir))
+    summary = _summary(wl, workers, raw, summaries, iters, curve, final_x,
+                       [r for r in out if r.get("type") == "validity"], work_dir)
+    out.extend(r for h in workers for r in raw[h] if r.get("type") == "calibration")
+    out.extend(fidelity_records(scenario, work_dir, summary))
+    out.append(summary)
     return out
+
+
+# Worker counts the projection adds beyond what one machine emulates.
+PROJECTED_WORKERS = (16, 32, 64, 128, 256)
+
+
+def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The fidelity monitor's verdict on the point and its hardware projection.
+
+    Updates `summary` in place (valid, invalid_reasons, projected time) and
+    returns a `fidelity` record (the runner copies it into points.jsonl) and
+    `projection` records: the point's own trace replayed on the hardware model
+    at its worker count, and the same trace shape at PROJECTED_WORKERS."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.monitor import fidelity_report, load_traces  # noqa: PLC0415
+    from testbed.fidelity.projector import project_world  # noqa: PLC0415
+
+    wl: P4sgdWorkload = scenario.workload
+    try:
+        traces = load_traces(work_dir)
+    except ValueError as e:          # a failed worker wrote none: say so, don't invent one
+        summary.update(valid=False, invalid_reasons=[f"no traces: {e}"])
+        return [{"type": "fidelity", "valid": False, "reasons": [f"no traces: {e}"]}]
+    profile = load_profile(wl.hardware)
+    report = fidelity_report(traces, profile, summary["tdf"])
+    fid = {"type": "fidelity", **report.to_dict(), "calibrated": wl.calibrated}
+    device_ok = summary.get("valid", True)
+    summary["valid"] = report.valid and device_ok
+    summary["invalid_reasons"] = ([] if device_ok else ["device model exceeded (see validity records)"]) \
+        + (report.reasons if not report.valid else [])
+    fid["valid"] = summary["valid"]
+    fid["reasons"] = summary["invalid_reasons"] or report.reasons
+
+    world = len(traces)
+    compute_time = p4sgd_compute_time(wl)
+    samples = summary.get("samples") or 0
+    records = []
+    for n in (world, *[w for w in PROJECTED_WORKERS if w > world]):
+        proj = project_world(traces, n, profile, compute_time=compute_time)
+        records.append({"type": "projection", "workload": "p4sgd", "workers": n, "emulated": n == world,
+                        "mode": wl.mode, "collective": wl.collective, "profile": profile.label(),
+                        "hw_train_s": proj.makespan_s,
+                        "hw_throughput_sps": samples / proj.makespan_s if proj.makespan_s > 0 else None,
+                        "truncated": bool(getattr(proj, "truncated", False))})
+    own = records[0]
+    summary["projected_hw_train_s"] = own["hw_train_s"]
+    if summary.get("hw_train_s") and own["hw_train_s"]:
+        summary["emulated_vs_projected"] = summary["hw_train_s"] / own["hw_train_s"]
+    return [fid, *records]
+
+
+def p4sgd_compute_time(wl: P4sgdWorkload):
+    """compute_time(header, node, world) for the projector: P4SGD's scaling rule.
+
+    Model parallel: a worker's feature slice is D / world wide, so each compute
+    step is the device model at that width (nnz scaled alike); data parallel:
+    a worker's share of the global batch is batch / world samples. Stalls keep
+    their recorded time; the device is the one the point ran."""
+    from hosts.glm.devices import make_device  # noqa: PLC0415
+
+    def compute_time(header: dict[str, Any], node: dict[str, Any], world: int) -> float:
+        work = node.get("work") or {}
+        if "n" not in work or world == header["world"]:
+            return node["hw_s"]
+        spec = {k: v for k, v in (header.get("device") or {}).items()}
+        if spec.get("type", "cpu") == "cpu":
+            return node["hw_s"] * header["world"] / world      # measured CPU: scale with the share
+        spec["time_scale"] = 1.0
+        dev = make_device(spec)
+        n, f, nnz = work["n"], work["f"], work.get("nnz")
+        if wl.mode == "model_parallel":
+            f2 = max(1, -(-int(header.get("n_features", f * header["world"])) // world))
+            nnz2 = None if nnz is None else max(1, round(nnz * f2 / max(1, f)))
+            return dev.step_time(n, f2, nnz2, work.get("phase", "step"))
+        n2 = max(1, round(n * header["world"] / world))
+        nnz2 = None if nnz is None else max(1, round(nnz * n2 / max(1, n)))
+        return dev.step_time(n2, f, nnz2, work.get("phase", "step"))
+
+    return compute_time
 
 
 def _iter_record(r: dict[str, Any]) -> dict[str, Any]:
@@ -420,7 +550,8 @@ def _summary(wl: P4sgdWorkload, workers: list[str], raw: dict[str, list], summar
     comm_share = [s["comm_s"] / s["train_s"] for s in sums if s.get("train_s")]
     compute_share = [s["compute_s"] / s["train_s"] for s in sums if s.get("train_s")]
     final = curve[-1] if curve else {}
-    dilation = wl.dilation
+    # The dilation the workers actually used (calibrated or fixed), identical on all.
+    dilation = float(sums[0].get("dilation", wl.dilation)) if sums else wl.dilation
     stats = [s.get("collective_stats") or {} for s in sums]
     # What the emulation cost in real CPU: all hosts share the machine's cores.
     host_cpu = [s["cpu_s"] for s in sums if s.get("cpu_s") is not None]
@@ -438,8 +569,11 @@ def _summary(wl: P4sgdWorkload, workers: list[str], raw: dict[str, list], summar
         "iterations": sums[0]["iterations"] if sums else 0, "samples": samples,
         "train_s": train_s,
         "throughput_sps": samples / train_s if train_s > 0 else None,
-        # What the throughput would be if network and device both ran at real speed.
-        "throughput_sps_undilated": samples / train_s * dilation if train_s > 0 else None,
+        # In hardware time: valid only if the network was slowed as much as the device
+        # (the fidelity monitor's verdict, `valid`, says whether it was).
+        "tdf": dilation, "calibrated": wl.calibrated,
+        "hw_train_s": train_s / dilation if train_s > 0 else None,
+        "hw_throughput_sps": samples / train_s * dilation if train_s > 0 else None,
         "iter_ms_mean": float(iter_s.mean() * 1e3) if iter_s.size else None,
         "iter_ms_p50": float(np.percentile(iter_s, 50) * 1e3) if iter_s.size else None,
         "iter_ms_p99": float(np.percentile(iter_s, 99) * 1e3) if iter_s.size else None,

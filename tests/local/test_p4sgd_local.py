@@ -156,6 +156,7 @@ def test_switch_collective_over_the_soft_switch_udp_mode(tmp_path):
                    "peers": peers, "ps": None, "port": 47400, "fixed_point_exp": w.fixed_point_exp,
                    "device": w.device_spec(), "snapshot_every": w.snapshot_every, "straggler": None,
                    "start_at": None, "connect_timeout_s": 20, "timeout_s": 20,
+                   "trace": None, "calibration": None,
                    # A long first timeout: no spurious retransmissions on a loaded 2-core machine.
                    "ina": {"switch_ip": "127.0.0.1", "switch_port": base + r + 1, "worker_port": wport,
                            "job_id": 3, "window": 16, "retx_timeout_s": 1.0},

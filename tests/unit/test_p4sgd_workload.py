@@ -154,7 +154,7 @@ def _cfg(tmp_path, rank=0, world=2, **over):
          "micro_batch": 4, "epochs": 2, "pipeline_depth": 2, "seed": 5, "dataset": dict(TINY, model="logreg"),
          "balance": "auto", "collective": "ring", "peers": peers, "ps": None, "port": 47400,
          "fixed_point_exp": 16, "device": {"type": "cpu"}, "snapshot_every": 3, "straggler": None,
-         "start_at": None, "connect_timeout_s": 5, "timeout_s": 5,
+         "start_at": None, "connect_timeout_s": 5, "timeout_s": 5, "trace": None, "calibration": None,
          "out": str(tmp_path / f"w{rank + 1}.jsonl")}
     c.update(over)
     return c
