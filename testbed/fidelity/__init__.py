@@ -1,0 +1,21 @@
+"""Time fidelity: what the emulated times would be on the modeled hardware (issue 8).
+
+Pieces (pure Python, no sockets; SimPy for the projector):
+  constants     hardware profiles (profiles/*.yaml): named constants with unit,
+                source and tag V/D/A/I; A/I carry a [lo, hi] range.
+                load_profile(name_or_path) -> HardwareProfile; profile[name] is SI;
+                profile.with_overrides({name: value_in_file_unit}).
+  network_model collective_time(op, algo, values, value_bytes, world, profile) -> s
+                for algo switch (in-network aggregation, testbed.wire format),
+                ring, ps, none; packet_count(values), wire_bytes(values, profile).
+  monitor       fidelity_report(traces | folder, profile, tdf=None, band=(0.8, 1.25))
+                -> FidelityReport (network slowdown vs the compute dilation, overruns,
+                valid + reasons); calibrate_tdf(measured_op_s, modeled_op_s);
+                converged(prev, new, tol).
+  projector     project(traces, profile, compute_time=None) -> Projection: replays
+                recorded traces (hosts.common.trace) on SimPy with the hardware
+                models; project_world(traces, world, profile, compute_time=None)
+                synthesizes `world` ranks from rank 0's template.
+  sensitivity   sensitivity(fn, profile) -> SensitivityBand over the A/I ranges;
+                projection_sensitivity(traces, profile, world=None, ...).
+"""

@@ -1,0 +1,218 @@
+"""Fidelity monitor: is the emulated network slowed down as much as the compute?
+
+Compute on a modeled device is slept for `tdf x hw_s` (time dilation, TDF). A
+point's times mean something only if the network is slowed by the same factor:
+for every communication op of the traces (one per rank and collective)
+
+    measured = t1 - t0                  (perf_counter seconds, wall)
+    modeled  = network_model.collective_time(op, algo, values, value_bytes, world, profile)
+    slowdown = measured / modeled
+
+and the point is valid when `ratio_p50 = median(slowdown) / tdf` lies in the band
+(default [0.8, 1.25], issue 8). The tail is checked too: `ratio_p99 =
+p99(slowdown) / tdf` above the band's upper edge only warns (the emulator's
+stalls, a scheduler quantum or a loss retransmission, show up there, and a few
+such ops do not change a point's total), but above `p99_invalid` (default 10:
+one op in a hundred an order of magnitude slower than the dilated hardware)
+the point's tail measures the emulator, not the modeled network, and the point
+is invalid.
+
+Compute nodes: `dilation = (t1 - t0) / hw_s` (reported, p50), and an overrun
+where the real CPU/numpy time exceeded the dilated budget, `real_s > tdf * hw_s`:
+the emulation could not keep up at this TDF. Devices carry a sleep debt
+(hosts/glm/devices.py), so a rare overrun is absorbed; more than
+`max_overrun_share` (default 1 %) of compute nodes overrunning makes the point
+invalid, fewer only warn.
+
+`reasons` are sentences with the numbers; `flags` are short codes for tables
+and plots (dilation_mismatch, net_tail, net_tail_extreme, compute_overrun,
+ops_outside_band, incomplete_ops, no_comm_ops).
+
+`calibrate_tdf(measured_op_s, modeled_op_s)` is the median slowdown of a
+calibration run, rounded to two significant digits (at most 5 % off the median,
+well inside the band, while keeping TDFs readable and repeatable: 1834 -> 1800).
+`converged(prev, new, tol)` says whether a recalibration changed it by <= tol.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from hosts.common.trace import read_trace
+from testbed.fidelity.constants import HardwareProfile
+from testbed.fidelity.network_model import collective_time
+
+Trace = tuple[dict[str, Any], list[dict[str, Any]]]
+DEFAULT_BAND = (0.8, 1.25)
+TRACE_GLOB = "*.trace.jsonl"
+
+
+@dataclass
+class FidelityReport:
+    tdf: float
+    profile: str
+    band: tuple[float, float]
+    valid: bool
+    reasons: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    comm_ops: int = 0                  # ops with a slowdown (modeled > 0, completed)
+    comm_ops_skipped: int = 0          # world 1 / algo none: nothing to compare with
+    comm_ops_incomplete: int = 0       # t1 missing: never completed
+    net_slowdown_p50: float | None = None
+    net_slowdown_p90: float | None = None
+    net_slowdown_p99: float | None = None
+    ratio_p50: float | None = None     # net_slowdown_p50 / tdf
+    ratio_p99: float | None = None
+    outside_band_share: float | None = None   # ops whose slowdown / tdf is outside the band
+    compute_nodes: int = 0
+    compute_dilation_p50: float | None = None
+    overrun_share: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["band"] = list(self.band)
+        return d
+
+
+def load_traces(folder: str | Path) -> list[Trace]:
+    """Every `*.trace.jsonl` of a point's work folder, sorted by rank."""
+    paths = sorted(Path(folder).glob(TRACE_GLOB))
+    if not paths:
+        raise ValueError(f"{folder}: no {TRACE_GLOB} files (did the hosts record traces?)")
+    return sorted((read_trace(p) for p in paths), key=lambda t: t[0].get("rank", 0))
+
+
+def trace_tdf(traces: Sequence[Trace]) -> float:
+    """The TDF all headers agree on; ValueError if they differ."""
+    tdfs = {float(h["tdf"]) for h, _ in traces}
+    if len(tdfs) != 1:
+        raise ValueError(f"traces disagree on tdf: {sorted(tdfs)} (hosts: "
+                         f"{', '.join(str(h.get('host')) for h, _ in traces)})")
+    return tdfs.pop()
+
+
+def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfile,
+                    tdf: float | None = None, *, band: tuple[float, float] = DEFAULT_BAND,
+                    p99_invalid: float = 10.0, max_overrun_share: float = 0.01,
+                    max_outside_share: float | None = None) -> FidelityReport:
+    """Compare every comm op's measured time with its modeled hardware time (see module doc).
+
+    traces: (header, nodes) pairs as `hosts.common.trace.read_trace` returns, or a
+    work folder. tdf: the point's dilation; None = the traces' headers' value.
+    max_outside_share: if set, more ops than this share outside the band is invalid.
+    """
+    if isinstance(traces, (str, Path)):
+        traces = load_traces(traces)
+    if not traces:
+        raise ValueError("fidelity_report: no traces")
+    lo, hi = band
+    if not 0 < lo <= 1 <= hi:
+        raise ValueError(f"band must satisfy 0 < lo <= 1 <= hi, got {band}")
+    if tdf is None:
+        tdf = trace_tdf(traces)
+    if tdf <= 0:
+        raise ValueError(f"tdf must be positive, got {tdf}")
+
+    rep = FidelityReport(tdf=tdf, profile=profile.label(), band=(lo, hi), valid=True)
+    slowdowns, dilations, overruns = [], [], 0
+    for header, nodes in traces:
+        world = int(header["world"])
+        for n in nodes:
+            if n["kind"] == "comm":
+                if n.get("t1") is None:
+                    rep.comm_ops_incomplete += 1
+                    continue
+                modeled = collective_time(n["op"], n["algo"], int(n["values"]), int(n["value_bytes"]),
+                                          world, profile)
+                if modeled <= 0:
+                    rep.comm_ops_skipped += 1
+                    continue
+                slowdowns.append((n["t1"] - n["t0"]) / modeled)
+            elif n["kind"] == "compute":
+                rep.compute_nodes += 1
+                if n["hw_s"] > 0:
+                    dilations.append((n["t1"] - n["t0"]) / n["hw_s"])
+                if n["real_s"] > tdf * n["hw_s"]:
+                    overruns += 1
+            else:
+                raise ValueError(f"trace of {header.get('host')}: node {n.get('id')} has unknown kind {n['kind']!r}")
+
+    if dilations:
+        rep.compute_dilation_p50 = float(np.median(dilations))
+    if rep.compute_nodes:
+        rep.overrun_share = overruns / rep.compute_nodes
+        if overruns:
+            bad = rep.overrun_share > max_overrun_share
+            rep.reasons.append(f"compute overrun: {overruns} of {rep.compute_nodes} compute nodes "
+                               f"({rep.overrun_share:.1%}) took more CPU time than tdf x hw_s "
+                               f"(limit {max_overrun_share:.1%}{'' if bad else ', warning only'})")
+            rep.flags.append("compute_overrun")
+            rep.valid &= not bad
+    if rep.comm_ops_incomplete:
+        rep.reasons.append(f"{rep.comm_ops_incomplete} communication ops never completed (no t1)")
+        rep.flags.append("incomplete_ops")
+        rep.valid = False
+
+    rep.comm_ops = len(slowdowns)
+    if not slowdowns:
+        rep.reasons.append("no communication op with a modeled time: network fidelity not checked")
+        rep.flags.append("no_comm_ops")
+        return rep
+    sd = np.asarray(slowdowns)
+    rep.net_slowdown_p50, rep.net_slowdown_p90, rep.net_slowdown_p99 = (
+        float(x) for x in np.percentile(sd, [50, 90, 99]))
+    rep.ratio_p50 = rep.net_slowdown_p50 / tdf
+    rep.ratio_p99 = rep.net_slowdown_p99 / tdf
+    ratios = sd / tdf
+    rep.outside_band_share = float(np.mean((ratios < lo) | (ratios > hi)))
+    if not lo <= rep.ratio_p50 <= hi:
+        rep.valid = False
+        rep.flags.append("dilation_mismatch")
+        rep.reasons.append(f"network slowdown p50 {rep.net_slowdown_p50:.4g}x is {rep.ratio_p50:.2g}x the "
+                           f"compute dilation {tdf:.4g}x (band {lo:g}-{hi:g})")
+    if rep.ratio_p99 > p99_invalid:
+        rep.valid = False
+        rep.flags.append("net_tail_extreme")
+        rep.reasons.append(f"network slowdown p99 {rep.net_slowdown_p99:.4g}x is {rep.ratio_p99:.2g}x the "
+                           f"compute dilation {tdf:.4g}x (invalid above {p99_invalid:g}x)")
+    elif rep.ratio_p99 > hi:
+        rep.flags.append("net_tail")
+        rep.reasons.append(f"network slowdown p99 {rep.net_slowdown_p99:.4g}x is {rep.ratio_p99:.2g}x the "
+                           f"compute dilation {tdf:.4g}x (above the band's {hi:g}; warning only)")
+    if max_outside_share is not None and rep.outside_band_share > max_outside_share:
+        rep.valid = False
+        rep.flags.append("ops_outside_band")
+        rep.reasons.append(f"{rep.outside_band_share:.1%} of {rep.comm_ops} communication ops are outside "
+                           f"the band {lo:g}-{hi:g} x tdf (limit {max_outside_share:.1%})")
+    return rep
+
+
+def calibrate_tdf(measured_op_s: Iterable[float], modeled_op_s: float) -> float:
+    """TDF = median(measured) / modeled, rounded to two significant digits (module doc)."""
+    xs = [float(x) for x in measured_op_s]
+    if not xs:
+        raise ValueError("calibrate_tdf: no measured op times")
+    if not modeled_op_s > 0:
+        raise ValueError(f"calibrate_tdf: modeled op time must be positive, got {modeled_op_s}")
+    if any(not (x > 0 and math.isfinite(x)) for x in xs):
+        raise ValueError("calibrate_tdf: measured op times must be positive and finite")
+    return round_sig(float(np.median(xs)) / modeled_op_s, 2)
+
+
+def converged(prev: float | None, new: float, tol: float = 0.1) -> bool:
+    """True when `new` is within `tol` (relative) of `prev` (None: first calibration, False)."""
+    if prev is None:
+        return False
+    if prev <= 0 or new <= 0:
+        raise ValueError(f"converged: TDFs must be positive, got {prev} and {new}")
+    return abs(new - prev) <= tol * prev
+
+
+def round_sig(x: float, digits: int) -> float:
+    if x <= 0:
+        raise ValueError(f"round_sig: expected a positive number, got {x}")
+    return float(round(x, digits - 1 - int(math.floor(math.log10(x)))))

@@ -1,0 +1,211 @@
+"""Hardware time of one collective on the modeled network (alpha-beta per packet).
+
+`collective_time(op, algo, values, value_bytes, world, profile)` is what one
+allreduce of `values` values per worker takes on the hardware of `profile`
+(testbed/fidelity/profiles/*.yaml), from the first worker's send to the last
+worker's receive of the result, all workers starting together.
+
+Notation (all from the profile, SI units):
+  B        link_rate (bit/s)
+  s(f)     on-wire time of a frame of f bytes (without FCS) =
+           (max(f + fcs_bytes, min_frame_bytes) + preamble_ifg_bytes) * 8 / B
+  prop     cable_length * propagation_delay
+  L0       one-hop fixed latency = host_stack_latency + 2 * nic_latency + 2 * prop
+           + switch_pipeline_latency  (NIC tx, cable, pipeline, cable, NIC rx)
+  N        world (workers), gamma = reduce_rate (B/s)
+
+switch (in-network aggregation, our wire format from testbed.wire): a packet
+  is Ethernet+IPv4+UDP (42 B) + INA header (16 B) + up to MAX_VALUES_PER_PACKET
+  int32 values, so frame f_i = VALUES_OFFSET + 4 * count_i and P = packet_count.
+  Every worker streams its P packets back to back; the switch aggregates packet
+  i once all N copies are in (they arrive together: workers are symmetric) and
+  sends the result down each port. The first result reaches a worker after
+  L0 + 2 s(f_1) (serialization up, then down); later packets follow at the
+  packet interval g = max(s(f_full), rtt / W), where W = ina_window_packets and
+  rtt = L0 + 2 s(f_full) (a window smaller than the bandwidth-delay product
+  throttles the stream). Hence
+      T_switch = L0 + (P - 1) g + 2 s(f_P) + (levels - 1) * 2 (s(f_1) + prop + pipeline)
+  independent of N while N <= switch_ports (levels = 1). Above that the workers
+  hang off a tree of switch_ports-port switches; each extra level adds one more
+  pass up and down. Large n: T -> P s(f_full) = n_wire / B, n_wire the wire bytes
+  of one worker's stream (`wire_bytes`).
+
+ring (reduce-scatter + all-gather, 2(N-1) steps): each step every rank sends one
+  chunk of c = ceil(values / N) * value_bytes bytes to its neighbour (all links in
+  parallel, no contention), as UDP/IP datagrams of at most p2p_mtu_bytes:
+      step(m) = L0 + sum_i s(f_i) + s(f_last)     (message m in frames f_i)
+      T_ring = 2 (N - 1) step(c) + (N - 1) c / gamma
+  The reduction of each received chunk (reduce-scatter half only) is not
+  overlapped. Large n: T -> 2 (N - 1)/N n_wire / B.
+
+ps (one parameter server with one NIC, N workers, dedicated server host): all
+  workers push n = values * value_bytes at once; the server's port serializes
+  the N * P frames back to back; the server sums as data arrives, which adds
+  time only where gamma is slower than the link; then it sends N results out of
+  the same port:
+      S = sum_i s(f_i) of one message
+      T_ps = 2 L0 + s(f_1) + 2 N S + s(f_last) + max(0, N n / gamma - N S) + f_last_payload / gamma
+  Large n: T -> 2 N n_wire / B.
+
+none / world 1: zero (nothing crosses the network).
+
+Ring and PS use one switch hop whatever N (ring neighbours share a leaf; PS is
+bandwidth-bound). `collective_cost` also returns `link_busy_s`, the time the
+busiest link is serializing, which the projector uses to share links between
+collectives that overlap.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from testbed.fidelity.constants import HardwareProfile
+from testbed.wire import (ETH_HLEN, IPV4_HLEN, MAX_VALUES_PER_PACKET, UDP_HLEN,
+                          VALUES_OFFSET)
+
+ALGOS = ("switch", "ring", "ps", "none")
+OPS = ("allreduce",)
+INA_VALUE_BYTES = 4                      # the INA wire format carries int32
+P2P_HEADER_BYTES = ETH_HLEN + IPV4_HLEN + UDP_HLEN   # 42: ring/PS datagrams
+
+
+@dataclass(frozen=True)
+class CollectiveCost:
+    total_s: float          # first send to last result received
+    link_busy_s: float      # serialization time on the busiest link (<= total_s)
+
+
+# -- frames -------------------------------------------------------------------
+def packet_count(values: int) -> int:
+    """INA packets of one worker's stream; a 0-value op still sends one header packet."""
+    _check_count("values", values)
+    return max(1, math.ceil(values / MAX_VALUES_PER_PACKET))
+
+
+def ina_frames(values: int) -> list[int]:
+    """Frame lengths (bytes, no FCS) of one worker's INA stream: as [full..., last]."""
+    p = packet_count(values)
+    last = values - (p - 1) * MAX_VALUES_PER_PACKET
+    return [VALUES_OFFSET + 4 * MAX_VALUES_PER_PACKET] * (p - 1) + [VALUES_OFFSET + 4 * last]
+
+
+def p2p_frames(payload_bytes: int, profile: HardwareProfile) -> list[int]:
+    """Frame lengths (no FCS) of one UDP/IP message of `payload_bytes` at the profile's MTU."""
+    _check_count("payload_bytes", payload_bytes)
+    per = int(profile["p2p_mtu_bytes"]) - IPV4_HLEN - UDP_HLEN
+    if per <= 0:
+        raise ValueError(f"p2p_mtu_bytes {profile['p2p_mtu_bytes']:g} leaves no room for a payload")
+    p = max(1, math.ceil(payload_bytes / per))
+    last = payload_bytes - (p - 1) * per
+    return [P2P_HEADER_BYTES + per] * (p - 1) + [P2P_HEADER_BYTES + last]
+
+
+def on_wire(frame: int, profile: HardwareProfile) -> float:
+    """Bytes a frame occupies on the wire: FCS, minimum frame, preamble and gap included."""
+    return max(frame + profile["fcs_bytes"], profile["min_frame_bytes"]) + profile["preamble_ifg_bytes"]
+
+
+def serialization_s(frame: int, profile: HardwareProfile) -> float:
+    return on_wire(frame, profile) * 8 / profile["link_rate"]
+
+
+def wire_bytes(values: int, profile: HardwareProfile) -> float:
+    """On-wire bytes of one worker's INA stream in one direction."""
+    return sum(on_wire(f, profile) for f in ina_frames(values))
+
+
+def p2p_wire_bytes(payload_bytes: int, profile: HardwareProfile) -> float:
+    """On-wire bytes of one ring/PS message."""
+    return sum(on_wire(f, profile) for f in p2p_frames(payload_bytes, profile))
+
+
+# -- latencies ----------------------------------------------------------------
+def propagation_s(profile: HardwareProfile) -> float:
+    return profile["cable_length"] * profile["propagation_delay"]
+
+
+def hop_latency_s(profile: HardwareProfile) -> float:
+    """L0: host stack + NIC tx + cable + switch pipeline + cable + NIC rx."""
+    return (profile["host_stack_latency"] + 2 * profile["nic_latency"] + 2 * propagation_s(profile)
+            + profile["switch_pipeline_latency"])
+
+
+def switch_levels(world: int, profile: HardwareProfile) -> int:
+    """Levels of a tree of switch_ports-port switches that holds `world` workers."""
+    ports = int(profile["switch_ports"])
+    if ports < 2:
+        raise ValueError(f"switch_ports must be >= 2, got {ports}")
+    levels, reach = 1, ports
+    while reach < world:
+        levels += 1
+        reach *= ports
+    return levels
+
+
+# -- collectives --------------------------------------------------------------
+def collective_cost(op: str, algo: str, values: int, value_bytes: int, world: int,
+                    profile: HardwareProfile) -> CollectiveCost:
+    if op not in OPS:
+        raise ValueError(f"collective op {op!r} is not modeled (modeled: {', '.join(OPS)})")
+    if algo not in ALGOS:
+        raise ValueError(f"collective algo {algo!r} is not modeled (modeled: {', '.join(ALGOS)})")
+    _check_count("values", values)
+    _check_count("world", world)
+    if world < 1:
+        raise ValueError(f"world must be >= 1, got {world}")
+    if value_bytes <= 0:
+        raise ValueError(f"value_bytes must be positive, got {value_bytes}")
+    if world == 1:
+        return CollectiveCost(0.0, 0.0)
+    if algo == "none":
+        raise ValueError(f"algo 'none' means no communication, but world is {world}")
+    if algo == "switch":
+        return _switch(values, value_bytes, world, profile)
+    if algo == "ring":
+        return _ring(values, value_bytes, world, profile)
+    return _ps(values, value_bytes, world, profile)
+
+
+def collective_time(op: str, algo: str, values: int, value_bytes: int, world: int,
+                    profile: HardwareProfile) -> float:
+    """Seconds one collective takes on the profile's hardware (see the module docstring)."""
+    return collective_cost(op, algo, values, value_bytes, world, profile).total_s
+
+
+def _switch(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:
+    if value_bytes != INA_VALUE_BYTES:
+        raise ValueError(f"algo 'switch' carries int32 values (value_bytes 4), got value_bytes {value_bytes}")
+    frames = ina_frames(values)
+    s = [serialization_s(f, p) for f in frames]
+    l0 = hop_latency_s(p)
+    gap = s[0]
+    if len(s) > 1:
+        rtt = l0 + 2 * s[0]
+        gap = max(s[0], rtt / p["ina_window_packets"])
+    extra = (switch_levels(world, p) - 1) * 2 * (s[0] + propagation_s(p) + p["switch_pipeline_latency"])
+    total = l0 + (len(s) - 1) * gap + 2 * s[-1] + extra
+    return CollectiveCost(total, sum(s))
+
+
+def _ring(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:
+    chunk = math.ceil(values / world) * value_bytes
+    s = [serialization_s(f, p) for f in p2p_frames(chunk, p)]
+    step = hop_latency_s(p) + sum(s) + s[-1]
+    total = 2 * (world - 1) * step + (world - 1) * chunk / p["reduce_rate"]
+    return CollectiveCost(total, 2 * (world - 1) * sum(s))
+
+
+def _ps(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:
+    n = values * value_bytes
+    frames = p2p_frames(n, p)
+    s = [serialization_s(f, p) for f in frames]
+    big_s = sum(s)
+    gamma = p["reduce_rate"]
+    reduce_tail = max(0.0, world * n / gamma - world * big_s) + (frames[-1] - P2P_HEADER_BYTES) / gamma
+    total = 2 * hop_latency_s(p) + s[0] + 2 * world * big_s + s[-1] + reduce_tail
+    return CollectiveCost(total, 2 * world * big_s)
+
+
+def _check_count(name: str, v: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
