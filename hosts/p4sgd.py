@@ -226,10 +226,11 @@ def allreduce_schedule(cfg: P4sgdConfig, n_samples: int, n_features: int) -> lis
     out: list[tuple[int, bool]] = []
     if cfg.calibration:
         sizes = minibatch_sizes(n_samples, cfg.batch)[:cfg.calibration["batches"]]
+        from hosts.common.calibration import agreement_size
+        round_ops = [op for b in sizes for op in batch_ops(b)]
         for _ in range(cfg.calibration["rounds"]):
-            for b in sizes:
-                out.extend(batch_ops(b))
-            out.append((4 * cfg.world, True))   # hosts.common.calibration agreement vector
+            out.extend(round_ops)
+            out.append((agreement_size(len(round_ops), cfg.world), True))
     for _ in range(cfg.epochs):
         for b in minibatch_sizes(n_samples, cfg.batch):
             out.extend(batch_ops(b))
@@ -338,6 +339,7 @@ class TimedAllreduce:
         self.trace, self.algo = trace, algo     # hosts.common.trace.TraceRecorder or None
         self.exposed_s = 0.0
         self.latencies: list[float] = []
+        self.spans: list[tuple[float, float]] = []   # (submitted, completed) per op
         self.digest = hashlib.blake2b(digest_size=8)  # equal on all workers iff results agree
 
     def submit(self, vec):
@@ -362,6 +364,7 @@ class TimedAllreduce:
         lat = submit_s + (t_end - t) if self.comm.blocking else self.comm.latency(h, submit_s)
         lat = lat if lat is not None else t_end - t_submit
         self.latencies.append(lat)
+        self.spans.append((t_submit, t_submit + lat))
         if node is not None:
             self.trace.done(node, t_submit + lat)
             self.trace.waited(node)
@@ -589,18 +592,18 @@ class Worker:
             for idx in first[:cc["batches"]]:
                 self.step(idx)
                 self.device.flush()
-            lat = self.timed.latencies[n0:]
+            lat, spans = self.timed.latencies[n0:], self.timed.spans[n0:]
             dev = self.device.device
-            ratios = ([] if self.device.base_scale is None else
-                      [dev.real_s_total / (dev.modeled_s_total / self.device.base_scale)]
-                      if dev.modeled_s_total > 0 else [])
-            prop = cal.propose(lat, cc["hw_op_s"], ratios)
-            summed = self.comm.aar.wait(self.comm.aar.submit(
-                cal.encode_for_agreement(prop, self.cfg.rank, self.cfg.world)))
-            tdf, why = cal.agree(summed, self.cfg.world, fallback=self.dilation)
-            rounds.append({"round": r, "tdf_in": self.dilation, "tdf_out": tdf,
+            ratio = (dev.real_s_total / (dev.modeled_s_total / self.device.base_scale)
+                     if self.device.base_scale is not None and dev.modeled_s_total > 0 else None)
+            summed = self.comm.aar.wait(self.comm.aar.submit(cal.encode(
+                [a for a, _ in spans], [b for _, b in spans], ratio, self.cfg.rank, self.cfg.world)))
+            measured, why = cal.decide(summed, len(spans), self.cfg.world, cc["hw_op_s"],
+                                       fallback=self.dilation)
+            tdf = measured if r == 0 else cal.damped(self.dilation, measured)
+            rounds.append({"round": r, "tdf_in": self.dilation, "tdf_measured": measured, "tdf_out": tdf,
                            "op_p50_s": float(np.median(lat)) if lat else None, "ops": len(lat),
-                           "my_tdf_net": prop.tdf_net, "my_tdf_cmp": prop.tdf_cmp, **why})
+                           "my_compute_ratio": ratio, **why})
             if self.device.base_scale is not None:
                 self.dilation = tdf
             self.device = self._new_device(self.dilation)

@@ -140,3 +140,15 @@ def write_summary_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         w.writerows(rows)
+
+
+def drop_point_records(path: Path, point_index: int) -> None:
+    """Remove one point's records from a metrics file (a point that is run again)."""
+    if not path.exists():
+        return
+    keep = [r for r in read_jsonl(path) if r.get("point") != point_index]
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        for r in keep:
+            f.write(json.dumps(r) + "\n")
+    tmp.replace(path)

@@ -142,6 +142,16 @@ def _run_point_safely(point: Point, run_dir: Path, net_mode: str, reg: Any
     impairments: list[dict[str, Any]] = []
     try:
         summary, impairments, extra = _run_point(point, run_dir, net_mode, reg)
+        retuned = get_runtime(point.scenario.workload.kind).retune(point, extra.get("fidelity"))
+        if retuned is not None:
+            # The monitor measured the network's slowdown during the whole run; calibration
+            # saw only a few warm-up batches. Run the point again once at the measured
+            # dilation; the first attempt's verdict stays in the record.
+            first = extra.get("fidelity")
+            res.drop_point_records(run_dir / "metrics.jsonl", point.index)
+            summary, impairments, extra = _run_point(retuned, run_dir, net_mode, reg)
+            if extra.get("fidelity") is not None:
+                extra["fidelity"]["earlier_attempts"] = [first]
         return PointOutcome(point.index, point.label, "ok", time.monotonic() - t0, summary=summary), impairments, extra
     except KeyboardInterrupt:
         raise

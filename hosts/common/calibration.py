@@ -9,8 +9,9 @@ same factor. So a host program first runs a few iterations of its own work on
 the built network, measures each collective operation against its modeled
 hardware time, and sets
 
-    TDF_net = median over workers of (median op latency / hardware op time)
-    TDF_cmp = max over workers of p90(real compute time / modeled time) x headroom
+    TDF_net = median over ops of (network time of the op / hardware op time),
+              network time = completion - the last worker's submit
+    TDF_cmp = max over workers of (real compute time / modeled time) x headroom
     TDF     = max(TDF_net, TDF_cmp)
 
 (research/time-fidelity.md, section 7.4: the workload's own collective, not a
@@ -18,10 +19,10 @@ synthetic probe). TDF_cmp only wins when numpy cannot keep up with the dilated
 device model; the network then runs "too fast" for that TDF and the fidelity
 monitor marks the point invalid rather than hiding it.
 
-Workers must agree on one TDF: `encode_for_agreement` puts each worker's
-proposals at its own rank's slots as log2 values (small numbers: no fixed-point
-overflow in the in-switch path, whatever the TDF), an ordinary SUM allreduce
-gives every worker the same vector, and `agree` reads the decision from it.
+Workers must agree on one TDF: `encode` puts each worker's measurements at its
+own rank's slots (small numbers: no fixed-point overflow in the in-switch path),
+an ordinary SUM allreduce gives every worker the same vector, and `decide`
+reads the decision from it, identically everywhere.
 """
 from __future__ import annotations
 
@@ -31,45 +32,59 @@ from typing import Sequence
 
 import numpy as np
 
-COMPUTE_HEADROOM = 1.2   # [A] slack for numpy jitter on a loaded machine (research 7.4)
+COMPUTE_HEADROOM = 2.0   # [A] slack for numpy jitter on a loaded 2-core machine (1.2 overran 2-7 % of steps here)
 MIN_TDF, MAX_TDF = 1.0, 1e6
 
 
-@dataclass(frozen=True)
-class Proposal:
-    tdf_net: float | None      # None: no communication to measure (e.g. one worker, ring)
-    tdf_cmp: float | None      # None: no modeled compute steps
+MAX_OPS = 64   # ops per round sent in the agreement vector (bounds its size)
 
 
-def propose(op_latencies_s: Sequence[float], hw_op_s: float,
-            compute_ratios: Sequence[float]) -> Proposal:
-    """One worker's proposal from its measured ops and compute steps.
-
-    compute_ratios: real numpy seconds / modeled (undilated) seconds per step."""
-    lat = np.asarray([x for x in op_latencies_s if x is not None and x > 0], dtype=np.float64)
-    net = float(np.median(lat) / hw_op_s) if lat.size and hw_op_s > 0 else None
-    r = np.asarray(compute_ratios, dtype=np.float64)
-    cmp = float(np.percentile(r, 90) * COMPUTE_HEADROOM) if r.size else None
-    return Proposal(net, cmp)
+def agreement_size(n_ops: int, world: int) -> int:
+    """Length of the agreement vector for n_ops measured operations."""
+    return 2 * min(n_ops, MAX_OPS) * world + 2 * world
 
 
-def encode_for_agreement(p: Proposal, rank: int, world: int) -> np.ndarray:
-    """[net_0..net_{W-1}, cmp_0..cmp_{W-1}, has_net_0.., has_cmp_0..] with this rank's log2 values."""
-    v = np.zeros(4 * world, dtype=np.float64)
-    if p.tdf_net is not None:
-        v[rank], v[2 * world + rank] = math.log2(max(p.tdf_net, 1e-9)), 1.0
-    if p.tdf_cmp is not None:
-        v[world + rank], v[3 * world + rank] = math.log2(max(p.tdf_cmp, 1e-9)), 1.0
+def encode(t0s: Sequence[float], t1s: Sequence[float], compute_ratio: float | None,
+           rank: int, world: int) -> np.ndarray:
+    """This worker's part of the agreement vector (zeros elsewhere; a SUM fills it in).
+
+    Per op: submit and completion times in ms relative to this worker's first
+    completion. Completions of one collective reach every worker at nearly the
+    same moment (one multicast, one ring step), so that reference lines the
+    workers' clocks up without sharing absolute times (large numbers that fixed
+    point could not carry). Then log2 of this worker's compute ratio."""
+    n = min(len(t0s), MAX_OPS)
+    v = np.zeros(agreement_size(n, world), dtype=np.float64)
+    if n:
+        ref = t1s[0]
+        v[rank * n:(rank + 1) * n] = (np.asarray(t0s[:n]) - ref) * 1e3
+        off = n * world
+        v[off + rank * n:off + (rank + 1) * n] = (np.asarray(t1s[:n]) - ref) * 1e3
+    if compute_ratio is not None and compute_ratio > 0:
+        off = 2 * n * world
+        v[off + rank] = math.log2(compute_ratio * COMPUTE_HEADROOM)
+        v[off + world + rank] = 1.0
     return v
 
 
-def agree(summed: np.ndarray, world: int, fallback: float) -> tuple[float, dict]:
-    """The common TDF from the summed agreement vector (identical on every worker)."""
+def decide(summed: np.ndarray, n_ops: int, world: int, hw_op_s: float,
+           fallback: float) -> tuple[float, dict]:
+    """The common TDF from the summed vector (identical on every worker).
+
+    Network time of op k = median over workers of its completion - the last
+    worker's submit (waiting for a late peer is compute, not network)."""
+    n = min(n_ops, MAX_OPS)
     s = np.asarray(summed, dtype=np.float64)
-    has_net, has_cmp = s[2 * world:3 * world] > 0.5, s[3 * world:] > 0.5
-    nets = np.exp2(s[:world][has_net])
-    cmps = np.exp2(s[world:2 * world][has_cmp])
-    tdf_net = float(np.median(nets)) if nets.size else None
+    tdf_net = None
+    if n and hw_op_s > 0:
+        submit = s[:n * world].reshape(world, n)
+        done = s[n * world:2 * n * world].reshape(world, n)
+        net_s = np.clip(np.median(done, axis=0) - submit.max(axis=0), 0, None) / 1e3
+        if np.any(net_s > 0):
+            tdf_net = float(np.median(net_s[net_s > 0]) / hw_op_s)
+    off = 2 * n * world
+    has = s[off + world:off + 2 * world] > 0.5
+    cmps = np.exp2(s[off:off + world][has])
     tdf_cmp = float(np.max(cmps)) if cmps.size else None
     candidates = [x for x in (tdf_net, tdf_cmp) if x is not None]
     tdf = max(candidates) if candidates else fallback
@@ -77,6 +92,14 @@ def agree(summed: np.ndarray, world: int, fallback: float) -> tuple[float, dict]
     return tdf, {"tdf_net": tdf_net, "tdf_cmp": tdf_cmp,
                  "limited_by": ("compute" if tdf_cmp is not None and (tdf_net is None or tdf_cmp > tdf_net)
                                 else "network" if tdf_net is not None else "none")}
+
+
+def damped(tdf_in: float, measured: float) -> float:
+    """Next round's TDF. The network's slowdown itself depends on the TDF (longer
+    dilated compute leaves the shared cores idler, so packets move faster): a
+    plain fixed-point iteration oscillates; the geometric mean of the two
+    converges (seen here: 100 -> 1420 -> 566 undamped)."""
+    return float(_round_sig(math.sqrt(tdf_in * measured), 3))
 
 
 def _round_sig(x: float, digits: int) -> float:

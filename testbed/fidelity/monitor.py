@@ -4,7 +4,9 @@ Compute on a modeled device is slept for `tdf x hw_s` (time dilation, TDF). A
 point's times mean something only if the network is slowed by the same factor:
 for every communication op of the traces (one per rank and collective)
 
-    measured = t1 - t0                  (perf_counter seconds, wall)
+    measured = t1 - max over ranks of t0 (perf_counter seconds, wall: from the
+                                         last participant's arrival, so a late peer's
+                                         compute is not counted as network time)
     modeled  = network_model.collective_time(op, algo, values, value_bytes, world, profile)
     slowdown = measured / modeled
 
@@ -119,6 +121,7 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
 
     rep = FidelityReport(tdf=tdf, profile=profile.label(), band=(lo, hi), valid=True)
     slowdowns, dilations, overruns = [], [], 0
+    last_arrival = _last_arrivals(traces)
     for header, nodes in traces:
         world = int(header["world"])
         for n in nodes:
@@ -131,7 +134,10 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
                 if modeled <= 0:
                     rep.comm_ops_skipped += 1
                     continue
-                slowdowns.append((n["t1"] - n["t0"]) / modeled)
+                # From the last participant's arrival: waiting for a late peer is the
+                # peers' compute (which the device model paces), not the network.
+                start = max(n["t0"], last_arrival.get((n["group"], n["seq"]), n["t0"]))
+                slowdowns.append(max(0.0, n["t1"] - start) / modeled)
             elif n["kind"] == "compute":
                 rep.compute_nodes += 1
                 if n["hw_s"] > 0:
@@ -189,6 +195,20 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
         rep.reasons.append(f"{rep.outside_band_share:.1%} of {rep.comm_ops} communication ops are outside "
                            f"the band {lo:g}-{hi:g} x tdf (limit {max_outside_share:.1%})")
     return rep
+
+
+def _last_arrivals(traces: Sequence[Trace]) -> dict[tuple[str, int], float]:
+    """(group, seq) -> the latest t0 of that collective over the ranks that took part.
+
+    Every host's times are time.perf_counter() (CLOCK_MONOTONIC, one clock for the
+    machine), so arrivals of different ranks compare directly."""
+    out: dict[tuple[str, int], float] = {}
+    for _, nodes in traces:
+        for n in nodes:
+            if n["kind"] == "comm":
+                key = (n["group"], n["seq"])
+                out[key] = max(out.get(key, n["t0"]), n["t0"])
+    return out
 
 
 def calibrate_tdf(measured_op_s: Iterable[float], modeled_op_s: float) -> float:

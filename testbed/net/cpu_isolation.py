@@ -50,6 +50,8 @@ class CpuIsolation:
                          "acct": root / "cpuacct" / "innet-testbed" / run_id}
         elif self.mode == "v2":
             self.base = {"cpu": root / "innet-testbed" / run_id}
+        else:
+            self.reason = f"no writable cgroup cpu controller under {root} (need root and cgroupfs)"
         try:
             for d in self.base.values():
                 d.mkdir(parents=True, exist_ok=True)
@@ -69,11 +71,31 @@ class CpuIsolation:
 
     @staticmethod
     def _detect(root: Path) -> str:
+        CpuIsolation._remount_if_hidden(root)
         if (root / "cpu" / "cpu.shares").exists() and (root / "cpuacct" / "cpuacct.usage").exists():
             return "v1"
         if (root / "cgroup.controllers").exists() and "cpu" in (root / "cgroup.controllers").read_text():
             return "v2"
         return "none"
+
+    @staticmethod
+    def _remount_if_hidden(root: Path) -> None:
+        """The runner's private mount namespace mounts a fresh sysfs (for the run's
+        network namespace), which hides the machine's cgroup mounts under it. Mount
+        the v1 cpu and cpuacct hierarchies again there: the same hierarchies, seen
+        from this namespace only (its mounts do not propagate out)."""
+        if root != CGROUP_ROOT or os.geteuid() != 0 or (root / "cpu").exists() \
+                or (root / "cgroup.controllers").exists():
+            return
+        if "cpu" not in Path("/proc/cgroups").read_text():
+            return
+        import subprocess  # noqa: PLC0415
+        cmds = [["mount", "-t", "tmpfs", "-o", "mode=755", "cgroup-root", str(root)]]
+        for ctrl in ("cpu", "cpuacct"):
+            cmds += [["mkdir", "-p", str(root / ctrl)], ["mount", "-t", "cgroup", "-o", ctrl, ctrl, str(root / ctrl)]]
+        for c in cmds:
+            if subprocess.run(c, capture_output=True).returncode != 0:
+                return                          # _detect then says "none" with the reason below
 
     @property
     def isolated(self) -> bool:

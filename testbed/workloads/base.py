@@ -88,6 +88,11 @@ class WorkloadRuntime:
         """Rows for the end-of-run table and summary.csv."""
         return []
 
+    def retune(self, point: Any, fidelity: dict[str, Any] | None) -> Any | None:
+        """A point to run once more at a corrected dilation, when the fidelity
+        monitor found the calibrated one off the band; None = keep the result."""
+        return None
+
     # Helpers shared by runtimes -------------------------------------------
     @staticmethod
     def write_config(ctx: PointContext, host: str, config: dict[str, Any]) -> Path:

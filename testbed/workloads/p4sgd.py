@@ -38,6 +38,9 @@ from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, r
 FIGURES = ("p4sgd_scaling", "p4sgd_convergence", "p4sgd_latency_cdf", "p4sgd_loss",
            "p4sgd_straggler", "p4sgd_pipeline")
 DEFAULT_DILATION = {"cpu": 1.0, "u280": 100.0, "gpu": 100.0}
+# time_scale auto: calibration's first round runs at this dilation ([A] the emulated
+# in-switch allreduce was 200-1400x slower than hardware here, issue 8).
+CALIBRATION_START = 500.0
 P4SGD_TCP_PORT = 47400   # ring ranks use +1+rank, the PS the base (hosts.common.config)
 # [I] one in-switch allreduce round trip on real hardware (Tofino + FPGA NIC),
 # research/seeds.md section 1.3; used only to report how much slower the emulated network is.
@@ -206,6 +209,8 @@ class P4sgdWorkload(BaseModel):
         """The fixed dilation, or calibration's starting point."""
         if isinstance(self.time_scale, (int, float)):
             return float(self.time_scale)
+        if self.calibrated:
+            return CALIBRATION_START
         return DEFAULT_DILATION[self.device]
 
     def device_spec(self) -> dict[str, Any]:
@@ -345,6 +350,19 @@ class P4sgdRuntime(WorkloadRuntime):
     def summarize(self, ctx: PointContext, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [summary_row(r) for r in records if r.get("type") == "p4sgd_summary"]
 
+    def retune(self, point: Any, fidelity: dict[str, Any] | None) -> Any | None:
+        """Calibrated points whose run-long network slowdown left the band: once more
+        at the slowdown the monitor measured (fixed, so the retry is not re-calibrated)."""
+        import dataclasses  # noqa: PLC0415
+
+        wl: P4sgdWorkload = point.scenario.workload
+        if (not wl.calibrated or not fidelity or "dilation_mismatch" not in (fidelity.get("flags") or [])
+                or not fidelity.get("net_slowdown_p50")):
+            return None
+        tdf = float(f"{fidelity['net_slowdown_p50']:.3g}")
+        scn = point.scenario.model_copy(update={"workload": wl.model_copy(update={"time_scale": tdf})})
+        return dataclasses.replace(point, scenario=scn)
+
 
 # ---------------------------------------------------------------------------
 # collect: raw host outputs -> metric records (pure functions, unit-testable)
@@ -395,7 +413,9 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
         summary.update(valid=False, invalid_reasons=[f"no traces: {e}"])
         return [{"type": "fidelity", "valid": False, "reasons": [f"no traces: {e}"]}]
     profile = load_profile(wl.hardware)
-    report = fidelity_report(traces, profile, summary["tdf"])
+    # A modeled device carries a sleep debt (hosts/glm/devices.py): single steps over
+    # budget are absorbed; the device validity check (5 % of steps) is the same bound.
+    report = fidelity_report(traces, profile, summary["tdf"], max_overrun_share=0.05)
     fid = {"type": "fidelity", **report.to_dict(), "calibrated": wl.calibrated}
     device_ok = summary.get("valid", True)
     summary["valid"] = report.valid and device_ok
