@@ -76,28 +76,50 @@ class CollectiveCost:
 
 
 # -- frames -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Stream:
+    """A message as frames: `n_full` frames of `full` bytes, then one of `last` (no FCS)."""
+    full: int
+    n_full: int
+    last: int
+
+    @property
+    def packets(self) -> int:
+        return self.n_full + 1
+
+    @property
+    def first(self) -> int:
+        return self.full if self.n_full else self.last
+
+    def wire_bytes(self, profile: HardwareProfile) -> float:
+        return self.n_full * on_wire(self.full, profile) + on_wire(self.last, profile)
+
+    def serialization_s(self, profile: HardwareProfile) -> float:
+        return self.wire_bytes(profile) * 8 / profile["link_rate"]
+
+
 def packet_count(values: int) -> int:
     """INA packets of one worker's stream; a 0-value op still sends one header packet."""
     _check_count("values", values)
     return max(1, math.ceil(values / MAX_VALUES_PER_PACKET))
 
 
-def ina_frames(values: int) -> list[int]:
-    """Frame lengths (bytes, no FCS) of one worker's INA stream: as [full..., last]."""
+def ina_stream(values: int) -> Stream:
+    """One worker's INA packets: full ones carry MAX_VALUES_PER_PACKET int32 values."""
     p = packet_count(values)
     last = values - (p - 1) * MAX_VALUES_PER_PACKET
-    return [VALUES_OFFSET + 4 * MAX_VALUES_PER_PACKET] * (p - 1) + [VALUES_OFFSET + 4 * last]
+    return Stream(VALUES_OFFSET + 4 * MAX_VALUES_PER_PACKET, p - 1, VALUES_OFFSET + 4 * last)
 
 
-def p2p_frames(payload_bytes: int, profile: HardwareProfile) -> list[int]:
-    """Frame lengths (no FCS) of one UDP/IP message of `payload_bytes` at the profile's MTU."""
+def p2p_stream(payload_bytes: int, profile: HardwareProfile) -> Stream:
+    """One UDP/IP message of `payload_bytes` cut at the profile's MTU (ring, PS)."""
     _check_count("payload_bytes", payload_bytes)
     per = int(profile["p2p_mtu_bytes"]) - IPV4_HLEN - UDP_HLEN
     if per <= 0:
         raise ValueError(f"p2p_mtu_bytes {profile['p2p_mtu_bytes']:g} leaves no room for a payload")
     p = max(1, math.ceil(payload_bytes / per))
     last = payload_bytes - (p - 1) * per
-    return [P2P_HEADER_BYTES + per] * (p - 1) + [P2P_HEADER_BYTES + last]
+    return Stream(P2P_HEADER_BYTES + per, p - 1, P2P_HEADER_BYTES + last)
 
 
 def on_wire(frame: int, profile: HardwareProfile) -> float:
@@ -111,12 +133,12 @@ def serialization_s(frame: int, profile: HardwareProfile) -> float:
 
 def wire_bytes(values: int, profile: HardwareProfile) -> float:
     """On-wire bytes of one worker's INA stream in one direction."""
-    return sum(on_wire(f, profile) for f in ina_frames(values))
+    return ina_stream(values).wire_bytes(profile)
 
 
 def p2p_wire_bytes(payload_bytes: int, profile: HardwareProfile) -> float:
     """On-wire bytes of one ring/PS message."""
-    return sum(on_wire(f, profile) for f in p2p_frames(payload_bytes, profile))
+    return p2p_stream(payload_bytes, profile).wire_bytes(profile)
 
 
 # -- latencies ----------------------------------------------------------------
@@ -175,34 +197,35 @@ def collective_time(op: str, algo: str, values: int, value_bytes: int, world: in
 def _switch(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:
     if value_bytes != INA_VALUE_BYTES:
         raise ValueError(f"algo 'switch' carries int32 values (value_bytes 4), got value_bytes {value_bytes}")
-    frames = ina_frames(values)
-    s = [serialization_s(f, p) for f in frames]
+    st = ina_stream(values)
+    s_first, s_last = serialization_s(st.first, p), serialization_s(st.last, p)
     l0 = hop_latency_s(p)
-    gap = s[0]
-    if len(s) > 1:
-        rtt = l0 + 2 * s[0]
-        gap = max(s[0], rtt / p["ina_window_packets"])
-    extra = (switch_levels(world, p) - 1) * 2 * (s[0] + propagation_s(p) + p["switch_pipeline_latency"])
-    total = l0 + (len(s) - 1) * gap + 2 * s[-1] + extra
-    return CollectiveCost(total, sum(s))
+    gap = 0.0
+    if st.n_full:
+        s_full = serialization_s(st.full, p)
+        gap = max(s_full, (l0 + 2 * s_full) / p["ina_window_packets"])
+    extra = (switch_levels(world, p) - 1) * 2 * (s_first + propagation_s(p) + p["switch_pipeline_latency"])
+    total = l0 + st.n_full * gap + 2 * s_last + extra
+    return CollectiveCost(total, st.serialization_s(p))
 
 
 def _ring(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:
     chunk = math.ceil(values / world) * value_bytes
-    s = [serialization_s(f, p) for f in p2p_frames(chunk, p)]
-    step = hop_latency_s(p) + sum(s) + s[-1]
+    st = p2p_stream(chunk, p)
+    big_s = st.serialization_s(p)
+    step = hop_latency_s(p) + big_s + serialization_s(st.last, p)
     total = 2 * (world - 1) * step + (world - 1) * chunk / p["reduce_rate"]
-    return CollectiveCost(total, 2 * (world - 1) * sum(s))
+    return CollectiveCost(total, 2 * (world - 1) * big_s)
 
 
 def _ps(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:
     n = values * value_bytes
-    frames = p2p_frames(n, p)
-    s = [serialization_s(f, p) for f in frames]
-    big_s = sum(s)
+    st = p2p_stream(n, p)
+    big_s = st.serialization_s(p)
     gamma = p["reduce_rate"]
-    reduce_tail = max(0.0, world * n / gamma - world * big_s) + (frames[-1] - P2P_HEADER_BYTES) / gamma
-    total = 2 * hop_latency_s(p) + s[0] + 2 * world * big_s + s[-1] + reduce_tail
+    reduce_tail = max(0.0, world * n / gamma - world * big_s) + (st.last - P2P_HEADER_BYTES) / gamma
+    total = (2 * hop_latency_s(p) + serialization_s(st.first, p) + 2 * world * big_s
+             + serialization_s(st.last, p) + reduce_tail)
     return CollectiveCost(total, 2 * world * big_s)
 
 

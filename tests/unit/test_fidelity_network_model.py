@@ -1,0 +1,92 @@
+"""Network model: hand-computed small messages and the closed forms at large n."""
+from __future__ import annotations
+
+import pytest
+
+from testbed.fidelity.constants import load_profile
+from testbed.fidelity.network_model import (collective_time, p2p_wire_bytes, packet_count,
+                                            switch_levels, wire_bytes)
+from testbed.wire import MAX_FRAME_LEN
+
+TOFINO = load_profile("tofino1-100g")
+HOST = load_profile("tor-100g-host")
+B = 100e9 / 8          # bytes/s at 100 Gb/s
+
+
+def test_packet_count_and_wire_bytes():
+    assert [packet_count(v) for v in (0, 1, 64, 65, 1000)] == [1, 1, 1, 2, 16]
+    # a full INA frame is 314 B (testbed.wire), + 4 B FCS + 20 B preamble/IFG
+    assert MAX_FRAME_LEN == 314
+    assert wire_bytes(64, TOFINO) == 338
+    # 65 values: one full frame + one with 1 value (58 + 4 + 4 FCS = 66 B)
+    assert wire_bytes(65, TOFINO) == 338 + 66 + 20
+    # 0 values: header only, 58 + 4 FCS = 62 B, padded to the 64 B minimum frame
+    assert wire_bytes(0, TOFINO) == 64 + 20
+
+
+def test_small_switch_allreduce_by_hand():
+    # NIC tx 600 ns + 3 m * 5 ns/m + pipeline 600 ns + 15 ns + NIC rx 600 ns = 1830 ns,
+    # plus the 338-byte frame serialized up and down at 100 Gb/s: 2 * 27.04 ns.
+    expected = 1830e-9 + 2 * 338 * 8 / 100e9
+    for world in (2, 8, 32, 64):
+        assert collective_time("allreduce", "switch", 64, 4, world, TOFINO) == pytest.approx(expected, rel=1e-12)
+    # beyond 64 ports: one more tree level, one more pass up and down
+    extra = 2 * (338 * 8 / 100e9 + 15e-9 + 600e-9)
+    assert switch_levels(65, TOFINO) == 2 and switch_levels(4096, TOFINO) == 2 and switch_levels(4097, TOFINO) == 3
+    assert collective_time("allreduce", "switch", 64, 4, 65, TOFINO) == pytest.approx(expected + extra, rel=1e-12)
+
+
+def test_world_one_and_none_cost_nothing_and_bad_input_is_named():
+    for algo in ("switch", "ring", "ps", "none"):
+        assert collective_time("allreduce", algo, 4096, 4, 1, TOFINO) == 0.0
+    with pytest.raises(ValueError, match="algo 'none' means no communication, but world is 4"):
+        collective_time("allreduce", "none", 64, 4, 4, TOFINO)
+    with pytest.raises(ValueError, match="algo 'butterfly' is not modeled"):
+        collective_time("allreduce", "butterfly", 64, 4, 4, TOFINO)
+    with pytest.raises(ValueError, match="op 'alltoall' is not modeled"):
+        collective_time("alltoall", "ring", 64, 4, 4, TOFINO)
+    with pytest.raises(ValueError, match="carries int32"):
+        collective_time("allreduce", "switch", 64, 8, 4, TOFINO)
+
+
+VALUES = 1 << 26        # 256 MiB of float32 per worker: latency terms < 0.5 %
+
+
+@pytest.mark.parametrize("world", [2, 8, 32])
+def test_switch_tends_to_n_over_b(world):
+    t = collective_time("allreduce", "switch", VALUES, 4, world, TOFINO)
+    assert t == pytest.approx(wire_bytes(VALUES, TOFINO) / B, rel=0.01)
+
+
+@pytest.mark.parametrize("profile", [TOFINO, HOST], ids=lambda p: p.name)
+@pytest.mark.parametrize("world", [2, 8, 32])
+def test_ring_tends_to_2_n_minus_1_over_n(world, profile):
+    n = VALUES * 4
+    bandwidth = 2 * (world - 1) / world * p2p_wire_bytes(n, profile) / B
+    reduction = (world - 1) / world * n / profile["reduce_rate"]
+    t = collective_time("allreduce", "ring", VALUES, 4, world, profile)
+    assert t == pytest.approx(bandwidth + reduction, rel=0.01)
+    # without the reduction term, with the device reducing far above line rate
+    fast = profile.with_overrides({"reduce_rate": 1e6})   # 1 PB/s in GB/s units
+    assert collective_time("allreduce", "ring", VALUES, 4, world, fast) == pytest.approx(bandwidth, rel=0.01)
+
+
+@pytest.mark.parametrize("world", [2, 8, 32])
+def test_ps_tends_to_2_n_n_over_b(world):
+    t = collective_time("allreduce", "ps", VALUES, 4, world, TOFINO)
+    assert t == pytest.approx(2 * world * p2p_wire_bytes(VALUES * 4, TOFINO) / B, rel=0.01)
+
+
+def test_ordering_at_scale_matches_the_worked_example():
+    # research/time-fidelity.md 4.1: 100 MB, N = 16 -> in-switch ~8 ms < ring ~15 ms << PS ~256 ms
+    values = 25_000_000
+    sw, ring, ps = (collective_time("allreduce", a, values, 4, 16, TOFINO) for a in ("switch", "ring", "ps"))
+    assert sw < ring < ps
+    assert 14e-3 < ring < 18e-3 and 250e-3 < ps < 280e-3
+
+
+def test_small_window_throttles_the_switch_stream():
+    wide = collective_time("allreduce", "switch", 64 * 1000, 4, 8, TOFINO)
+    narrow = collective_time("allreduce", "switch", 64 * 1000, 4, 8, TOFINO.with_overrides({"ina_window_packets": 4}))
+    # 4 packets per ~1.9 us round trip instead of one per 27 ns
+    assert narrow > 5 * wide
