@@ -16,16 +16,13 @@ from typing import Any, Callable
 
 from testbed import results as res
 from testbed.manifest import base_manifest
+from testbed.outcomes import PointFailed, SkipPoint  # re-exported: testbed.runner.SkipPoint still works
 from testbed.scenario import Point, Scenario, expand_points, load_scenario
 from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, get_runtime, host_env
 
 # Time between starting the host programs and the moment they all begin work:
 # Python start-up of N processes on 2 shared cores takes about a second.
 START_SLACK_S = 2.0
-
-
-class PointFailed(Exception):
-    pass
 
 
 @dataclass
@@ -152,10 +149,6 @@ def _run_point_safely(point: Point, run_dir: Path, net_mode: str, reg: Any
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(traceback.format_exc())
         return PointOutcome(point.index, point.label, "failed", time.monotonic() - t0, error=detail), impairments, extra
-
-
-class SkipPoint(Exception):
-    """A point that cannot be run as specified here (reason recorded, loudly)."""
 
 
 def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
