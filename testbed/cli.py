@@ -71,13 +71,18 @@ def list_cmd(runs: bool) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help=f"Results root (default {DEFAULT_RESULTS_ROOT.relative_to(PROJECT_ROOT)}/).")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Draw the scenario's figures at the end.")
-def run(scenario: str, overrides: tuple[str, ...], net_mode: str, quick: bool, out_dir: Path | None, plot: bool) -> None:
+@click.option("--max-points", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Allow sweeps of up to N points (default: the scenario's sweep.max_points, 10000); "
+                   "same as --set sweep.max_points=N.")
+def run(scenario: str, overrides: tuple[str, ...], net_mode: str, quick: bool, out_dir: Path | None, plot: bool,
+        max_points: int | None) -> None:
     """Run SCENARIO (a YAML file) and write a results folder.
 
     Each sweep point gets a fresh network; a failed point is recorded with its
     error and the sweep goes on. Ctrl-C stops cleanly: the network is torn down
     and completed points stay on disk.
     """
+    from testbed.results import ResultsDirError, check_writable
     from testbed.scenario import ScenarioError, expand_points, load_scenario
 
     path = Path(scenario)
@@ -87,11 +92,17 @@ def run(scenario: str, overrides: tuple[str, ...], net_mode: str, quick: bool, o
             path = cand
         else:
             _fail(f"{scenario}: no such scenario file; `testbed list` shows the shipped ones")
+    if max_points is not None:
+        overrides = (*overrides, f"sweep.max_points={max_points}")
     try:
         scn = load_scenario(path, list(overrides))
         points = expand_points(scn, quick=quick)
     except ScenarioError as e:
         _fail(f"invalid scenario:\n{e}")
+    try:
+        check_writable(scn.name, out_dir)  # before anything starts, not after the first point
+    except ResultsDirError as e:
+        _fail(str(e))
 
     if net_mode == "mininet":
         from testbed.net.isolation import enter_private_netns, isolation_available

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,30 @@ from typing import Any, Iterable, Iterator
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS_ROOT = PROJECT_ROOT / "results"
+
+
+class ResultsDirError(Exception):
+    """The results root cannot be written; the message is one line saying why."""
+
+
+def _unwritable(root: Path, e: OSError) -> ResultsDirError:
+    where = f" ({e.filename})" if e.filename else ""
+    return ResultsDirError(f"cannot write results under {root}: {e.strerror or e}{where}; "
+                           f"choose another --out folder")
+
+
+def check_writable(scenario_name: str, root: Path | None = None) -> Path:
+    """Create <root>/<scenario>/ and write a probe file in it, so a run that
+    cannot keep its results stops before anything starts. Returns that folder."""
+    root = root or DEFAULT_RESULTS_ROOT
+    base = root / scenario_name
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=base, prefix=".write-probe-"):
+            pass
+    except OSError as e:
+        raise _unwritable(root, e) from None
+    return base
 
 
 def new_run_dir(scenario_name: str, root: Path | None = None) -> Path:
@@ -36,8 +61,11 @@ def new_run_dir(scenario_name: str, root: Path | None = None) -> Path:
     while candidate.exists():
         candidate = base / f"{stamp}-{n}"
         n += 1
-    for sub in ("logs", "pcaps"):
-        (candidate / sub).mkdir(parents=True, exist_ok=True)
+    try:
+        for sub in ("logs", "pcaps"):
+            (candidate / sub).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _unwritable(root or DEFAULT_RESULTS_ROOT, e) from None
     return candidate
 
 

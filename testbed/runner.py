@@ -17,16 +17,17 @@ from typing import Any, Callable
 from testbed import results as res
 from testbed.manifest import base_manifest
 from testbed.net.cpu_isolation import CpuIsolation
+from testbed.outcomes import PointFailed, SkipPoint  # re-exported: testbed.runner.SkipPoint still works
 from testbed.scenario import Point, Scenario, expand_points, load_scenario
+from testbed.scenario.sweep import Points
 from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, get_runtime, host_env
 
 # Time between starting the host programs and the moment they all begin work:
 # Python start-up of N processes on 2 shared cores takes about a second.
 START_SLACK_S = 2.0
-
-
-class PointFailed(Exception):
-    pass
+# How often the switches are checked while host programs run: a dead switch
+# ends the point within about this long, instead of after a host's timeout.
+SWITCH_POLL_S = 0.25
 
 
 @dataclass
@@ -71,7 +72,7 @@ def run_scenario(
                       on_point=on_point, on_start=on_start)
 
 
-def run_points(scenario: Scenario, points: list[Point], *, net_mode: str, quick: bool,
+def run_points(scenario: Scenario, points: Points | list[Point], *, net_mode: str, quick: bool,
                out_dir: Path | None, cli: dict[str, Any],
                on_point: Callable[[PointOutcome, int], None] | None = None,
                on_start: Callable[[Path, list[Point]], None] | None = None) -> RunOutcome:
@@ -79,10 +80,11 @@ def run_points(scenario: Scenario, points: list[Point], *, net_mode: str, quick:
 
     # --out names the results root (default results/); each run gets its own folder.
     run_dir = res.new_run_dir(scenario.name, out_dir)
-    manifest = base_manifest(
-        scenario.model_dump(mode="json"), cli,
-        [{"index": p.index, "label": p.label, "case": p.case, "params": p.params,
-          "repeat": p.repeat, "seed": p.seed} for p in points])
+    # Every planned point, without resolving their scenarios (points are lazy).
+    headers = (list(points.headers()) if isinstance(points, Points) else
+               [{"index": p.index, "label": p.label, "case": p.case, "params": p.params,
+                 "repeat": p.repeat, "seed": p.seed} for p in points])
+    manifest = base_manifest(scenario.model_dump(mode="json"), cli, headers)
     manifest["net"] = net_mode
     manifest["switch_backend"] = scenario.switch.backend
     res.write_json(run_dir / "manifest.json", manifest)
@@ -139,9 +141,11 @@ def _run_point_safely(point: Point, run_dir: Path, net_mode: str, reg: Any
                       ) -> tuple[PointOutcome, list[dict[str, Any]], dict[str, Any]]:
     t0 = time.monotonic()
     extra: dict[str, Any] = {}
-    impairments: list[dict[str, Any]] = []
+    # Filled by _run_point as soon as the network reports it, so a skipped or
+    # failed point still records what was (and was not) applied, and why.
+    seen: dict[str, Any] = {"impairments": []}
     try:
-        summary, impairments, extra = _run_point(point, run_dir, net_mode, reg)
+        summary, impairments, extra = _run_point(point, run_dir, net_mode, reg, seen)
         retuned = get_runtime(point.scenario.workload.kind).retune(point, extra.get("fidelity"))
         if retuned is not None:
             # The monitor measured the network's slowdown during the whole run; calibration
@@ -149,27 +153,25 @@ def _run_point_safely(point: Point, run_dir: Path, net_mode: str, reg: Any
             # dilation; the first attempt's verdict stays in the record.
             first = extra.get("fidelity")
             res.drop_point_records(run_dir / "metrics.jsonl", point.index)
-            summary, impairments, extra = _run_point(retuned, run_dir, net_mode, reg)
+            summary, impairments, extra = _run_point(retuned, run_dir, net_mode, reg, seen)
             if extra.get("fidelity") is not None:
                 extra["fidelity"]["earlier_attempts"] = [first]
         return PointOutcome(point.index, point.label, "ok", time.monotonic() - t0, summary=summary), impairments, extra
     except KeyboardInterrupt:
         raise
     except SkipPoint as e:
-        return PointOutcome(point.index, point.label, "skipped", time.monotonic() - t0, error=str(e)), impairments, extra
+        return (PointOutcome(point.index, point.label, "skipped", time.monotonic() - t0, error=str(e)),
+                seen["impairments"], extra)
     except Exception as e:  # noqa: BLE001 - a failed point is recorded, the sweep goes on
         detail = str(e) if isinstance(e, (PointFailed,)) else f"{type(e).__name__}: {e}"
         log = run_dir / "logs" / point.label / "runner.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(traceback.format_exc())
-        return PointOutcome(point.index, point.label, "failed", time.monotonic() - t0, error=detail), impairments, extra
+        return (PointOutcome(point.index, point.label, "failed", time.monotonic() - t0, error=detail),
+                seen["impairments"], extra)
 
 
-class SkipPoint(Exception):
-    """A point that cannot be run as specified here (reason recorded, loudly)."""
-
-
-def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
+def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[str, Any]
                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     from testbed.net.factory import BackendUnavailable, build_network  # noqa: PLC0415
     from testbed.net.impairments import ImpairmentError  # noqa: PLC0415
@@ -198,7 +200,12 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
         raise SkipPoint(f"in-network aggregation needs the switch: --net {net_mode} has none "
                         f"between hosts; use --net mininet, or a host algorithm (ring/ps)")
     try:
-        net.start()
+        try:
+            net.start()
+        except ImpairmentError as e:
+            # A shaping or impairment that did not take (tc/nft refused it, or
+            # the read-back differs): the network records it as not applied.
+            raise SkipPoint(f"impairment cannot be applied: {e}") from None
         if "p4runtime" in getattr(net, "switch_info", {}):
             from testbed.switch.control_plane import ControlPlane  # noqa: PLC0415
             control = ControlPlane.start(net, scn.switch.program, logs, job_requests)
@@ -212,7 +219,15 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
         for prog in sorted(programs, key=lambda p: p.phase):
             procs[prog.host] = (prog, net.popen(prog.host, prog.argv, logs / f"{prog.host}.log", env=env))
             cpu.place(prog.host, procs[prog.host][1].pid)
-        _wait_programs(procs, runtime.timeout_s(ctx) + START_SLACK_S, logs)
+        _wait_programs(procs, runtime.timeout_s(ctx) + START_SLACK_S, logs, net)
+    except (SkipPoint, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        # Whatever failed (a host, the control plane), a dead switch is the cause.
+        dead = net.dead_switches()
+        if dead:
+            raise PointFailed(_switch_died(dead[0])) from e
+        raise
     finally:
         _stop_programs(procs)
         cpu_report = cpu.report() if cpu is not None else None
@@ -225,7 +240,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any
         net.stop()
         if cpu is not None:
             cpu.close()
-        impairments = net.impairment_report()
+        impairments = seen["impairments"] = net.impairment_report()
         switch_stats = net.switch_stats()
         if switch_stats:
             res.write_json(work / "switch_stats.json", switch_stats)
@@ -264,9 +279,27 @@ def _brief_stats(stats: dict[str, Any] | None) -> dict[str, Any]:
             for name, s in stats.items() if isinstance(s, dict)}
 
 
-def _wait_programs(procs: dict[str, tuple[HostProgram, Any]], timeout_s: float, logs: Path) -> None:
+def _switch_died(dead: Any) -> str:
+    """`switch s1 exited with code -9; last lines of <log>: ...` (testbed.net.base.DeadSwitch)."""
+    code = "an unknown code" if dead.exit_code is None else f"code {dead.exit_code}"
+    if dead.log_path is None:
+        return f"switch {dead.name} exited with {code} (no log)"
+    return f"switch {dead.name} exited with {code}; last lines of {dead.log_path}:\n{_tail(dead.log_path)}"
+
+
+def _wait_programs(procs: dict[str, tuple[HostProgram, Any]], timeout_s: float, logs: Path,
+                   net: Any = None) -> None:
+    """Until every non-daemon program exits 0. A host that fails, a switch
+    process that dies (checked like a host) or the timeout ends the point."""
     deadline = time.monotonic() + timeout_s
+    next_switch_check = 0.0
     while True:
+        if net is not None and time.monotonic() >= next_switch_check:
+            # First: with the switch gone, hosts fail too, blaming each other.
+            dead = net.dead_switches()
+            if dead:
+                raise PointFailed(_switch_died(dead[0]))
+            next_switch_check = time.monotonic() + SWITCH_POLL_S
         pending = []
         for host, (prog, p) in procs.items():
             rc = p.poll()

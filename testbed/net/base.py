@@ -18,6 +18,14 @@ class NetworkError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class DeadSwitch:
+    """A switch process that exited while the network was running."""
+    name: str
+    exit_code: int | None      # None when the process was not our child (code unknown)
+    log_path: Path | None
+
+
+@dataclass(frozen=True)
 class HostInfo:
     name: str
     ip: str
@@ -112,6 +120,11 @@ class Network(ABC):
     def switch_stats(self) -> dict[str, dict]:
         """Per-switch counters, available after ``stop()``."""
         return {}
+
+    def dead_switches(self) -> list[DeadSwitch]:
+        """Switch processes that have exited since ``start()`` (cheap; poll it
+        while programs run). A network without switch processes has none."""
+        return []
 
     def impairment_report(self) -> list[dict]:
         """One row per applied (or refused-to-apply) impairment value."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import shutil
 from dataclasses import dataclass, field
 from typing import Any
@@ -261,6 +262,35 @@ def nft_ruleset(loss_pct: float) -> str:
         f"}}\n")
 
 
+def nft_loss_rule(nft_json: str) -> tuple[int, int] | None:
+    """(numgen modulus, drop threshold) of the installed loss rule, read back
+    from ``nft -j list table ...``; None if there is no such rule."""
+    for item in json.loads(nft_json).get("nftables", []):
+        rule = item.get("rule")
+        if not rule or rule.get("comment") != "loss":
+            continue
+        for e in rule.get("expr", []):
+            match = e.get("match") if isinstance(e, dict) else None
+            numgen = (match or {}).get("left", {}).get("numgen") if isinstance(match, dict) else None
+            if numgen and match.get("op") == "<":
+                return int(numgen["mod"]), int(match["right"])
+    return None
+
+
+def check_nft_loss(nft_json: str, loss_pct: float) -> str | None:
+    """Why the installed loss rule does not drop loss_pct %, or None if it does."""
+    want = (NFT_SCALE, round(loss_pct / 100.0 * NFT_SCALE))
+    try:
+        got = nft_loss_rule(nft_json)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        return f"cannot read the ruleset back ({type(e).__name__}: {e})"
+    if got is None:
+        return "no loss rule in the installed ruleset"
+    if got != want:
+        return f"the installed rule drops numgen mod {got[0]} < {got[1]}, expected mod {want[0]} < {want[1]}"
+    return None
+
+
 def parse_nft_counters(nft_json: str) -> dict[str, int]:
     """``nft -j list table ...`` -> {"seen": packets, "dropped": packets}."""
     out = {"seen": 0, "dropped": 0}
@@ -275,6 +305,34 @@ def parse_nft_counters(nft_json: str) -> dict[str, int]:
         elif rule.get("comment") == "loss":
             out["dropped"] = packets
     return out
+
+
+# --- htb (bandwidth) ---------------------------------------------------------
+HTB_CLASS = "5:1"  # the class Mininet's TCIntf puts the rate on (qdisc 5:0, default 1)
+_TC_RATE = re.compile(r"\brate (\d+(?:\.\d+)?)([KMGT]?)bit\b")
+_UNIT = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def htb_rate_bps(tc_class_show: str, classid: str = HTB_CLASS) -> float | None:
+    """The rate (bit/s) of htb class `classid` in ``tc class show dev X`` output."""
+    for line in tc_class_show.splitlines():
+        if line.startswith(f"class htb {classid} "):
+            m = _TC_RATE.search(line)
+            if m:
+                return float(m.group(1)) * _UNIT[m.group(2)]
+    return None
+
+
+def check_htb_rate(tc_class_show: str, mbps: float) -> str | None:
+    """Why the interface is not shaped to `mbps`, or None if it is. tc keeps the
+    rate in bytes/s and prints it rounded, so allow 1 % or one byte/s."""
+    got = htb_rate_bps(tc_class_show)
+    if got is None:
+        return f"no htb class {HTB_CLASS} with a rate (tc says: {tc_class_show.strip() or 'nothing'})"
+    want = mbps * 1e6
+    if abs(got - want) > max(0.01 * want, 8.0):
+        return f"htb class {HTB_CLASS} has rate {got / 1e6:g} Mbit/s, expected {mbps:g}"
+    return None
 
 
 # --- netem ------------------------------------------------------------------

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from testbed.net import impairments as imp
-from testbed.net.base import HostInfo, Network, NetworkError, with_parent_death_signal, open_log, stop_processes
+from testbed.net.base import (
+    DeadSwitch, HostInfo, Network, NetworkError, open_log, stop_processes, with_parent_death_signal,
+)
 from testbed.net.isolation import in_initial_netns
 from testbed.net.registry import RunRegistry, alive, signal_recorded
 from testbed.net.topology import (
@@ -101,6 +103,7 @@ class MininetNetwork(Network):
         self._nft_counters: dict[str, dict[str, int]] = {}
         self._report = list(self.impairments.rows)
         self.errors: list[str] = []  # teardown problems, kept for the manifest
+        self._start_error: str | None = None  # why start() failed (noted on every impairment row)
 
     # --- public ------------------------------------------------------------
     @property
@@ -142,6 +145,7 @@ class MininetNetwork(Network):
             with self._mininet_log():
                 self._build()
         except Exception as e:
+            self._start_error = str(e)
             self.stop()
             if isinstance(e, (NetworkError, imp.ImpairmentError)):
                 raise
@@ -196,14 +200,28 @@ class MininetNetwork(Network):
                                                  self._nft_counters)
             if not self._built:
                 # Never report as applied what a network that failed to start did not do.
-                self._report = [{**r, "applied": False, "note": "the network failed to start"}
-                                for r in self._report]
+                note = "the network failed to start" + (f": {self._start_error}" if self._start_error else "")
+                self._report = [{**r, "applied": False, "note": note} for r in self._report]
         finally:
             if self._own_registry and self._registry is not None:
                 self._registry.close()
 
     def switch_stats(self) -> dict[str, dict]:
         return dict(self._stats)
+
+    def dead_switches(self) -> list[DeadSwitch]:
+        """Soft switch processes (SoftSwitchNode.process) that are no longer running."""
+        if self._net is None or self._stopped or not self._built:
+            return []
+        dead = []
+        for sw in self.switch_names:
+            proc = getattr(self.node(sw), "process", None)  # a SoftSwitchProcess, or None for other nodes
+            if proc is None or proc.pid is None or proc.running:
+                continue
+            popen = proc.proc
+            code = popen.poll() if popen is not None and popen.pid == proc.pid else None
+            dead.append(DeadSwitch(sw, code, Path(proc.log_path)))
+        return dead
 
     def impairment_report(self) -> list[dict]:
         return [dict(r) for r in self._report]
@@ -381,18 +399,20 @@ class MininetNetwork(Network):
             self._sh(sw, script, "switch port setup")
 
     def _check_shaping(self) -> None:
-        """Mininet only logs tc failures; make a missing htb an error."""
+        """Mininet only logs tc failures (and then runs the link unshaped): read
+        every htb rate back and refuse the point unless it is the one asked for."""
         for ln in self.plan.links:
             values = self.link_values.get(ln.node1, self._base_values)
             if values.bandwidth_mbps is None:
                 continue
             for node, port in ((ln.node1, ln.port1), (ln.node2, ln.port2)):
                 intf = f"{node}-eth{port}"
-                rc, out = self.run(node, ["tc", "qdisc", "show", "dev", intf])
-                if rc != 0 or "htb" not in out:
-                    raise NetworkError(f"bandwidth {values.bandwidth_mbps} Mbit/s on {intf} was not "
-                                       f"applied (tc says: {out.strip() or rc}); check that the kernel "
-                                       f"has sch_htb")
+                rc, out = self.run(node, ["tc", "class", "show", "dev", intf])
+                why = imp.check_htb_rate(out, values.bandwidth_mbps) if rc == 0 else f"tc failed ({rc}): {out.strip()}"
+                if why:
+                    raise imp.ImpairmentError(
+                        f"bandwidth_mbps={values.bandwidth_mbps:g} on {intf} was not applied: {why}; "
+                        f"see {self.log_dir / 'mininet.log'} (check that the kernel has sch_htb)")
 
     def _apply_nftables(self) -> None:
         for host, loss in self.impairments.nft_loss.items():
@@ -400,6 +420,12 @@ class MininetNetwork(Network):
             if rc != 0:
                 raise imp.ImpairmentError(f"cannot apply loss_pct={loss:g} with nftables on {host}: "
                                           f"nft failed: {out.strip()}; use links.mechanism switch")
+            # Read the rule back: what is recorded as applied is what the kernel has.
+            rc, out = self.run(host, ["nft", "-j", "list", "table", "inet", imp.NFT_TABLE])
+            why = imp.check_nft_loss(out, loss) if rc == 0 else f"nft list failed ({rc}): {out.strip()}"
+            if why:
+                raise imp.ImpairmentError(f"loss_pct={loss:g} with nftables on {host} was not applied: "
+                                          f"{why}; use links.mechanism switch")
 
     def _apply_netem(self) -> None:
         for e in self.impairments.netem:

@@ -68,7 +68,11 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def _parse_yaml(text: str, source: str) -> tuple[Any, dict[Loc, int]]:
-    loader = yaml.SafeLoader(text)
+    try:
+        # The reader checks every character when it is built: a NUL byte fails here.
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as e:
+        raise ScenarioError([_reader_problem(text, source, e)]) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -85,10 +89,21 @@ def _parse_yaml(text: str, source: str) -> tuple[Any, dict[Loc, int]]:
         col = f" (column {mark.column + 1})" if mark else ""
         context = f", {e.context}" if e.context else ""
         raise ScenarioError([Problem(source, line, "", f"YAML syntax error: {e.problem}{context}{col}")]) from None
+    except yaml.reader.ReaderError as e:
+        raise ScenarioError([_reader_problem(text, source, e)]) from None
     except yaml.YAMLError as e:
         raise ScenarioError([Problem(source, None, "", f"YAML error: {e}")]) from None
     finally:
         loader.dispose()
+
+
+def _reader_problem(text: str, source: str, e: yaml.reader.ReaderError) -> Problem:
+    """A character YAML does not allow (NUL, most control characters), with its line."""
+    line = text.count("\n", 0, e.position) + 1
+    col = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
+    char = e.character if isinstance(e.character, str) else chr(e.character)
+    return Problem(source, line, "", f"character #x{ord(char):04x} is not allowed in YAML (column {col}); "
+                                     f"remove it (a binary or corrupted file?)")
 
 
 def _index_lines(loader: yaml.SafeLoader, source: str, node: yaml.Node, loc: Loc, lines: dict[Loc, int],
@@ -360,6 +375,8 @@ def _explain(err: dict[str, Any], raw: Any) -> tuple[Loc, str]:
             if close:
                 msg += f"; did you mean {close[0]!r}?"
         return loc, msg
+    if kind == "finite_number":
+        return loc, f"must be a finite number, got {_describe(value)}"
     if kind in _BOUNDS:
         bound = next(iter(ctx.values()))
         return loc, f"must be {_BOUNDS[kind]} {bound}, got {_describe(value)}"
@@ -385,11 +402,37 @@ def validate_raw(raw: Any) -> tuple[Optional[Scenario], list[tuple[Loc, str]]]:
         scenario = Scenario.model_validate(raw, context={SKIP_SEMANTIC: True})
     except ValidationError as e:
         return None, [_explain(err, raw) for err in e.errors()]  # type: ignore[arg-type]
-    problems = semantic_problems(scenario)
+    problems = semantic_problems(scenario) + ina_problems(scenario)
     if problems:
         return None, problems
     scenario._raw = copy.deepcopy(raw)
     return scenario, []
+
+
+def ina_problems(scenario: Scenario) -> list[tuple[Loc, str]]:
+    """The in-switch aggregation jobs this scenario's workload will ask for must
+    fit the switch (its worker bitmap), checked with the scenario, not mid-run.
+
+    The workload's runtime knows which settings aggregate in the switch
+    (allreduce algorithm switch, p4sgd collective switch): ask it.
+    """
+    from testbed import wire  # noqa: PLC0415
+    from testbed.scenario.sweep import Point  # noqa: PLC0415 (sweep imports us)
+    from testbed.workloads.base import get_runtime  # noqa: PLC0415
+
+    try:
+        runtime = get_runtime(scenario.workload.kind)
+    except KeyError:
+        return []  # a params model without a runtime: nothing runs it
+    try:
+        jobs = runtime.ina_jobs(Point(-1, "", "", {}, 0, 0, scenario))
+    except ValueError as e:  # e.g. more jobs than workers
+        return [(("workload",), str(e))]
+    return [(("topology", "workers"),
+             f"{len(job.workers)} workers in in-switch aggregation job {job.job_id}; the switch's "
+             f"worker bitmap holds {wire.MAX_WORKERS} (testbed/wire.py MAX_WORKERS); use at most "
+             f"{wire.MAX_WORKERS} workers per job, or a host algorithm")
+            for job in jobs if len(job.workers) > wire.MAX_WORKERS]
 
 
 # --- loading ----------------------------------------------------------------
@@ -472,12 +515,20 @@ def check_sweep(scenario: Scenario, raw: dict[str, Any], source: _Source) -> lis
     if problems:
         return _unique(problems)
 
-    # Entries are fine alone; now every combination the runs would use.
-    from testbed.scenario.sweep import PointError, iter_point_scenarios  # noqa: PLC0415 (sweep imports us)
+    # Entries are fine alone; count the points (never expand a sweep too large
+    # to run), then check every combination the runs would use.
+    from testbed.scenario.sweep import PointError, iter_point_scenarios, too_many_points  # noqa: PLC0415
+    for quick in (False, True):
+        why = too_many_points(scenario, quick)
+        if why:
+            problems.append(source.problem(("sweep",), why, "sweep"))
+    if problems:
+        return problems
     for quick in (False, True):
         try:
             for _ in iter_point_scenarios(scenario, quick=quick):
                 pass
+            scenario._checked_sweeps.add(quick)
         except PointError as e:
             for loc, msg in e.problems:
                 problems.append(source.problem(("sweep",), f"{'quick ' if quick else ''}point "

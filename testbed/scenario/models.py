@@ -20,9 +20,12 @@ from pydantic import (
     model_validator,
 )
 
+from testbed.results import PROJECT_ROOT
 from testbed.workloads import seal_registry
 
-STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+# allow_inf_nan=False: `.inf` / `.nan` are valid YAML floats but no valid delay,
+# rate or percentage; refused here rather than by tc or the switch mid-run.
+STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 # Mininet addresses workers as 10.0.0.<i> and the PS as 10.0.0.200.
 MAX_WORKERS = 199
@@ -59,12 +62,17 @@ class Topology(BaseModel):
 
 
 # --- links ------------------------------------------------------------------
-Bandwidth = Optional[Annotated[float, Field(gt=0)]]
+# htb needs a rate of at least 1 byte/s (tc refuses less, and Mininet then runs
+# the link unshaped); below 10 kbit/s one 1500-byte frame takes over a second,
+# so nothing a scenario measures could run. Documented in docs/scenarios.md.
+MIN_BANDWIDTH_MBPS = 0.01
+Bandwidth = Optional[Annotated[float, Field(ge=MIN_BANDWIDTH_MBPS)]]
 Percent = Annotated[float, Field(ge=0, le=100)]
 NonNegative = Annotated[float, Field(ge=0)]
 
 _LINK_DOCS = {
-    "bandwidth_mbps": "Rate limit per direction in Mbit/s (htb on both ends); null = unlimited.",
+    "bandwidth_mbps": f"Rate limit per direction in Mbit/s (htb on both ends), at least "
+                      f"{MIN_BANDWIDTH_MBPS}; null = unlimited.",
     "delay_ms": "One-way delay added per direction, in milliseconds.",
     "jitter_ms": "Random variation of the delay (+/-), in milliseconds.",
     "loss_pct": "Share of packets dropped per direction, in percent.",
@@ -173,6 +181,13 @@ class Case(BaseModel):
         description="Values to set for this case, by dotted path: `{links.loss_pct: 1}`.")
 
 
+# A grid key with no values would make a sweep of zero points: refused.
+GridValues = Annotated[list[Any], Field(min_length=1)]
+# Sweeps are counted before they are expanded; more points than this is
+# almost certainly a mistake (1000 x 1000 values), so it needs saying so.
+DEFAULT_MAX_POINTS = 10_000
+
+
 class QuickSweep(BaseModel):
     """Changes for `--quick` runs (smoke tests, CI)."""
 
@@ -181,11 +196,11 @@ class QuickSweep(BaseModel):
     set: dict[str, Any] = Field(
         default_factory=dict, json_schema_extra=DOTTED_KEYS,
         description="Values set on every point in quick mode, by dotted path.")
-    grid: Optional[dict[str, list[Any]]] = Field(
+    grid: Optional[dict[str, GridValues]] = Field(
         None, json_schema_extra=DOTTED_KEYS,
         description="Replaces `sweep.grid` in quick mode; null keeps the full grid.")
-    cases: Optional[list[str]] = Field(
-        None, description="Names of the cases to keep in quick mode; null keeps all.")
+    cases: Optional[Annotated[list[str], Field(min_length=1)]] = Field(
+        None, description="Names of the cases to keep in quick mode (at least one); null keeps all.")
     repeats: Optional[Annotated[int, Field(ge=1)]] = Field(
         None, description="Replaces `sweep.repeats` in quick mode; null keeps it.")
 
@@ -195,7 +210,7 @@ class Sweep(BaseModel):
 
     model_config = STRICT
 
-    grid: dict[str, list[Any]] = Field(
+    grid: dict[str, GridValues] = Field(
         default_factory=dict, json_schema_extra=DOTTED_KEYS,
         description="Dotted path -> values; every combination is run (keys vary in file order).")
     cases: list[Case] = Field(
@@ -206,6 +221,10 @@ class Sweep(BaseModel):
         1, description="Root of the per-point seeds (derived from it, the case, grid values and repeat).")
     quick: QuickSweep = Field(
         default_factory=QuickSweep, description="Smaller sweep for `--quick` runs.")
+    max_points: int = Field(
+        DEFAULT_MAX_POINTS, ge=1,
+        description="Most points a sweep (or its quick variant) may have; counted before expanding. "
+                    "Raise it here or with `testbed run --max-points N`.")
 
 
 # --- the scenario -----------------------------------------------------------
@@ -241,6 +260,9 @@ class Scenario(BaseModel):
     # `--set` overrides (path, value): they win over sweep cases and quick
     # settings too, and pin a swept grid key to the one value given.
     _cli_overrides: list = PrivateAttr(default_factory=list)
+    # Sweep variants (False: full, True: quick) whose every combination the
+    # loader has validated, so expand_points need not do it again.
+    _checked_sweeps: set = PrivateAttr(default_factory=set)
 
     def __eq__(self, other: object) -> bool:
         # Same fields, same scenario, whether loaded from a file or built in Python
@@ -307,8 +329,51 @@ def semantic_problems(scn: Scenario) -> list[tuple[Loc, str]]:
             problems.append((("sweep", "quick", "cases", i),
                              f"no case named {name!r}; cases are {', '.join(names)}"))
 
+    problems += switch_problems(scn.switch)
+
     for i, fig in enumerate(scn.figures):
         if fig not in known_figures:
             problems.append((("figures", i),
                              f"unknown figure {fig!r}; known: {', '.join(sorted(known_figures))}"))
+    return problems
+
+
+# --- switch program and options --------------------------------------------
+P4_DIR = PROJECT_ROOT / "p4"
+# What the soft switch loads for `switch.program`. bmv2 checks its program and
+# options itself when it compiles (testbed.switch.bmv2); tofino is a dry run.
+PROGRAM_FILES = {"soft": "{}.p4info.txtpb"}
+# Soft switch config keys the testbed fills in per point; an option would be silently overridden.
+SOFT_RESERVED = {
+    "name": "the switch name", "ports": "the topology", "forwarding": "the control plane",
+    "impairments": "links", "seed": "sweep.seed", "pcap_dir": "switch.capture",
+    "stats_path": "the runner", "ready_path": "the runner", "p4runtime_addr": "the runner",
+    "pipeline": "switch.program",
+}
+NICE_RANGE = (-20, 19)
+
+
+def switch_problems(sw: Switch) -> list[tuple[Loc, str]]:
+    """`switch.program` exists for the backend; `switch.options` the backend can use."""
+    problems: list[tuple[Loc, str]] = []
+    pattern = PROGRAM_FILES.get(sw.backend)
+    if pattern and not (P4_DIR / pattern.format(sw.program)).is_file():
+        known = sorted(p.name[:-len(pattern.format(""))] for p in P4_DIR.glob(pattern.format("*")))
+        problems.append((("switch", "program"), f"no program {sw.program!r} for switch.backend "
+                         f"{sw.backend} (p4/{pattern.format(sw.program)} does not exist); "
+                         f"programs: {', '.join(known) or 'none'}"))
+    opts = sw.options
+    if sw.backend == "soft":
+        from testbed.switch.soft.config import MAX_BATCH  # noqa: PLC0415 - the switch's own bound
+        for key, owner in SOFT_RESERVED.items():
+            if key in opts:
+                problems.append((("switch", "options", key), f"set by the testbed from {owner}; "
+                                 f"remove it from switch.options"))
+        checks = {"batch": (1, MAX_BATCH), "nice": NICE_RANGE}
+        for key, (lo, hi) in checks.items():
+            if key in opts:
+                v = opts[key]
+                if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+                    problems.append((("switch", "options", key),
+                                     f"must be an integer in {lo}..{hi}, got {v!r}"))
     return problems

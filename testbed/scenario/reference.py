@@ -15,7 +15,8 @@ from typing import Any, Union
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from testbed.scenario.models import BUILTIN_FIGURES, Scenario
+from testbed.scenario.models import BUILTIN_FIGURES, DEFAULT_MAX_POINTS, MIN_BANDWIDTH_MBPS, Scenario
+from testbed.wire import MAX_WORKERS
 from testbed.workloads import workload_models
 
 REGENERATE = ".venv/bin/python -m testbed.scenario.reference > docs/scenarios.md"
@@ -44,13 +45,23 @@ point's scenario is the file + its grid values + its case's `set` (+ `sweep.quic
 with `--quick`), validated again; every point is checked when the file loads.
 Each point gets a seed derived from `sweep.seed`, its case, grid values and
 repeat, so reruns are reproducible. Point labels look like
-`003-loss-algorithm=ps-r0`.
+`003-loss-algorithm=ps-r0`. A grid key needs at least one value. Points are
+counted before anything is expanded: a sweep (or its quick variant) of more than
+`sweep.max_points` (default {DEFAULT_MAX_POINTS}) points is refused with its
+count; raise the limit in the file or with `testbed run --max-points N`.
 
 **Cross-field rules.** Straggler hosts and `links.hosts` keys must be hosts of
 the scenario (`w1..wN`, plus e.g. `ps` when `workload.algorithm: ps`); a host is
 a straggler at most once; `topology.leaves <= topology.workers` for a tree; case
 names are unique and `sweep.quick.cases` names existing cases; `figures` are
-known names.
+known names. Numbers must be finite (`.inf` and `.nan` are refused);
+`links.bandwidth_mbps` is at least {MIN_BANDWIDTH_MBPS} (htb's floor, see the field).
+With the soft switch, `switch.program` must have `p4/<program>.p4info.txtpb`,
+`switch.options.batch` is an integer in 1..1024 and `switch.options.nice` in
+-20..19, and keys the testbed sets itself (`forwarding`, `impairments`, ...) are
+refused. A workload's in-switch aggregation job (allreduce `algorithm: switch`,
+p4sgd `collective: switch`) holds at most {MAX_WORKERS} workers (the switch's
+worker bitmap); checked for every sweep point when the file loads.
 """
 
 

@@ -294,7 +294,7 @@ class P4sgdRuntime(WorkloadRuntime):
     kind = "p4sgd"
 
     def programs(self, ctx: PointContext) -> list[HostProgram]:
-        from testbed.runner import SkipPoint  # noqa: PLC0415 - the runner imports us
+        from testbed.outcomes import SkipPoint  # noqa: PLC0415
 
         scn = ctx.point.scenario
         wl: P4sgdWorkload = scn.workload

@@ -180,12 +180,37 @@ def _child_fail(run_dir: str) -> dict:
             "registry_exists": net._registry.path.exists()}
 
 
+def _child_unshaped(sw: str, run_dir: str) -> dict:
+    """A rate tc refuses (1e-9 Mbit/s; the scenario schema refuses it first, so
+    this builds the network directly): start fails, nothing says it was applied."""
+    from testbed.net.impairments import ImpairmentError
+    from testbed.net.isolation import enter_private_netns
+    from testbed.net.mininet_net import MininetNetwork
+    from testbed.net.registry import alive
+
+    enter_private_netns()
+    links = {"bandwidth_mbps": 0.000000001, "hosts": {"w2": {"bandwidth_mbps": 20}}}
+    net = MininetNetwork({"kind": "star", "workers": 2}, links, ["w1", "w2"], switch_cls(sw),
+                         {"pipeline": "forward"}, Path(run_dir), seed=1)
+    try:
+        net.start()
+        error = None
+    except ImpairmentError as e:
+        error = str(e)
+    finally:
+        net.stop()
+    return {"error": error, "report": net.impairment_report(),
+            "alive": [c for c in net._mine if alive(c["pid"], c["start"])]}
+
+
 def main(argv: list[str]) -> None:
     mode = argv[0]
     if mode == "check":
         print(json.dumps(_child_check(*argv[1:4])))
     elif mode == "nft":
         print(json.dumps(_child_nft(*argv[1:3])))
+    elif mode == "unshaped":
+        print(json.dumps(_child_unshaped(*argv[1:3])))
     elif mode == "fail":
         print(json.dumps(_child_fail(argv[1])))
     elif mode == "hold":

@@ -89,6 +89,19 @@ def test_nftables_loss_on_host_ingress(sw, tmp_path, reg_env):
     assert r["errors"] == []
 
 
+def test_shaping_tc_refused_is_never_recorded_as_applied(tmp_path, reg_env):
+    """Mininet only logs a refused `tc class add` and leaves the link unshaped;
+    the network reads every htb rate back and refuses to start instead."""
+    _, env = reg_env
+    r = support.run_child("unshaped", "bridge", str(tmp_path / "run"), env=env)
+    assert r["error"] and "bandwidth_mbps=1e-09 on w1-eth0 was not applied" in r["error"], r["error"]
+    assert "no htb class 5:1" in r["error"], r["error"]
+    bw = [row for row in r["report"] if row["parameter"] == "bandwidth_mbps"]
+    assert len(bw) == 4, r["report"]   # both directions of w1's and w2's links
+    assert all(row["applied"] is False and "was not applied" in row["note"] for row in bw), bw
+    assert r["alive"] == []
+
+
 def test_failed_start_is_clear_and_leaves_nothing(tmp_path, reg_env):
     _, env = reg_env
     r = support.run_child("fail", str(tmp_path / "run"), env=env)
