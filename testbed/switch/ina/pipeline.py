@@ -127,7 +127,8 @@ class InaPipeline:
         self.aggregator = Aggregator(self.num_slots)
         self.drop_simulator = DropSimulator(ina.get("seed", 0))
         self.egress = Egress(ina.get("switch_mac", DEFAULT_SWITCH_MAC),
-                             ina.get("switch_ip", DEFAULT_SWITCH_IP), self._lock)
+                             ina.get("switch_ip", DEFAULT_SWITCH_IP), self._lock,
+                             [int(p) for p in (cfg.get("ports") or {})])
         self.forward = Forward(cfg, self._lock)
         self.multicast_groups = self.egress.multicast_groups
         c = {name: Counter(f"Ingress.{name}", NUM_JOBS) for name in JOB_COUNTERS}
