@@ -22,6 +22,7 @@
 #define NUM_SLOTS  4096        /* slots shared by all jobs; x2 versions */
 #define NUM_JOBS   256
 #define NUM_PORTS  512
+#define MAX_WORKERS 32         /* the worker bitmap's width */
 
 const bit<16> ETHERTYPE_IPV4  = 0x0800;
 const bit<8>  IPPROTO_UDP     = 17;
@@ -104,6 +105,8 @@ struct metadata_t {
     bit<32> worker_mask;
     bit<16> slot_base;
     bit<16> slot_count;
+    bit<1>  port_bound;    /* Ingress.worker_port hit: the worker has a port */
+    bit<9>  bound_port;    /* ... and its contributions must come in there */
     bit<2>  verdict;       /* from Aggregator */
     bit<1>  result;        /* this packet leaves as a result made here */
 }
@@ -328,6 +331,7 @@ control Ingress(inout headers_t hdr, inout metadata_t meta,
     counter(NUM_JOBS, CounterType.packets) ina_duplicates_dropped;
     counter(NUM_JOBS, CounterType.packets) bad_job;
     counter(NUM_JOBS, CounterType.packets) bad_worker;
+    counter(NUM_JOBS, CounterType.packets) bad_port;
     counter(NUM_JOBS, CounterType.packets) bad_slot;
     counter(1, CounterType.packets) malformed;
 
@@ -355,6 +359,25 @@ control Ingress(inout headers_t hdr, inout metadata_t meta,
         size = NUM_JOBS;
     }
 
+    /* Membership is bound to ports: (job, worker) -> the port the worker's
+       contributions must come in on; a miss or another port is Ingress.bad_port,
+       so a host cannot contribute under another member's worker id. */
+    action set_worker_port(bit<9> port) {
+        meta.port_bound = 1;
+        meta.bound_port = port;
+    }
+    @defaultonly
+    action unbound_worker() { }
+    table worker_port {
+        key = {
+            hdr.ina.job_id: exact @name("job_id");
+            hdr.ina.worker_id: exact @name("worker_id");
+        }
+        actions = { set_worker_port; @defaultonly unbound_worker; }
+        const default_action = unbound_worker();
+        size = NUM_JOBS * MAX_WORKERS;
+    }
+
     apply {
         if (standard_metadata.parser_error != error.NoError) {
             malformed.count(0);
@@ -366,8 +389,13 @@ control Ingress(inout headers_t hdr, inout metadata_t meta,
                 mark_to_drop(standard_metadata);
             } else if (job_table.apply().hit) {
                 bit<32> job = (bit<32>)hdr.ina.job_id;
+                worker_port.apply();                   /* a lookup; checked below in order */
                 if ((meta.worker_mask & (32w1 << hdr.ina.worker_id)) == 0) {
                     bad_worker.count(job);             /* also worker_id >= 32 */
+                    mark_to_drop(standard_metadata);
+                } else if (meta.port_bound == 0
+                           || meta.bound_port != standard_metadata.ingress_port) {
+                    bad_port.count(job);               /* impersonation, or no binding */
                     mark_to_drop(standard_metadata);
                 } else if (hdr.ina.slot >= meta.slot_count) {
                     bad_slot.count(job);

@@ -179,12 +179,16 @@ def show(run_dir: Path, as_json: bool) -> None:
 
     RUN_DIR is a run folder, or a scenario's results folder (its newest run).
     """
+    from testbed.pcap_ina import refusal_lines
     from testbed.results import NotARunError, load_run
 
     try:
         r = load_run(run_dir)
     except NotARunError as e:
         _fail(str(e))
+    switch_counters: dict[str, dict] = {}
+    for rec in r.metrics_of("switch_counters"):
+        switch_counters.setdefault(rec.get("label"), {})[rec.get("switch")] = rec.get("counters") or {}
     if as_json:
         click.echo(json.dumps({"manifest": r.manifest, "points": r.points}, indent=2))
         return
@@ -210,6 +214,8 @@ def show(run_dir: Path, as_json: bool) -> None:
             click.echo(f"      {p['error'].splitlines()[0]}")
         for reason in (fid.get("reasons") or []) if fid.get("valid") is False else []:
             click.echo(f"      invalid: {reason}")
+        for line in refusal_lines(switch_counters.get(p["label"], {}), "      switch refused: "):
+            click.secho(line, fg="yellow")
     _print_summary(r.path)
 
 

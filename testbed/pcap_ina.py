@@ -9,9 +9,22 @@ retransmissions, results received.
 Give it the switch's `<intf>_in.pcap` files for contributions and `_out.pcap`
 files for results (or all of a point's pcaps): frames from several files are
 merged by timestamp.
+
+Refusals. Membership is bound to ports: the aggregation switch drops a
+contribution whose worker id is not bound to the port it came in on
+(`Ingress.bad_port`). When the pcaps sit in a run folder
+(<run>/pcaps/<point>/), the decoder reads the jobs the control plane installed
+(<run>/logs/<point>/ina-jobs.json: each worker's port) and counts, per claimed
+(job, worker), the contributions that entered the aggregation switch on another
+port (`<switch>-eth<port>_in.pcap`) as refused by the binding: they are left
+out of the chunk and worker statistics, which describe aggregation. It also
+shows the switch's own refusal counters for the point (metrics.jsonl,
+`switch_counters`), the authoritative number.
 """
 from __future__ import annotations
 
+import json
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +34,17 @@ import numpy as np
 
 from testbed import wire
 from testbed.pcap import read_frames
+
+JOBS_FILE = "ina-jobs.json"        # written by testbed.switch.control_plane (same name)
+# Per-job counters of contributions the switch refused, and what each means.
+REFUSAL_COUNTERS = {
+    "Ingress.bad_port": "worker id not bound to the ingress port (impersonation)",
+    "Ingress.bad_worker": "worker id not a member of the job",
+    "Ingress.bad_job": "unknown job",
+    "Ingress.bad_slot": "slot outside the job's range",
+    "Ingress.malformed": "malformed INA header",
+}
+_INTF_PCAP = re.compile(r"^(?P<switch>[A-Za-z]+\d+)-eth(?P<port>\d+)_(?P<dir>in|out)\.pcap$")
 
 
 @dataclass
@@ -38,6 +62,7 @@ class InaPacket:
     count: int
     exponent: int
     source: str
+    refused_port: bool = False       # refused by the port binding (see the module docstring)
 
     @property
     def is_result(self) -> bool:
@@ -70,10 +95,65 @@ class ChunkStats:
 
 
 @dataclass
+class PointContext:
+    """What the run folder says about the point whose pcaps are decoded."""
+
+    label: str
+    switch: str | None = None                                 # the aggregation switch
+    bindings: dict[tuple[int, int], int] = field(default_factory=dict)   # (job, worker) -> port
+    counters: dict[str, dict] = field(default_factory=dict)   # switch -> counter -> {index: {packets}}
+
+
+def point_context(paths: Iterable[str | Path]) -> PointContext | None:
+    """The job plan and switch counters of the point, when the pcaps are in
+    <run>/pcaps/<point>/ (None otherwise)."""
+    dirs = {Path(p).resolve().parent for p in paths}
+    if len(dirs) != 1:
+        return None
+    d = dirs.pop()
+    if d.parent.name != "pcaps":
+        return None
+    run, label = d.parent.parent, d.name
+    ctx = PointContext(label)
+    jobs_path = run / "logs" / label / JOBS_FILE
+    if jobs_path.exists():
+        plan = json.loads(jobs_path.read_text())
+        ctx.switch = plan.get("switch")
+        for job in plan.get("jobs", []):
+            for w in job["workers"]:
+                ctx.bindings[(int(job["job_id"]), int(w["worker_id"]))] = int(w["port"])
+    metrics = run / "metrics.jsonl"
+    if metrics.exists():
+        for line in metrics.read_text().splitlines():
+            if '"switch_counters"' not in line:
+                continue
+            r = json.loads(line)
+            if r.get("type") == "switch_counters" and r.get("label") == label:
+                ctx.counters[r["switch"]] = r.get("counters", {})
+    return ctx
+
+
+def refusal_lines(counters: dict[str, dict], indent: str = "  ") -> list[str]:
+    """Non-zero refusal counters per switch and job, one line each."""
+    lines = []
+    for sw, by_name in sorted(counters.items()):
+        for name, what in REFUSAL_COUNTERS.items():
+            for idx, cell in sorted((by_name.get(name) or {}).items(), key=lambda kv: int(kv[0])):
+                n = cell.get("packets", 0) if isinstance(cell, dict) else int(cell)
+                if n:
+                    where = "" if name == "Ingress.malformed" else f" job {idx}"
+                    lines.append(f"{indent}{sw}{where}: {name} {n} ({what})")
+    return lines
+
+
+@dataclass
 class InaAnalysis:
     packets: list[InaPacket]
     chunks: dict[tuple[int, int], ChunkStats]
     workers: dict[tuple[int, int], dict[str, int]]
+    context: PointContext | None = None
+    # (job, claimed worker, ingress port) -> contributions refused by the port binding
+    refused_port: dict[tuple[int, int, int], int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         lat = [c.latency_s for c in self.chunks.values() if c.latency_s is not None]
@@ -87,7 +167,17 @@ class InaAnalysis:
             "duplicates": sum(c.duplicates for c in self.chunks.values()),
             "completion_latency_s": _percentiles(lat),
             "per_worker": {f"job{j}/worker{w}": v for (j, w), v in sorted(self.workers.items())},
+            "refused_by_port_binding": [
+                {"job": j, "worker": w, "port": p, "bound_port": self._bound(j, w), "packets": n}
+                for (j, w, p), n in sorted(self.refused_port.items())],
+            "switch_refusals": {sw: {name: {str(i): (c.get("packets", 0) if isinstance(c, dict) else c)
+                                            for i, c in (by.get(name) or {}).items()}
+                                     for name in REFUSAL_COUNTERS if by.get(name)}
+                                for sw, by in (self.context.counters if self.context else {}).items()},
         }
+
+    def _bound(self, job: int, worker: int) -> int | None:
+        return self.context.bindings.get((job, worker)) if self.context else None
 
     def format(self, show_packets: int = 0) -> str:
         d = self.to_dict()
@@ -102,12 +192,25 @@ class InaAnalysis:
         lines.append("  per worker:          contributions  retransmissions  results received")
         for k, v in d["per_worker"].items():
             lines.append(f"    {k:<18}{v['contributions']:>14}{v['retransmissions']:>17}{v['results']:>18}")
+        if self.refused_port:
+            lines.append(f"  refused by the port binding (contributions into {self.context.switch} "
+                         "under a worker id bound to another port; not counted above): "
+                         f"{sum(self.refused_port.values())}")
+            for r in d["refused_by_port_binding"]:
+                bound = "no port" if r["bound_port"] is None else f"port {r['bound_port']}"
+                lines.append(f"    job{r['job']}/worker{r['worker']} arriving on port {r['port']} "
+                             f"(bound to {bound}): {r['packets']}")
+        if self.context and self.context.counters:
+            refusals = refusal_lines(self.context.counters, "    ")
+            lines.append(f"  switch refusal counters, point {self.context.label} (metrics.jsonl): "
+                         + ("none" if not refusals else ""))
+            lines += refusals
         if show_packets:
             lines.append(f"  first {min(show_packets, len(self.packets))} packets:")
             lines.append("    time(s)      dir     job slot ver worker seq        op   flags   count exp")
             t0 = self.packets[0].ts if self.packets else 0.0
             for pk in self.packets[:show_packets]:
-                direction = "result" if pk.is_result else "contrib"
+                direction = "result" if pk.is_result else ("refused" if pk.refused_port else "contrib")
                 flags = "|".join(n for n, b in (("RESULT", wire.FLAG_RESULT), ("RETX", wire.FLAG_RETX))
                                  if pk.flags & b) or "-"
                 lines.append(f"    {pk.ts - t0:<12.6f} {direction:<7} {pk.job:>3} {pk.slot:>4} {pk.slot_ver:>3} "
@@ -138,15 +241,43 @@ def decode(paths: Iterable[str | Path]) -> list[InaPacket]:
     return out
 
 
-def analyze(paths: str | Path | Iterable[str | Path]) -> InaAnalysis:
+def _mark_refused(packets: list[InaPacket], ctx: PointContext | None) -> dict[tuple[int, int, int], int]:
+    """Contributions that entered the aggregation switch on a port their
+    (job, worker) is not bound to, as the switch's `Ingress.worker_port` sees it."""
+    refused: dict[tuple[int, int, int], int] = defaultdict(int)
+    if ctx is None or ctx.switch is None or not ctx.bindings:
+        return {}
+    jobs = {j for j, _ in ctx.bindings}
+    for pk in packets:
+        m = _INTF_PCAP.match(pk.source)
+        if pk.is_result or pk.job not in jobs or m is None or m["dir"] != "in" \
+                or m["switch"] != ctx.switch:
+            continue
+        port = int(m["port"])
+        if ctx.bindings.get((pk.job, pk.worker)) != port:
+            pk.refused_port = True
+            refused[(pk.job, pk.worker, port)] += 1
+    return dict(refused)
+
+
+def analyze(paths: str | Path | Iterable[str | Path],
+            context: PointContext | None = None) -> InaAnalysis:
+    """Decode and tally; `context` defaults to what the run folder around the
+    pcaps says (point_context)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
+    paths = list(paths)
+    if context is None:
+        context = point_context(paths)
     packets = decode(paths)
+    refused = _mark_refused(packets, context)
     chunks: dict[tuple[int, int], ChunkStats] = {}
     workers: dict[tuple[int, int], dict[str, int]] = defaultdict(
         lambda: {"contributions": 0, "retransmissions": 0, "results": 0})
     seen_contrib: set[tuple[int, int, int]] = set()
     for pk in packets:
+        if pk.refused_port:
+            continue
         c = chunks.get((pk.job, pk.seq))
         if c is None:
             c = chunks[(pk.job, pk.seq)] = ChunkStats(pk.job, pk.seq, pk.slot, pk.slot_ver)
@@ -176,4 +307,4 @@ def analyze(paths: str | Path | Iterable[str | Path]) -> InaAnalysis:
                 w["retransmissions"] += 1
         if c.first_contribution is None:
             c.first_contribution = pk.ts
-    return InaAnalysis(packets, chunks, dict(workers))
+    return InaAnalysis(packets, chunks, dict(workers), context, refused)

@@ -39,6 +39,7 @@
 #define NUM_SLOTS  4096
 #define NUM_JOBS   256
 #define NUM_PORTS  512
+#define MAX_WORKERS 32
 
 const bit<16> ETHERTYPE_IPV4  = 0x0800;
 const bit<8>  IPPROTO_UDP     = 17;
@@ -102,6 +103,8 @@ struct metadata_t {
     bit<2>  verdict;
     bit<32> rand;
     bit<1>  sim_drop;
+    bit<1>  port_bound;    /* Ingress.worker_port hit */
+    PortId_t bound_port;   /* the port the worker's contributions must come in on */
 }
 
 struct bitmap_pair_t { bit<32> ver0; bit<32> ver1; }
@@ -114,7 +117,7 @@ parser IngressParser(packet_in pkt, out headers_t hdr, out metadata_t meta,
     state start {
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
-        meta = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        meta = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
         transition parse_ethernet;
     }
     state parse_ethernet {
@@ -369,6 +372,7 @@ control Ingress(inout headers_t hdr, inout metadata_t meta,
     Counter<bit<32>, bit<8>>(NUM_JOBS, CounterType_t.PACKETS) ina_duplicates_dropped;
     Counter<bit<32>, bit<8>>(NUM_JOBS, CounterType_t.PACKETS) bad_job;
     Counter<bit<32>, bit<8>>(NUM_JOBS, CounterType_t.PACKETS) bad_worker;
+    Counter<bit<32>, bit<8>>(NUM_JOBS, CounterType_t.PACKETS) bad_port;
     Counter<bit<32>, bit<8>>(NUM_JOBS, CounterType_t.PACKETS) bad_slot;
     Counter<bit<32>, bit<1>>(1, CounterType_t.PACKETS) malformed;
 
@@ -395,6 +399,23 @@ control Ingress(inout headers_t hdr, inout metadata_t meta,
         actions = { set_job; @defaultonly unknown_job; }
         const default_action = unknown_job();
         size = NUM_JOBS;
+    }
+    /* Membership is bound to ports: (job, worker) -> the port its contributions
+       must come in on; a miss or another port is bad_port (impersonation). */
+    action set_worker_port(PortId_t port) {
+        meta.port_bound = 1;
+        meta.bound_port = port;
+    }
+    @defaultonly
+    action unbound_worker() { }
+    table worker_port {
+        key = {
+            hdr.ina.job_id: exact @name("job_id");
+            hdr.ina.worker_id: exact @name("worker_id");
+        }
+        actions = { set_worker_port; @defaultonly unbound_worker; }
+        const default_action = unbound_worker();
+        size = NUM_JOBS * MAX_WORKERS;
     }
     /* worker_id -> bit: a table, since Tofino shifts only by constants */
     action set_wbit(bit<32> wbit) { meta.wbit = wbit; }
@@ -428,8 +449,12 @@ control Ingress(inout headers_t hdr, inout metadata_t meta,
                 drop();
             } else if (job_table.apply().hit) {
                 worker_bit.apply();
+                worker_port.apply();
                 if ((meta.worker_mask & meta.wbit) == 0) {
                     bad_worker.count(hdr.ina.job_id);
+                    drop();
+                } else if (meta.port_bound == 0 || meta.bound_port != ig_intr_md.ingress_port) {
+                    bad_port.count(hdr.ina.job_id);
                     drop();
                 } else if (hdr.ina.slot >= meta.slot_count) {
                     bad_slot.count(hdr.ina.job_id);

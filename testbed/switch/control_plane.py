@@ -2,10 +2,13 @@
 runner. It pushes the program, installs the L2 forwarding the network planned,
 the flood group and the aggregation jobs the workload asks for, and at the end
 reads the program's counters into the run's metrics. Every request is logged
-per switch in logs/<point>/<switch>-p4runtime-requests.txt.
+per switch in logs/<point>/<switch>-p4runtime-requests.txt; the jobs installed
+(each worker's id and switch port) are written to logs/<point>/JOBS_FILE, so
+`testbed pcap` can tell which contributions the port binding refused.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from testbed.results import PROJECT_ROOT
 from testbed.switch.jobs import AGGREGATION_SWITCH, JobRequest, plan_jobs
 
 P4_DIR = PROJECT_ROOT / "p4"
+JOBS_FILE = "ina-jobs.json"
 
 
 def p4info_path(program: str) -> Path:
@@ -56,6 +60,8 @@ class ControlPlane:
                 c.install_forwarding(info["forwarding"][sw])
             if job_requests:
                 cp.jobs = plan_jobs(info["plan"], job_requests)
+                (logs_dir / JOBS_FILE).write_text(json.dumps(
+                    {"switch": AGGREGATION_SWITCH, "jobs": cp.jobs}, indent=1))
                 for job in cp.jobs:
                     cp.controllers[AGGREGATION_SWITCH].install_job(job)
         except BaseException:

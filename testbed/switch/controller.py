@@ -53,6 +53,7 @@ from testbed.switch.ina.drop_simulator import DropSimulator
 from testbed.switch.ina.egress import REWRITE_DST, SET_SWITCH_ADDRESS, Egress, replica_id
 from testbed.switch.ina.forward import SET_EGRESS, Forward
 from testbed.switch.ina.job_table import FLOOD_MCAST_GRP, SET_JOB, JobTable
+from testbed.switch.ina.worker_port import SET_WORKER_PORT, WorkerPortTable
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,11 @@ log = logging.getLogger(__name__)
 # with worker_count 0 takes the first contribution's values as they are.
 SLOT_RESET_REGISTERS = (Aggregator.COUNT, Aggregator.BITMAP, Aggregator.SEQ, Aggregator.EXPONENT)
 LOG_MAX_ITEMS = 32           # updates/entities shown per logged message; the rest are counted
-WRITE_CHUNK = 2048           # updates per WriteRequest
+# Updates per WriteRequest. A failed Write answers one p4.v1.Error per update in
+# a gRPC trailer (~35 bytes each even when OK); gRPC clients refuse trailers over
+# 8 KiB (soft) / 16 KiB (hard), and then report RESOURCE_EXHAUSTED with no word of
+# which update failed. 128 updates keep that list under 5 KiB, room for messages.
+WRITE_CHUNK = 128
 
 
 class ControllerError(RuntimeError):
@@ -604,8 +609,10 @@ class SwitchController:
     def install_job(self, job: dict, reset_slots: bool | None = None) -> None:
         """What InaPipeline.add_job installs, through P4Runtime: per worker a
         `Egress.replica_rewrite` entry (rid = replica_id(job, worker) ->
-        `Egress.rewrite_dst`), the job's multicast group with one replica per
-        worker (port, rid), the job's slot range reset, then the
+        `Egress.rewrite_dst`) and its port binding (`Ingress.worker_port`:
+        (job, worker) -> `Ingress.set_worker_port(port)`, so that no other port
+        can contribute under its worker id), the job's multicast group with one
+        replica per worker (port, rid), the job's slot range reset, then the
         `Ingress.job_table` entry -> `Ingress.set_job`. In this order, so that no
         contribution is admitted before its results can be delivered.
 
@@ -628,16 +635,19 @@ class SwitchController:
             if p["slot_base"] < base + count and base < p["slot_base"] + p["slot_count"]:
                 raise ControllerError(f"{self.name}: job {jid}: slots {base}..{base + count - 1} "
                                       f"overlap job {ojid}")
-        rewrites, replicas = [], []
+        rewrites, bindings, replicas = [], [], []
         for wid, w in zip(ids, workers):
             rid = replica_id(jid, wid)
             rewrites.append(self.update(pb.Update.INSERT, self.table_entry(
                 Egress.REPLICA_REWRITE, {"egress_rid": rid}, REWRITE_DST,
                 {"dst_mac": wire.mac_str(wire.mac_bytes(w["mac"])), "dst_ip": w["ip"],
                  "dst_port": int(w.get("udp_port", wire.INA_PORT_BASE))})))
+            bindings.append(self.update(pb.Update.INSERT, self.table_entry(
+                WorkerPortTable.NAME, {"job_id": jid, "worker_id": wid}, SET_WORKER_PORT,
+                {"port": int(w["port"])})))
             replicas.append((int(w["port"]), rid))
         group = self.update(pb.Update.INSERT, self.multicast_group(grp, replicas))
-        self.write(rewrites + [group], f"Write job {jid} replicas")
+        self.write(rewrites + [group] + bindings, f"Write job {jid} replicas and port bindings")
         if reset_slots is None:
             reset_slots = not self._fresh_slots or any(
                 b < base + count and base < b + n for b, n in self._used_slots)
@@ -656,7 +666,7 @@ class SwitchController:
 
     def remove_job(self, job_id: int) -> None:
         """Reverse of install_job: job entry first (no more admissions), then the
-        group and its replica rewrites."""
+        workers' port bindings, the group and its replica rewrites."""
         jid = int(job_id)
         entry = [e for e in self.read_table(JobTable.NAME) if e["match"]["job_id"] == jid]
         if not entry:
@@ -665,10 +675,13 @@ class SwitchController:
         self.write([self.update(pb.Update.DELETE, self.table_entry(JobTable.NAME, {"job_id": jid}))],
                    f"Write remove job {jid}")
         rids = [rid for _, rid in self.read_multicast_groups().get(grp, [])]
-        self.write([self.update(pb.Update.DELETE, self.multicast_group(grp))]
+        bound = [e["match"] for e in self.read_table(WorkerPortTable.NAME) if e["match"]["job_id"] == jid]
+        self.write([self.update(pb.Update.DELETE, self.table_entry(WorkerPortTable.NAME, m))
+                    for m in bound]
+                   + [self.update(pb.Update.DELETE, self.multicast_group(grp))]
                    + [self.update(pb.Update.DELETE, self.table_entry(
                        Egress.REPLICA_REWRITE, {"egress_rid": rid})) for rid in rids],
-                   f"Write remove job {jid} replicas")
+                   f"Write remove job {jid} port bindings and replicas")
 
     def set_drop_probability(self, port: int, p: float) -> None:
         """`DropSimulator.drop_probability[port]` = p * 2^32 (a packet is dropped when

@@ -23,7 +23,13 @@ Supported (one device, default role only):
 Errors, as PI does them: a request-level problem is that gRPC code (NOT_FOUND
 device, PERMISSION_DENIED not primary, FAILED_PRECONDITION no pipeline, ...);
 per-update failures make the call fail with UNKNOWN and one p4.v1.Error per
-update (OK for those that succeeded) in `grpc-status-details-bin`.
+update (OK for those that succeeded) in `grpc-status-details-bin`. That trailer
+is kept under DETAILS_BUDGET bytes (gRPC clients refuse trailers over 8 KiB
+soft / 16 KiB hard by default, and would then report RESOURCE_EXHAUSTED with no
+word of which update failed): messages are shortened first, and a Write too
+large for one Error per update gets a status message naming the failed updates
+instead. An id that is not in the P4Info is INVALID_ARGUMENT "Invalid P4 id",
+as PI answers; multicast replicas must name one of the switch's ports.
 
 Thread safety: RPCs are serialized by one lock (a commit never races a write).
 Table changes go through the pipeline's tables, which take the pipeline lock
@@ -57,6 +63,7 @@ log = logging.getLogger("p4runtime")
 
 P4_DIR = Path(__file__).resolve().parents[2] / "p4"
 READ_CHUNK = 1024            # entities per ReadResponse (stays far below gRPC's 4 MB)
+DETAILS_BUDGET = 6144        # bytes of a failed Write's per-update errors (see the docstring)
 MAX_STREAMS = 8              # each open StreamChannel holds one server thread
 SC = grpc.StatusCode
 _SetAction = pb.SetForwardingPipelineConfigRequest
@@ -322,19 +329,22 @@ class ProgramBinding:
     def table(self, table_id: int) -> _TableBinding:
         tb = self.tables.get(table_id)
         if tb is None:
-            raise P4RTError(SC.NOT_FOUND, f"no table with id {table_id} in the P4Info")
+            raise P4RTError(SC.INVALID_ARGUMENT, f"Invalid P4 id: no table with id "
+                            f"{table_id:#x} in the P4Info")
         return tb
 
     def counter(self, counter_id: int):
         c = self.counters.get(counter_id)
         if c is None:
-            raise P4RTError(SC.NOT_FOUND, f"no counter with id {counter_id} in the P4Info")
+            raise P4RTError(SC.INVALID_ARGUMENT, f"Invalid P4 id: no counter with id "
+                            f"{counter_id:#x} in the P4Info")
         return c
 
     def register(self, register_id: int):
         r = self.registers.get(register_id)
         if r is None:
-            raise P4RTError(SC.NOT_FOUND, f"no register with id {register_id} in the P4Info")
+            raise P4RTError(SC.INVALID_ARGUMENT, f"Invalid P4 id: no register with id "
+                            f"{register_id:#x} in the P4Info")
         return r
 
     def state_lock(self):
@@ -942,18 +952,40 @@ class _Chunks:
 
 
 class _WriteErrors(Exception):
-    """Per-update results of a failed Write, as google.rpc.Status details."""
+    """Per-update results of a failed Write, as google.rpc.Status details that
+    fit in DETAILS_BUDGET bytes: one p4.v1.Error per update (OK for those that
+    succeeded) with the failures' messages as long as they fit, the rest of the
+    messages dropped (their codes kept); when even codes alone do not fit, no
+    details and a status message that names the failed updates."""
 
-    def __init__(self, errors: list[tuple[int, str] | None]):
-        self.status = status_pb2.Status(code=code_pb2.UNKNOWN)
-        for e in errors:
-            err = pb.Error(canonical_code=code_pb2.OK) if e is None else \
-                pb.Error(canonical_code=e[0], message=e[1])
-            self.status.details.add().Pack(err)
+    def __init__(self, errors: list[tuple[int, str] | None], budget: int = DETAILS_BUDGET):
         bad = [(i, e) for i, e in enumerate(errors) if e is not None]
         first = bad[0]
         self.summary = (f"Write: {len(bad)} of {len(errors)} updates failed; first: update "
-                        f"{first[0]}: {code_pb2.Code.Name(first[1][0])}: {first[1][1]}")
+                        f"{first[0]}: {code_pb2.Code.Name(first[1][0])}: {first[1][1][:400]}")
+        self.status = status_pb2.Status(code=code_pb2.UNKNOWN, message=self.summary)
+        for e in errors:
+            self.status.details.add().Pack(pb.Error(canonical_code=code_pb2.OK if e is None else e[0]))
+        budget -= 200                     # room for what the summary may get appended below
+        size = self.status.ByteSize()
+        if size > budget:
+            per_update = -(-size // len(errors))
+            self.status.ClearField("details")
+            shown = ", ".join(f"{i} {code_pb2.Code.Name(e[0])}" for i, e in bad[:20])
+            self.summary += (f"; failed updates: {shown}{', ...' if len(bad) > 20 else ''}. One "
+                             f"p4.v1.Error per update would not fit gRPC's metadata limit: send at "
+                             f"most {budget // per_update} updates per Write")
+        else:
+            dropped = 0
+            for i, e in bad:              # messages, in update order, while they fit
+                cell = self.status.details[i]
+                cell.Pack(pb.Error(canonical_code=e[0], message=e[1]))
+                if self.status.ByteSize() > budget:
+                    cell.Pack(pb.Error(canonical_code=e[0]))
+                    dropped += 1
+            if dropped:
+                self.summary += (f"; the messages of {dropped} failed updates were left out to fit "
+                                 "gRPC's metadata limit (their codes are in the details)")
         self.status.message = self.summary
         super().__init__(self.summary)
 

@@ -139,9 +139,16 @@ def test_controller_programs_the_data_plane(switch):
         with pytest.raises(ControllerError, match="already installed"):
             c.install_job(JOB)
 
-        # the programmed pipeline aggregates: both workers get the sum
+        assert sorted((e["match"]["worker_id"], e["params"]["port"])
+                      for e in c.read_table("Ingress.worker_port")) == [(0, 1), (1, 2)]
+
+        # the programmed pipeline aggregates: both workers get the sum; worker 1
+        # (port 2) also sending as worker 0 is refused and counted, before and after
+        w1_sock, w1_port = switch.workers[1]
+        w1_sock.sendto(contribution(WORKERS[0], [1000, 1000, 1000]), w1_port)
         for (sock, sw_port), w, vals in zip(switch.workers, WORKERS, ([1, 2, 3], [10, 20, 30])):
             sock.sendto(contribution(w, vals), sw_port)
+        w1_sock.sendto(contribution(WORKERS[0], [1000, 1000, 1000]), w1_port)
         for sock, _ in switch.workers:
             res = wire.parse_frame(sock.recv(4096))
             assert res is not None and res.header.flags & wire.FLAG_RESULT
@@ -150,13 +157,51 @@ def test_controller_programs_the_data_plane(switch):
         assert counters["Ingress.ina_packets"] == {7: (2, 0)}
         assert counters["Ingress.ina_results"] == {7: (1, 0)}
         assert counters["Ingress.bad_job"] == {}
+        assert counters["Ingress.bad_port"] == {7: (2, 0)}
         assert c.read_register("Aggregator.worker_count", 2 * 16) == {32: 2}
 
         c.set_drop_probability(1, 0.25)
         assert c.read_register("DropSimulator.drop_probability", 1) == {1: 1 << 30}
         c.remove_job(7)
         assert c.read_table("Ingress.job_table") == []
+        assert c.read_table("Ingress.worker_port") == []
         assert 0x107 not in c.read_multicast_groups()
+
+
+def test_failed_write_at_the_controllers_batch_size_names_every_update(switch):
+    """Over real gRPC: a Write of WRITE_CHUNK updates that all fail comes back with
+    one error per update (not RESOURCE_EXHAUSTED for an oversized trailer); the
+    controller splits longer lists into such Writes and numbers updates across
+    them; a larger Write sent by hand names its failed updates in the status."""
+    from testbed.switch.controller import WRITE_CHUNK
+
+    with switch.controller() as c:
+        c.connect()
+        missing = [c.update(pb.Update.DELETE, c.table_entry(
+            "Forward.l2_forward", {"dst_addr": f"00:00:00:00:{i >> 8:02x}:{i & 0xFF:02x}"}))
+            for i in range(WRITE_CHUNK)]
+        with pytest.raises(WriteError) as e:
+            c.write(missing)
+        assert e.value.code == "UNKNOWN"
+        assert [(i, code) for i, code, _ in e.value.errors] == [(i, "NOT_FOUND") for i in range(WRITE_CHUNK)]
+        assert "no entry" in e.value.errors[0][2]
+
+        good = [c.update(pb.Update.INSERT, c.table_entry(
+            "Forward.l2_forward", {"dst_addr": f"00:00:00:01:{i >> 8:02x}:{i & 0xFF:02x}"},
+            "Forward.set_egress", {"port": 1})) for i in range(WRITE_CHUNK + 10)]
+        good.append(c.update(pb.Update.INSERT, c.multicast_group(9, [(7, 1)])))   # no port 7
+        with pytest.raises(WriteError) as e:
+            c.write(good)
+        assert [(i, code) for i, code, _ in e.value.errors] == [(WRITE_CHUNK + 10, "INVALID_ARGUMENT")]
+        assert "replica port 7 does not exist" in e.value.errors[0][2]
+
+        req = pb.WriteRequest(device_id=1)
+        req.election_id.low = 1
+        req.updates.extend(missing[:1] * 2048)
+        with pytest.raises(grpc.RpcError) as rpc:
+            c.client.stub.Write(req)
+        assert rpc.value.code() == grpc.StatusCode.UNKNOWN, rpc.value.details()
+        assert "2048 of 2048 updates failed; first: update 0: NOT_FOUND" in rpc.value.details()
 
 
 def test_malformed_requests_get_errors_and_the_switch_keeps_running(switch):
@@ -186,7 +231,7 @@ def test_malformed_requests_get_errors_and_the_switch_keeps_running(switch):
         with pytest.raises(WriteError) as e:
             c.write(batch)
         codes = {i: code for i, code, _ in e.value.errors}
-        assert codes == {1: "ALREADY_EXISTS", 2: "NOT_FOUND", 3: "INVALID_ARGUMENT",
+        assert codes == {1: "ALREADY_EXISTS", 2: "INVALID_ARGUMENT", 3: "INVALID_ARGUMENT",
                          4: "INVALID_ARGUMENT", 5: "NOT_FOUND", 6: "INVALID_ARGUMENT"}
         assert c.read_table("Forward.l2_forward")[0]["match"] == {"dst_addr": 9}  # update 0 applied
 
@@ -232,7 +277,7 @@ def test_request_log_is_readable(switch):
         c.read_counters()
     text = log.read_text()
     assert "-> StreamChannel arbitration" in text and "-> SetForwardingPipelineConfig" in text
-    assert "# p4info: 4 tables, 7 actions, 9 counters, 6 registers" in text
+    assert "# p4info: 5 tables, 9 actions, 10 counters, 6 registers" in text
     assert "table_id: 33554433  # Forward.l2_forward" in text
     assert "# entities: " in text                      # the counter read is summarized
     # a logged request is protobuf text format: it parses back into the message

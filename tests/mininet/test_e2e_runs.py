@@ -696,3 +696,88 @@ def test_worker_crash_is_recorded_and_sweep_goes_on(tmp_path):
     # The other workers of the failed point were stopped, not left to time out.
     assert points[0]["wall_s"] < m["scenario"]["workload"]["timeout_s"], points[0]
     run.assert_nothing_left()
+
+
+# --- 6. an impersonating host ------------------------------------------------------
+IMPERSONATION_ARGS = [
+    QUICKSTART, "--quick", "--no-plot",
+    "--set", "sweep.grid.workload.algorithm=[switch]",
+    "--set", "sweep.quick.cases=[baseline]",
+    "--set", "sweep.quick.set.workload.sizes=[4096, 65536]",
+    "--set", "sweep.quick.set.workload.iterations=4",
+]
+FORGED = 200
+
+
+def _host_program(run: LiveRun, host: str) -> int | None:
+    if run.run_id is None:
+        return None
+    for pid, info in procs_of_run(run.run_id).items():
+        if "hosts.allreduce" in info["cmd"] and f"/{host}.config.json" in info["cmd"]:
+            return pid
+    return None
+
+
+def test_impersonating_host_changes_no_result_and_is_counted(tmp_path):
+    """During an in-switch allreduce, w2 also sends contributions under w1's
+    worker id (same job, valid slots and seqs). The switch binds membership to
+    ports: every result stays bit-exact, `Ingress.bad_port` counts exactly the
+    forged frames, and `testbed pcap` / `testbed show` report them."""
+    run = LiveRun(tmp_path, IMPERSONATION_ARGS, "impersonate")
+    try:
+        pid: list[int] = []
+        run.wait_for(lambda: bool(pid.append(p) or True) if (p := _host_program(run, "w2")) else False,
+                     "w2's allreduce program")
+        cmd = _cmdline(pid[0]).split()
+        cfg = json.loads(Path(cmd[cmd.index("--config") + 1]).read_text())
+        w1 = cfg["peers"][0]["name"]
+        assert w1 == "w1" and cfg["host"] == "w2", cfg
+        attacker = subprocess.run(
+            ["nsenter", f"--net=/proc/{pid[0]}/ns/net", "--", PYTHON, str(ROOT / "tests" / "mininet" / "impersonate.py"),
+             "--job", str(cfg["ina"]["job_id"]), "--worker", "0", "--count", str(FORGED),
+             "--window", str(cfg["ina"].get("window", 256)), "--start-at", str(cfg["start_at"])],
+            cwd=ROOT, env=dict(run.env, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
+        assert attacker.returncode == 0, attacker.stderr
+        assert json.loads(attacker.stdout) == {"sent": FORGED}
+        run.wait()
+    finally:
+        run.kill_and_clean()
+    _assert_clean_exit(run, 0)
+    d = run.run_dir
+    m = json.loads((d / "manifest.json").read_text())
+    world = m["scenario"]["topology"]["workers"]
+    [p] = run.points()
+    assert p["status"] == "ok", p
+
+    metrics = _read_jsonl(d / "metrics.jsonl")
+    ar = [r for r in metrics if r.get("type") == "allreduce"]
+    warmup = m["scenario"]["workload"]["warmup"]
+    assert len(ar) == world * 2 * (warmup + 4), len(ar)
+    ref: dict[tuple[int, int], str] = {}
+    wrong = []
+    for r in ar:
+        key = (r["size"], r["iter"])
+        if key not in ref:
+            ref[key] = fixed_point_reference_digest(p["seed"], world, *key)
+        if r["digest"] != ref[key] or not r["ok"]:
+            wrong.append((r["host"], *key))
+    assert wrong == [], f"{len(wrong)} of {len(ar)} results differ from the fixed-point reference: {wrong[:5]}"
+
+    [counters] = [r["counters"] for r in metrics if r.get("type") == "switch_counters"]
+    job = str(cfg["ina"]["job_id"])
+    bad_port = counters.get("Ingress.bad_port", {})
+    assert bad_port == {job: {"packets": FORGED, "bytes": 0}}, bad_port
+    assert not counters.get("Ingress.bad_worker") and not counters.get("Ingress.bad_job")
+
+    # testbed pcap: the forged frames, found in s1's ingress pcap of w2's port
+    pcap = subprocess.run([TESTBED, "pcap", "--json", str(d / "pcaps" / p["label"])], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert pcap.returncode == 0, pcap.stderr
+    ina = json.loads(pcap.stdout)["ina"]
+    [refused] = ina["refused_by_port_binding"]
+    assert (refused["job"], refused["worker"], refused["packets"]) == (int(job), 0, FORGED), refused
+    assert refused["port"] != refused["bound_port"]
+    assert ina["switch_refusals"]["s1"]["Ingress.bad_port"] == {job: FORGED}
+    show = subprocess.run([TESTBED, "show", str(d)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert f"s1 job {job}: Ingress.bad_port {FORGED}" in show.stdout, show.stdout
+    run.assert_nothing_left()

@@ -176,8 +176,11 @@ def test_install_job_through_p4runtime_mirrors_add_job(direct):
     c.install_job(JOB)
     reference = InaPipeline({"ports": {"1": "a", "2": "b", "4": "d"}})
     reference.add_job(JOB)
-    for name in ("Ingress.job_table", "Egress.replica_rewrite"):
+    for name in ("Ingress.job_table", "Ingress.worker_port", "Egress.replica_rewrite"):
         assert sw.pipeline.tables[name].entries() == reference.tables[name].entries()
+    # membership bound to the plan's ports
+    assert sorted((e["match"]["worker_id"], e["params"]["port"])
+                  for e in sw.pipeline.tables["Ingress.worker_port"].entries()) == [(0, 1), (3, 4)]
     assert sw.pipeline.multicast_groups.read() == reference.multicast_groups.read()
     with pytest.raises(ctl.ControllerError, match="overlap job 5"):
         c.install_job({**JOB, "job_id": 6, "slot_base": 10})
@@ -185,6 +188,7 @@ def test_install_job_through_p4runtime_mirrors_add_job(direct):
     assert sw.pipeline.tables["Ingress.job_table"].entries() == []
     assert sw.pipeline.multicast_groups.read() == {}
     assert sw.pipeline.tables["Egress.replica_rewrite"].entries() == []
+    assert sw.pipeline.tables["Ingress.worker_port"].entries() == []
 
 
 def test_job_slot_reset_is_register_writes(direct):
@@ -225,6 +229,68 @@ def test_write_errors_are_per_update(direct):
     with pytest.raises(srv.P4RTError) as err:
         s._write(req)
     assert err.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_unknown_ids_are_invalid_argument_as_in_pi(direct):
+    """PI/BMv2 answer an id that is not in the P4Info with INVALID_ARGUMENT
+    ("Invalid P4 id"), for tables, counters and registers, in Write and Read."""
+    _, s, c = direct
+    te = c.table_entry("Forward.l2_forward", {"dst_addr": "00:00:00:00:00:01"},
+                       "Forward.set_egress", {"port": 2})
+    te.table_id = 0x02FFFFFF
+    ce = pb.CounterEntry(counter_id=0x12FFFFFF)
+    ce.index.index = 0
+    re_ = c.register_entry("Aggregator.slot_seq", 1, 1)
+    re_.register_id = 0x16FFFFFF
+    with pytest.raises(ctl.WriteError) as e:
+        c.write([c.update(pb.Update.INSERT, te), c.update(pb.Update.MODIFY, ce),
+                 c.update(pb.Update.MODIFY, re_)])
+    assert [(i, code) for i, code, _ in e.value.errors] == [
+        (0, "INVALID_ARGUMENT"), (1, "INVALID_ARGUMENT"), (2, "INVALID_ARGUMENT")]
+    assert all("Invalid P4 id" in m for _, _, m in e.value.errors), e.value.errors
+    for ent in (te, ce, pb.RegisterEntry(register_id=0x16FFFFFF)):
+        with pytest.raises(srv.P4RTError) as err:
+            c.read([ctl._entity(ent)])
+        assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT and "Invalid P4 id" in err.value.message
+
+
+@pytest.mark.parametrize("port", [7, 3, 512, 2**32 - 1])
+def test_multicast_replica_on_a_port_that_does_not_exist_is_refused(direct, port):
+    sw, _, c = direct                                   # the switch has ports 1, 2 and 4
+    with pytest.raises(ctl.WriteError) as e:
+        c.write([c.update(pb.Update.INSERT, c.multicast_group(9, [(1, 1), (port, 2)]))])
+    assert [(i, code) for i, code, _ in e.value.errors] == [(0, "INVALID_ARGUMENT")]
+    assert f"replica port {port} does not exist" in e.value.errors[0][2]
+    assert sw.pipeline.multicast_groups.read() == {}
+    c.write([c.update(pb.Update.INSERT, c.multicast_group(9, [(1, 1), (4, 2)]))])
+    with pytest.raises(ctl.WriteError):
+        c.write([c.update(pb.Update.MODIFY, c.multicast_group(9, [(port, 1)]))])
+    assert sw.pipeline.multicast_groups.read() == {9: [(1, 1), (4, 2)]}
+
+
+def test_failed_write_details_fit_the_grpc_trailer():
+    """One p4.v1.Error per update, within DETAILS_BUDGET bytes: at the
+    controller's batch size every update keeps its code (messages are left out
+    once they no longer fit); a batch too large for that gets a status message
+    naming the failed updates instead of a trailer gRPC would refuse."""
+    long = "x" * 200
+    errors = [None] * ctl.WRITE_CHUNK
+    errors[3] = (code_pb2.ALREADY_EXISTS, "first " + long)
+    w = srv._WriteErrors(errors)
+    assert len(w.status.details) == ctl.WRITE_CHUNK and w.status.ByteSize() <= srv.DETAILS_BUDGET
+    assert [e.message for e in _unpack(w.status)][3] == "first " + long
+    every = srv._WriteErrors([(code_pb2.NOT_FOUND, f"update {i}: " + long) for i in range(ctl.WRITE_CHUNK)])
+    got = _unpack(every.status)
+    assert len(got) == ctl.WRITE_CHUNK and all(e.canonical_code == code_pb2.NOT_FOUND for e in got)
+    assert every.status.ByteSize() <= srv.DETAILS_BUDGET
+    assert got[0].message.startswith("update 0: ") and got[-1].message == ""
+    assert "messages of" in every.summary and "left out" in every.summary
+    big = [None] * 2048
+    big[1500] = (code_pb2.INVALID_ARGUMENT, "bad port")
+    huge = srv._WriteErrors(big)
+    assert len(huge.status.details) == 0 and huge.status.ByteSize() <= srv.DETAILS_BUDGET
+    assert "update 1500: INVALID_ARGUMENT: bad port" in huge.summary
+    assert "failed updates: 1500 INVALID_ARGUMENT" in huge.summary and "at most" in huge.summary
 
 
 def test_const_default_action_cannot_be_modified(direct):
@@ -354,7 +420,7 @@ def test_log_format(tmp_path, controller):
     req.config.p4_device_config = b"x" * 1000
     shown, notes = ctl.loggable(req)
     assert not shown.config.HasField("p4info") and req.config.HasField("p4info")
-    assert notes[0].startswith("p4info: 4 tables, 7 actions, 9 counters, 6 registers")
+    assert notes[0].startswith("p4info: 5 tables, 9 actions, 10 counters, 6 registers")
     assert notes[1].startswith("p4_device_config: 1000 bytes")
     w = pb.WriteRequest(device_id=2, updates=[pb.Update(type=pb.Update.MODIFY)] * 100)
     w.election_id.low = 1

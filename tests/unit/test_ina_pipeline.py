@@ -247,6 +247,45 @@ def test_worker_not_in_job_dropped_and_counted(mode):
     assert counter(pipe, "Ingress.bad_worker", 1) == 2
 
 
+def test_contribution_under_another_members_worker_id_dropped_and_counted(mode):
+    """Membership is bound to ports: worker 1 (port 2) sending as worker 0 of its
+    own job, with a valid slot and seq, is dropped and counted in Ingress.bad_port;
+    the chunk's result is then made of the real members' values only."""
+    pipe = mk(mode)
+    forged = H.contribution(J1, 0, slot=0, seq=0, values=[1000])
+    honest = [c(J1, 0, slot=0, seq=0, values=[1]), c(J1, 1, slot=0, seq=0, values=[2])]
+    # forged copies before, between and after the honest ones, in one batch
+    out = decoded(send(pipe, (2, forged), honest[0], (2, forged), (3, forged), honest[1], (2, forged)))
+    assert counter(pipe, "Ingress.bad_port", 1) == 4 and counter(pipe, "Ingress.bad_port") == 4
+    assert counter(pipe, "Ingress.ina_packets", 1) == 2
+    assert sorted(p for p, _ in out) == [1, 2] and all(x.values.tolist() == [3] for _, x in out)
+    assert pipe.registers["Aggregator.worker_count"].read(0) == 2
+
+
+def test_worker_without_a_port_binding_is_dropped(mode):
+    """A job whose table entry exists but whose workers are not bound to ports
+    admits nobody: the binding is part of the job, not an optional extra."""
+    pipe = mk(mode)
+    pipe.tables["Ingress.worker_port"].delete({"job_id": 1, "worker_id": 1})
+    assert send(pipe, c(J1, 1, slot=0, seq=0, values=[2])) == []
+    assert counter(pipe, "Ingress.bad_port", 1) == 1 and counter(pipe, "Ingress.ina_packets") == 0
+    pipe.tables["Ingress.worker_port"].insert({"job_id": 1, "worker_id": 1}, "Ingress.set_worker_port",
+                                              {"port": H.port_of(J1, 1)})
+    send(pipe, c(J1, 0, slot=0, seq=0, values=[1]))
+    assert len(send(pipe, c(J1, 1, slot=0, seq=0, values=[2]))) == 2
+    assert counter(pipe, "Ingress.bad_port", 1) == 1
+
+
+def test_port_binding_checked_after_worker_and_before_slot(mode):
+    """P4 order: bad_worker (not a member) before bad_port, bad_port before bad_slot."""
+    pipe = mk(mode)
+    stranger = dict(J1, workers=J1["workers"] + [H.worker_spec(1, 5, 2)])
+    assert send(pipe, c(stranger, 5, slot=0, seq=0, values=[1]),          # not a member
+                (2, H.contribution(J1, 0, slot=99, seq=0, values=[1]))) == []   # wrong port, bad slot
+    assert counter(pipe, "Ingress.bad_worker", 1) == 1
+    assert counter(pipe, "Ingress.bad_port", 1) == 1 and counter(pipe, "Ingress.bad_slot") == 0
+
+
 def test_slot_out_of_the_jobs_range_dropped_and_counted(mode):
     pipe = mk(mode, J1, J3)
     assert send(pipe, c(J1, 0, slot=8, seq=8, values=[1])) == []      # J1 has 8 slots
@@ -398,6 +437,9 @@ def test_tables_registers_counters_by_p4_name(mode):
         rr.insert({"egress_rid": 0x9000 + w["worker_id"]}, "Egress.rewrite_dst",
                   {"dst_mac": w["mac"], "dst_ip": w["ip"], "dst_port": 41000})
     pipe.multicast_groups.insert(77, [(w["port"], 0x9000 + w["worker_id"]) for w in job["workers"]])
+    wp = pipe.tables["Ingress.worker_port"]
+    for w in job["workers"]:
+        wp.insert({"job_id": 4, "worker_id": w["worker_id"]}, "Ingress.set_worker_port", {"port": w["port"]})
     pipe.tables["Egress.switch_address"].set_default("Egress.set_switch_address",
                                                      {"mac": "02:00:00:00:00:99", "ip": "10.9.9.9"})
     send(pipe, c(job, 0, slot=1, seq=1, values=[1]))
@@ -453,6 +495,7 @@ def test_remove_job(mode):
     pipe.remove_job(3)
     assert send(pipe, c(J3, 0, slot=0, seq=0, values=[1])) == []
     assert counter(pipe, "Ingress.bad_job", 3) == 1
+    assert [e["match"]["job_id"] for e in pipe.tables["Ingress.worker_port"].entries()] == [1, 1]
     pipe.add_job(J3)                                                   # and back, slots reset
     for w in range(3):
         out = send(pipe, c(J3, w, slot=0, seq=0, values=[1]))

@@ -153,7 +153,7 @@ def test_tables_agree_with_ina_p4(info, src):
         for r in t.action_refs:
             default_only = actions[r.id].rsplit(".", 1)[1] in re.findall(r"@defaultonly\s+(\w+)", listed)
             assert default_only == (r.scope == p4info_pb2.ActionRef.DEFAULT_ONLY), actions[r.id]
-        size = re.search(r"size\s*=\s*(\w+)", decl).group(1)
+        size = re.search(r"size\s*=\s*([^;]+);", decl).group(1)
         assert evaluate(size, src) == t.size, t.preamble.name
         const = re.search(r"const\s+default_action\s*=\s*(\w+)", decl)
         if t.const_default_action_id:

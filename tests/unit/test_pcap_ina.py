@@ -43,3 +43,52 @@ def test_decoder_counts_chunks_retransmissions_and_latency(tmp_path):
     assert a["per_worker"]["job1/worker0"]["retransmissions"] == 1
     text = analyze(paths).format(show_packets=5)
     assert "RETX" in text and "RESULT" in text
+
+
+def test_contributions_refused_by_the_port_binding_are_shown(tmp_path):
+    """A point folder as a run leaves it: worker 1 (port 2) also sends as worker 0.
+    `testbed pcap` names those frames as refused by the port binding (from the
+    job plan and the ingress pcap they are in), keeps them out of the
+    aggregation statistics, and shows the switch's Ingress.bad_port counter."""
+    import json
+
+    from click.testing import CliRunner
+
+    from testbed.cli import main
+    from testbed.switch.control_plane import JOBS_FILE
+
+    job = job_config(1, 2)
+    pipe = InaPipeline(pipeline_config(job))
+    vals = np.arange(4, dtype=np.int32)
+    forged = contribution(job, 0, slot=0, seq=0, values=vals * 100)
+    arrivals = [(1, contribution(job, 0, slot=0, seq=0, values=vals)), (2, forged),
+                (2, contribution(job, 1, slot=0, seq=0, values=vals)), (2, forged)]
+    pcaps = {1: [], 2: []}
+    for i, (port, frame) in enumerate(arrivals):
+        pkt = Ether(frame)
+        pkt.time = 100.0 + i * 0.001
+        pcaps[port].append(pkt)
+        pipe.process_batch([frame], [port], 0.0)
+    run = tmp_path / "run"
+    pdir, ldir = run / "pcaps" / "p0", run / "logs" / "p0"
+    pdir.mkdir(parents=True)
+    ldir.mkdir(parents=True)
+    for port, pkts in pcaps.items():
+        wrpcap(str(pdir / f"s1-eth{port}_in.pcap"), pkts)
+    (ldir / JOBS_FILE).write_text(json.dumps({"switch": "s1", "jobs": [job]}))
+    counters = {"Ingress.bad_port": {str(k): {"packets": v, "bytes": 0}
+                                     for k, v in pipe.counters()["Ingress.bad_port"]["by_index"].items()}}
+    (run / "metrics.jsonl").write_text(json.dumps({"type": "switch_counters", "label": "p0",
+                                                   "switch": "s1", "counters": counters}) + "\n")
+
+    a = analyze(sorted(pdir.glob("*.pcap"))).to_dict()
+    assert a["refused_by_port_binding"] == [{"job": 1, "worker": 0, "port": 2, "bound_port": 1, "packets": 2}]
+    assert a["per_worker"]["job1/worker0"]["contributions"] == 1       # only the real one
+    assert a["duplicates"] == 0 and a["chunks"] == 1
+    assert a["switch_refusals"] == {"s1": {"Ingress.bad_port": {"1": 2}}}
+    out = CliRunner().invoke(main, ["pcap", str(pdir), "--packets", "4"])
+    assert out.exit_code == 0, out.output
+    assert "refused by the port binding" in out.output
+    assert "job1/worker0 arriving on port 2 (bound to port 1): 2" in out.output
+    assert "s1 job 1: Ingress.bad_port 2 (worker id not bound to the ingress port" in out.output
+    assert out.output.count(" refused ") >= 2                          # the packet list marks them

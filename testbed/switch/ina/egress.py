@@ -33,25 +33,39 @@ def replica_id(job_id: int, worker_id: int) -> int:
 
 
 class MulticastGroups:
-    """The PRE's multicast groups."""
+    """The PRE's multicast groups. A replica must name one of the switch's ports
+    (`ports`; when the switch has none configured, any port below NUM_PORTS)."""
 
-    def __init__(self, lock: threading.Lock, on_change):
+    NUM_PORTS = 512               # egress ports are bit<9> in v1model
+
+    def __init__(self, lock: threading.Lock, on_change, ports=()):
         self._groups: dict[int, tuple[tuple[int, int], ...]] = {}
         self._lock = lock
         self._on_change = on_change
+        self.ports = frozenset(int(p) for p in ports)
+
+    def _replicas(self, group_id: int, replicas) -> tuple[tuple[int, int], ...]:
+        out = tuple((int(p), int(r)) for p, r in replicas)
+        for port, _ in out:
+            if not 0 <= port < self.NUM_PORTS or (self.ports and port not in self.ports):
+                raise ValueError(f"multicast group {group_id}: replica port {port} does not exist "
+                                 f"(the switch's ports: {sorted(self.ports) or f'0..{self.NUM_PORTS - 1}'})")
+        return out
 
     def insert(self, group_id: int, replicas: list[tuple[int, int]]) -> None:
+        reps = self._replicas(group_id, replicas)
         with self._lock:
             if group_id in self._groups:
                 raise KeyError(f"multicast group {group_id} already exists (use modify)")
-            self._groups[group_id] = tuple((int(p), int(r)) for p, r in replicas)
+            self._groups[group_id] = reps
             self._on_change()
 
     def modify(self, group_id: int, replicas: list[tuple[int, int]]) -> None:
+        reps = self._replicas(group_id, replicas)
         with self._lock:
             if group_id not in self._groups:
                 raise KeyError(f"no multicast group {group_id}")
-            self._groups[group_id] = tuple((int(p), int(r)) for p, r in replicas)
+            self._groups[group_id] = reps
             self._on_change()
 
     def delete(self, group_id: int) -> None:
@@ -72,7 +86,7 @@ class Egress:
     REPLICA_REWRITE = "Egress.replica_rewrite"
     SWITCH_ADDRESS = "Egress.switch_address"
 
-    def __init__(self, switch_mac: str, switch_ip: str, lock: threading.Lock):
+    def __init__(self, switch_mac: str, switch_ip: str, lock: threading.Lock, ports=()):
         self.replica_rewrite = Table(
             self.REPLICA_REWRITE, {"egress_rid": 16},
             {REWRITE_DST: {"dst_mac": 48, "dst_ip": 32, "dst_port": 16}, DROP_REPLICA: {}},
@@ -83,7 +97,7 @@ class Egress:
             self.SWITCH_ADDRESS, {}, {SET_SWITCH_ADDRESS: {"mac": 48, "ip": 32}},
             (SET_SWITCH_ADDRESS, {"mac": switch_mac, "ip": switch_ip}), size=1,
             lock=lock, on_change=self._invalidate)
-        self.multicast_groups = MulticastGroups(lock, self._invalidate)
+        self.multicast_groups = MulticastGroups(lock, self._invalidate, ports)
         self._prefix: dict[tuple[int, int, int], bytes | None] = {}
         self._replicas: dict[tuple[int, int, int], list[tuple[int, bytes]]] = {}
 

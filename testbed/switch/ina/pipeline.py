@@ -4,8 +4,10 @@ Per packet, as the P4 program does it:
   parser error -> drop, `Ingress.malformed`
   INA contribution (UDP dst port in the INA range, RESULT flag clear):
     `DropSimulator` (per ingress port) -> `Ingress.job_table` (miss: `bad_job`)
-    -> worker in the job's mask (else `bad_worker`) -> slot < slot_count (else
-    `bad_slot`) -> `Ingress.ina_packets` -> `Aggregator` -> verdict:
+    -> worker in the job's mask (else `bad_worker`) -> `Ingress.worker_port`:
+    (job, worker) bound to the ingress port (else `bad_port`: membership is
+    bound to ports) -> slot < slot_count (else `bad_slot`) ->
+    `Ingress.ina_packets` -> `Aggregator` -> verdict:
     MULTICAST result to the job's group (`ina_results`), UNICAST result back
     to the ingress port (`ina_retransmits`), DUPLICATE drop
     (`ina_duplicates_dropped`), or absorbed (dropped, kept in the slot).
@@ -22,17 +24,19 @@ Control API (names as in p4/ina.p4info.txtpb; for the P4Runtime server):
                                    set_default (switch_address only; the
                                    others have const defaults), entries(); names:
                                    "Forward.l2_forward", "Ingress.job_table",
-                                   "Egress.replica_rewrite", "Egress.switch_address"
+                                   "Ingress.worker_port", "Egress.replica_rewrite",
+                                   "Egress.switch_address"
   pipeline.registers[name]         Register: read(i), write(i, v), size, bitwidth, reset();
                                    "Aggregator.worker_bitmap|worker_count|slot_seq|
                                    agg_values|result_exponent", "DropSimulator.drop_probability"
   pipeline.counters_by_name[name]  Counter: read(i), write(i, n), total(), snapshot();
                                    "Ingress.ina_packets|ina_results|ina_retransmits|
-                                   ina_duplicates_dropped|bad_job|bad_worker|bad_slot"
+                                   ina_duplicates_dropped|bad_job|bad_worker|bad_port|bad_slot"
                                    (indexed by job id), "Ingress.malformed" (size 1),
                                    "DropSimulator.dropped" (by port)
   pipeline.multicast_groups        PRE: insert/modify/delete(group, [(port, rid)]), read()
   pipeline.add_job(job) / remove_job(job_id)   convenience: all of the above for a job
+                                   (including one Ingress.worker_port entry per worker)
   pipeline.set_drop_probability(port, p)
 
 Config (dict; INA keys may also sit under config["ina"]):
@@ -62,11 +66,12 @@ from .egress import REWRITE_DST, Egress, replica_id
 from .externs import Counter
 from .forward import Forward
 from .job_table import NUM_JOBS, SET_JOB, JobTable
+from .worker_port import SET_WORKER_PORT, WorkerPortTable
 
 DEFAULT_SWITCH_MAC = "02:00:00:00:00:fe"
 DEFAULT_SWITCH_IP = "10.0.0.254"
 JOB_COUNTERS = ("ina_packets", "ina_results", "ina_retransmits", "ina_duplicates_dropped",
-                "bad_job", "bad_worker", "bad_slot")
+                "bad_job", "bad_worker", "bad_port", "bad_slot")
 
 _MALFORMED, _FORWARD = object(), object()   # _classify verdicts besides a header
 _RESULT_FLAGS_CLEAR = ~wire.FLAG_RETX & 0xFF
@@ -118,20 +123,24 @@ class InaPipeline:
         self._lock = threading.Lock()
         self.num_slots = int(ina.get("num_slots", agg_mod.NUM_SLOTS))
         self.jobs = JobTable(self.num_slots, self._lock)
+        self.worker_ports = WorkerPortTable(self._lock)
         self.aggregator = Aggregator(self.num_slots)
         self.drop_simulator = DropSimulator(ina.get("seed", 0))
         self.egress = Egress(ina.get("switch_mac", DEFAULT_SWITCH_MAC),
-                             ina.get("switch_ip", DEFAULT_SWITCH_IP), self._lock)
+                             ina.get("switch_ip", DEFAULT_SWITCH_IP), self._lock,
+                             [int(p) for p in (cfg.get("ports") or {})])
         self.forward = Forward(cfg, self._lock)
         self.multicast_groups = self.egress.multicast_groups
         c = {name: Counter(f"Ingress.{name}", NUM_JOBS) for name in JOB_COUNTERS}
         self.ina_packets, self.ina_results = c["ina_packets"], c["ina_results"]
         self.ina_retransmits, self.ina_duplicates_dropped = c["ina_retransmits"], c["ina_duplicates_dropped"]
         self.bad_job, self.bad_worker, self.bad_slot = c["bad_job"], c["bad_worker"], c["bad_slot"]
+        self.bad_port = c["bad_port"]
         self.malformed = Counter("Ingress.malformed", 1)
 
         self.tables = {t.name: t for t in (self.forward.l2_forward, self.jobs.table,
-                                           self.egress.replica_rewrite, self.egress.switch_address)}
+                                           self.worker_ports.table, self.egress.replica_rewrite,
+                                           self.egress.switch_address)}
         self.registers = {**self.aggregator.registers,
                           DropSimulator.PROBABILITY: self.drop_simulator.drop_probability}
         self.counters_by_name = {x.name: x for x in (*c.values(), self.malformed,
@@ -146,8 +155,9 @@ class InaPipeline:
 
     # -- control plane conveniences ------------------------------------------
     def add_job(self, job: dict) -> None:
-        """Install a job: job table entry, multicast group with one replica per
-        worker, replica rewrites, and a reset of its slot range."""
+        """Install a job: job table entry, each worker's port binding
+        (`Ingress.worker_port`), multicast group with one replica per worker,
+        replica rewrites, and a reset of its slot range."""
         jid = int(job["job_id"])
         workers = list(job["workers"])
         base, count = int(job["slot_base"]), int(job["slot_count"])
@@ -161,9 +171,19 @@ class InaPipeline:
             raise ValueError(f"job {jid}: slots {base}..{base + count - 1} overlap job(s) {clash}")
         grp = int(job.get("mcast_group", 0x100 + jid))
         mask = sum(1 << x for x in ids)
-        self.jobs.table.insert({"job_id": jid}, SET_JOB, {
-            "num_workers": int(job.get("num_workers", len(workers))), "mcast_grp": grp,
-            "worker_mask": mask, "slot_base": base, "slot_count": count})
+        bound: list[dict] = []
+        try:
+            for wid, w in zip(ids, workers):
+                self.worker_ports.table.insert({"job_id": jid, "worker_id": wid}, SET_WORKER_PORT,
+                                               {"port": int(w["port"])})
+                bound.append({"job_id": jid, "worker_id": wid})
+            self.jobs.table.insert({"job_id": jid}, SET_JOB, {
+                "num_workers": int(job.get("num_workers", len(workers))), "mcast_grp": grp,
+                "worker_mask": mask, "slot_base": base, "slot_count": count})
+        except (KeyError, ValueError):
+            for m in bound:          # nothing half-installed
+                self.worker_ports.table.delete(m)
+            raise
         replicas = []
         for wid, w in zip(ids, workers):
             rid = replica_id(jid, wid)
@@ -178,6 +198,9 @@ class InaPipeline:
     def remove_job(self, job_id: int) -> None:
         _, p = self.jobs.table.lookup(job_id)
         self.jobs.table.delete({"job_id": job_id})
+        for e in self.worker_ports.table.entries():
+            if e["match"]["job_id"] == job_id:
+                self.worker_ports.table.delete(e["match"])
         grp = p.get("mcast_grp")
         for port, rid in self.multicast_groups.read().get(grp, []):
             self.egress.replica_rewrite.delete({"egress_rid": rid})
@@ -230,13 +253,16 @@ class InaPipeline:
             for port, pre in self.egress.replicas(int(self.jobs.mcast_grp[job]), sport, cnt):
                 out.append((port, pre + payload))
 
-    def _admit(self, job: int, wid: int, slot: int) -> bool:
-        """Job, worker and slot checks for one packet, with their counters."""
+    def _admit(self, job: int, wid: int, slot: int, port: int) -> bool:
+        """Job, worker, port binding and slot checks for one packet, with their counters."""
         if not self.jobs.valid[job]:
             self.bad_job.count(job)
             return False
         if wid >= wire.MAX_WORKERS or not (int(self.jobs.worker_mask[job]) >> wid) & 1:
             self.bad_worker.count(job)
+            return False
+        if not self.worker_ports.bound_one(job, wid, port):
+            self.bad_port.count(job)
             return False
         if slot >= self.jobs.slot_count[job]:
             self.bad_slot.count(job)
@@ -261,7 +287,7 @@ class InaPipeline:
             if self.drop_simulator.decide_one(port):
                 continue
             job, wid, slot = h[3], h[6], h[4]
-            if not self._admit(job, wid, slot):
+            if not self._admit(job, wid, slot, port):
                 continue
             vals = np.frombuffer(f, ">i4", h[8], wire.VALUES_OFFSET).astype(np.int32)
             verdict, rv, re = agg.apply(int(jobs.slot_base[job]) + slot, h[5], wid, h[7], h[1],
@@ -320,14 +346,18 @@ class InaPipeline:
         wid = rec["worker_id"].astype(np.int64)
         slot = rec["slot"].astype(np.int64)
         jt = self.jobs
+        bound = self.worker_ports.bound(job, wid, ports)
         ok = jt.valid[job] & (wid < wire.MAX_WORKERS) \
-            & (((jt.worker_mask[job] >> np.minimum(wid, 31)) & 1) == 1) & (slot < jt.slot_count[job])
-        if not ok.all():     # P4 order: unknown job, then worker, then slot
+            & (((jt.worker_mask[job] >> np.minimum(wid, 31)) & 1) == 1) & bound \
+            & (slot < jt.slot_count[job])
+        if not ok.all():     # P4 order: unknown job, then worker, then port binding, then slot
             okj = jt.valid[job]
             self.bad_job.count_many(job[~okj])
             okw = okj & (wid < wire.MAX_WORKERS) & (((jt.worker_mask[job] >> np.minimum(wid, 31)) & 1) == 1)
             self.bad_worker.count_many(job[okj & ~okw])
-            self.bad_slot.count_many(job[okw & ~ok])
+            okp = okw & bound
+            self.bad_port.count_many(job[okw & ~okp])
+            self.bad_slot.count_many(job[okp & ~ok])
             rows, ports, rec, job, wid, slot = rows[ok], ports[ok], rec[ok], job[ok], wid[ok], slot[ok]
             if not len(rows):
                 return [], fwd
