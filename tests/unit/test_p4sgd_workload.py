@@ -40,8 +40,11 @@ def scenario(workload: str = "", workers: int = 2, extra: str = ""):
 # ----------------------------------------------------------------- params model
 def test_defaults_and_derived_values():
     wl = scenario().workload
-    assert (wl.mode, wl.collective, wl.device, wl.dilation) == ("model_parallel", "switch", "u280", 100.0)
-    assert wl.device_spec() == {"type": "u280", "time_scale": 100.0}
+    # time_scale auto (the default): calibrated on the network, starting from 500.
+    assert (wl.mode, wl.collective, wl.device, wl.dilation) == ("model_parallel", "switch", "u280", 500.0)
+    assert wl.calibrated and wl.device_spec() == {"type": "u280", "time_scale": 500.0}
+    fixed = scenario("time_scale: 250").workload
+    assert not fixed.calibrated and fixed.dilation == 250.0
     assert wl.dataset_spec()["model"] == "logreg"          # labels follow the GLM
     cpu = scenario("device: cpu, glm: svm").workload
     assert cpu.dilation == 1.0 and cpu.device_spec() == {"type": "cpu"}
@@ -115,7 +118,10 @@ def test_programs_per_collective_parse_as_host_configs(tmp_path, collective):
     w2 = parsed["w2"]
     assert (w2.rank, w2.world, w2.collective, w2.start_at) == (1, 3, collective, 1000.0)
     assert w2.straggler.slowdown == 2.0 and parsed["w1"].straggler is None
-    assert w2.device == {"type": "u280", "time_scale": 100.0}
+    assert w2.device == {"type": "u280", "time_scale": 500.0}
+    # Calibration carries the hardware time of the workload's own allreduce.
+    assert w2.calibration["hw_op_s"] > 0 and w2.calibration["rounds"] == 3
+    assert w2.trace.endswith("w2.trace.jsonl") and parsed.get("ps") is None or parsed["ps"].trace is None
     if collective == "switch":
         assert (w2.ina.switch_ip, w2.ina.switch_port, w2.ina.job_id) == ("10.0.0.254", 23040, 7)
         assert parsed["w3"].ina.switch_port == 40003     # per-host endpoint override
