@@ -137,8 +137,7 @@ def goodput_vs_size(run: Run, out_dir: Path) -> list[Path]:
     invalid = _invalid(run)
     sizes_bytes = {m["size"]: m["bytes"] for m in run.metrics_of("allreduce")}
     styles = _styles(run, [v for _, v in meas])
-    algorithms = sorted({a for a, _ in meas}, key=lambda a: list(st.SYSTEM_COLORS).index(a)
-                        if a in st.SYSTEM_COLORS else 99)
+    algorithms = _algorithm_order({a for a, _ in meas})
     fig, ax = plt.subplots(figsize=(7.0, 4.6))
     most = 0
     for (alg, v), by_size in sorted(meas.items()):
@@ -216,7 +215,7 @@ def latency_cdf(run: Run, out_dir: Path) -> list[Path]:
         ax.text(0.5, 0.5, "no successful allreduce measurements", ha="center", transform=ax.transAxes)
         return save(fig, run, out_dir, "latency_cdf", [invalid_note(invalid, len(run.points))])
     styles = _styles(run, [v for _, v in meas])
-    algorithms = sorted({a for a, _ in meas})
+    algorithms = _algorithm_order({a for a, _ in meas})
     # The smallest tensor shows the latency-bound regime, the largest the bandwidth-bound one.
     panels = [sizes[0]] if len(sizes) == 1 else [sizes[0], sizes[-1]]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.0), squeeze=False)
@@ -236,7 +235,13 @@ def latency_cdf(run: Run, out_dir: Path) -> list[Path]:
     extra = [st.legend_handle("0.35", "-", label="invalid points (faded)")] if invalid else []
     _legend(axes[0][0], algorithms, styles, extra, loc="lower right")
     return save(fig, run, out_dir, "latency_cdf",
-                [_what_ran(run, res), invalid_note(invalid, len(run.points)), run_mode_text(run)])
+                [_what_ran(run, res), invalid_note(invalid, len(run.points), "faded, left out of the solid CDFs"),
+                 run_mode_text(run)])
+
+
+def _algorithm_order(algs) -> list[str]:
+    known = list(st.SYSTEM_COLORS)
+    return sorted(algs, key=lambda a: (known.index(a) if a in known else len(known), a))
 
 
 @figure("latency_vs_loss")
@@ -264,7 +269,7 @@ def latency_vs_loss(run: Run, out_dir: Path) -> list[Path]:
     ax.set_xlabel("configured loss per link direction (%)")
     ax.set_ylabel("allreduce latency (ms)")
     ax.set_title("Allreduce latency vs packet loss (every result checked exact)")
-    handles = [st.legend_handle(st.color_of(a), label=st.label_of(a)) for a in sorted({a for a, _ in rows})]
+    handles = [st.legend_handle(st.color_of(a), label=st.label_of(a)) for a in _algorithm_order({a for a, _ in rows})]
     handles += [st.legend_handle("0.35", "-", label="p50"), st.legend_handle("0.35", ":", label="p99")]
     handles += [st.legend_handle("0.35", "none", marker=markers[s], label=f"{s} values") for s in sizes]
     if invalid:

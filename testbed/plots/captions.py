@@ -166,10 +166,11 @@ def invalid_reasons(run: Run, index: int, summary: dict[str, Any] | None = None)
     return reasons if bad else None
 
 
-def invalid_note(invalid: dict[int, list[str]], total: int) -> str:
+def invalid_note(invalid: dict[int, list[str]], total: int,
+                 how: str = "hollow markers, left out of lines and bands") -> str:
     """'2 of 8 points invalid (hollow markers, left out of lines and bands): <first reason>'."""
     if not invalid:
         return ""
     first = next(iter(invalid.values()))
     return (f"INVALID: {len(invalid)} of {total} point(s) outside the fidelity band "
-            f"(hollow markers, left out of lines and bands); first reason: {first[0] if first else '?'}")
+            f"({how}); first reason: {first[0] if first else '?'}")

@@ -119,16 +119,17 @@ def _ran_text(res: Resolution, sums: list[dict[str, Any]]) -> str:
     """Per case, the parameters each point ran with (re-resolved: quick and case sets applied)."""
     workers = values_text(sorted({s["workers"] for s in sums}))
     body = per_case(res, [s["point"] for s in sums], _RAN_FIELDS)
-    return f"Ran: {workers} workers; {body}" + (f"; {res.error}" if res.error else "") + "."
+    return f"Ran: {workers} workers" + "".join(f"; {t}" for t in (body, res.error) if t) + "."
 
 
 def _save(fig: "plt.Figure", run: Run, out_dir: Path, name: str, extra: list[str] | None = None,
-          sums: list[dict[str, Any]] | None = None) -> list[Path]:
+          sums: list[dict[str, Any]] | None = None,
+          how: str = "hollow markers, left out of lines and bands") -> list[Path]:
     sums = _summaries(run) if sums is None else sums
     res = Resolution(run)
     invalid = _invalid(run, sums)
     caption = (extra or []) + [_ran_text(res, sums), _device_text(run, sums),
-                               invalid_note(invalid, len(run.points)), run_mode_text(run)]
+                               invalid_note(invalid, len(run.points), how), run_mode_text(run)]
     return st.save(fig, run, out_dir, name, caption)
 
 
@@ -388,7 +389,8 @@ def convergence(run: Run, out_dir: Path) -> list[Path]:
                 st.hollow(ax, [p[0] for p in c], [p[1] for p in c], color=color, marker=".")
         ttts = [scale(s, s.get("time_to_target_s")) for s in good or reps]
         lr_txt = f", lr {best:g}" + (" (best of grid)" if len(lrs) > 1 else "") if best is not None else ""
-        name = f"{st.label_of(system)} B={batch}{lr_txt}" + (f", {coll}" if len({k[2] for k in series}) > 1 else "")
+        name = (f"{st.label_of(system)} B={batch}{lr_txt}" + (f", {coll}" if len({k[2] for k in series}) > 1 else "")
+                + (f", {workers} workers" if len({k[3] for k in series}) > 1 else ""))
         if target is not None and all(t is not None for t in ttts):
             tt = float(np.median(ttts))
             ax.axvline(tt, color=color, ls=":", lw=1)
@@ -446,7 +448,7 @@ def latency_cdf(run: Run, out_dir: Path) -> list[Path]:
     ax.set_title("Per-micro-batch allreduce latency")
     ax.legend(fontsize=7)
     return _save(fig, run, out_dir, "p4sgd_latency_cdf",
-                 ["Colour = collective; invalid points faded." if invalid else "Colour = collective."], sums)
+                 ["Colour = collective, line style = case."], sums, how="faded, marked INVALID in the legend")
 
 
 @figure("p4sgd_loss")
@@ -548,7 +550,8 @@ def straggler(run: Run, out_dir: Path) -> list[Path]:
     ax_t.set_ylabel("iteration time of w1 (ms)")
     ax_t.set_title("Iteration time over time (line style = case)")
     ax_t.legend(fontsize=7)
-    return _save(fig, run, out_dir, "p4sgd_straggler", [], sums)
+    return _save(fig, run, out_dir, "p4sgd_straggler", [], sums,
+                 how="outlined bars and faded lines, marked INVALID")
 
 
 @figure("p4sgd_pipeline")
@@ -574,7 +577,7 @@ def pipeline(run: Run, out_dir: Path) -> list[Path]:
             (ax_i, "-"): [(s, s["iter_ms_p50"]) for s in ss],
             (ax_i, "--"): [(s, exposed[s["point"]] * 1e3) for s in ss],
         }
-        for (ax, ls), rows in series.items():
+        for (ax, ls), rows in series.items():  # noqa: B007
             data: dict[float, list[tuple[float, bool]]] = defaultdict(list)
             for s, y in rows:
                 if y is not None and np.isfinite(y):

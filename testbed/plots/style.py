@@ -29,25 +29,25 @@ plt.rcParams.update({
 
 # One fixed colour per system / algorithm (colour-blind-safe Okabe-Ito palette).
 SYSTEM_COLORS = {
-    "switch": "#0072B2",      # in-switch aggregation (blue)
-    "ring": "#E69F00",        # host ring allreduce (orange)
-    "ps": "#CC79A7",          # parameter server (purple)
-    "p4sgd": "#0072B2",       # P4SGD = model parallel over the in-switch collective
-    "dp": "#D55E00",          # data-parallel baseline (vermillion)
-    "lhc": "#009E73",
-    "easgd": "#56B4E9",
-    "shadowsync": "#F0E442",
+    "switch": "#0072b2",      # in-switch aggregation (blue)
+    "ring": "#e69f00",        # host ring allreduce (orange)
+    "ps": "#cc79a7",          # parameter server (purple)
+    "p4sgd": "#0072b2",       # P4SGD = model parallel over the in-switch collective
+    "dp": "#d55e00",          # data-parallel baseline (vermillion)
+    "lhc": "#009e73",
+    "easgd": "#56b4e9",
+    "shadowsync": "#f0e442",
     "phub": "#000000",
 }
 _ALIASES = {"in-switch": "switch", "ina": "switch", "model_parallel": "p4sgd", "data_parallel": "dp",
             "parameter_server": "ps"}
-_EXTRA = ["#7F7F7F", "#8C564B", "#17BECF", "#BCBD22"]
+_EXTRA = ["#7f7f7f", "#8c564b", "#17becf", "#bcbd22"]
 SYSTEM_LABELS = {"switch": "in-switch", "ring": "ring", "ps": "param. server", "p4sgd": "P4SGD",
                  "dp": "data-parallel"}
 
 LINESTYLES = ["-", "--", ":", "-."]
 # Parts of an iteration (bars): fixed too, and distinct from the system colours.
-PART_COLORS = {"compute": "#999999", "comm": "#56B4E9", "stall": "#F0E442", "other": "#DDDDDD"}
+PART_COLORS = {"compute": "#999999", "comm": "#56b4e9", "stall": "#f0e442", "other": "#dddddd"}
 
 
 def system_key(name: str) -> str:
@@ -167,8 +167,8 @@ def legend_handle(color: str = "0.3", ls: str = "-", marker: str | None = None, 
 def note(ax, text: str, *, warn: bool = True) -> None:
     """A short note inside the axes (top left), e.g. a disagreement or an invalid point."""
     ax.text(0.01, 0.99, text, transform=ax.transAxes, ha="left", va="top", fontsize=7,
-            color="#B00000" if warn else "0.2",
-            bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "#B00000" if warn else "0.6", "lw": 0.6})
+            color="#b00000" if warn else "0.2",
+            bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "#b00000" if warn else "0.6", "lw": 0.6})
 
 
 # --------------------------------------------------------------------------- caption + footer
@@ -205,16 +205,18 @@ def save(fig: "plt.Figure", run: Run, out_dir: Path, name: str,
     """Write <name>.png/.pdf with the caption lines (what ran) above the footer."""
     w, h = fig.get_size_inches()
     chars = max(60, int(w * 17.5))   # characters per line at 6.5 pt
-    lines: list[tuple[str, str]] = []
+    paras: list[tuple[list[str], str]] = []
     for para in (c for c in caption if c):
         warn = para.startswith(("INVALID", "DISAGREE", "NOT REACHED"))
-        lines.extend((t, "#B00000" if warn else "0.1")
-                     for t in textwrap.wrap(para, chars, subsequent_indent="  "))
-    lines.append((emulation_footer(run), "0.4"))
+        paras.append((textwrap.wrap(para, chars, subsequent_indent="  "), "#B00000" if warn else "0.1"))
+    paras.append(([emulation_footer(run)], "0.4"))
     line_h = CAPTION_PT * 1.35 / 72 / h   # one text line, in figure fraction
-    for k, (text, color) in enumerate(reversed(lines)):
-        fig.text(0.01, 0.006 + k * line_h, text, fontsize=CAPTION_PT, ha="left", va="bottom", color=color)
-    fig.tight_layout(rect=(0, 0.012 + len(lines) * line_h, 1, 1))
+    n = 0
+    for lines, color in reversed(paras):  # bottom up: footer first
+        fig.text(0.01, 0.006 + n * line_h, "\n".join(lines), fontsize=CAPTION_PT, ha="left", va="bottom",
+                 color=color, linespacing=1.2)
+        n += len(lines)
+    fig.tight_layout(rect=(0, 0.012 + n * line_h, 1, 1))
     paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
     for p in paths:
         fig.savefig(p)
@@ -235,4 +237,5 @@ def caption_of(fig: Any) -> str:
         if leg:
             texts += [t.get_text() for t in leg.get_texts()]
         texts.append(ax.get_title())
-    return "\n".join(texts)
+    # Caption lines are wrapped: join them back so a phrase is found whole.
+    return " | ".join(" ".join(t.split()) for t in texts if t)
