@@ -420,6 +420,9 @@ def convergence(run: Run, out_dir: Path) -> list[Path]:
     return _save(fig, run, out_dir, "p4sgd_convergence", extra, sums)
 
 
+_MARKERS = "osD^v"
+
+
 def _coll_color(s: dict[str, Any]) -> str:
     """Where collectives are compared, the collective is the 'system' (switch/ring/ps)."""
     return st.color_of(s["collective"] if s.get("mode") == "model_parallel" else "dp")
@@ -462,14 +465,14 @@ def loss(run: Run, out_dir: Path) -> list[Path]:
     if not groups:
         _empty(ax_i)
     handles = []
-    for label, ss in sorted(groups.items()):
-        color = _coll_color(ss[0])
+    for g, (label, ss) in enumerate(sorted(groups.items())):
+        color, mk = _coll_color(ss[0]), _MARKERS[g % len(_MARKERS)]   # marker tells apart same-colour groups
         for key, ls in (("iter_ms_p50", "-"), ("iter_ms_p99", ":")):
             data: dict[float, list[tuple[float, bool]]] = defaultdict(list)
             for s in ss:
                 if s.get(key) is not None:
                     data[_loss_pct(s)].append((s[key], s["point"] in invalid))
-            st.plot_repeats(ax_i, data, color=color, ls=ls)
+            st.plot_repeats(ax_i, data, color=color, ls=ls, marker=mk)
         base = [s["train_s"] for s in ss if _loss_pct(s) == 0 and s.get("train_s") and s["point"] not in invalid]
         for s in ss:
             if base and s.get("train_s") and _loss_pct(s) > 0 and s["point"] not in invalid:
@@ -483,8 +486,8 @@ def loss(run: Run, out_dir: Path) -> list[Path]:
         for s in ss:
             if s.get("final_loss") is not None:
                 data[_loss_pct(s)].append((s["final_loss"], s["point"] in invalid))
-        st.plot_repeats(ax_l, data, color=color)
-        handles.append(st.legend_handle(color, label=f"{label}: {same}"))
+        st.plot_repeats(ax_l, data, color=color, marker=mk)
+        handles.append(st.legend_handle(color, marker=mk, label=f"{label}: {same}"))
     ax_i.set_yscale("log")
     ax_i.set_xlabel("packet loss per link direction (%)")
     ax_i.set_ylabel("iteration time (ms, emulated, log)")
@@ -566,8 +569,8 @@ def pipeline(run: Run, out_dir: Path) -> list[Path]:
         _empty(ax_h)
     iters = _by_point(run, "p4sgd_iter")
     handles = []
-    for label, ss in sorted(groups.items()):
-        color = _coll_color(ss[0])
+    for g, (label, ss) in enumerate(sorted(groups.items())):
+        color, mk = _coll_color(ss[0]), _MARKERS[g % len(_MARKERS)]
         exposed = {s["point"]: np.mean([r["comm_s"] for r in iters.get(s["point"], [])] or [np.nan]) for s in ss}
         d1 = [exposed[s["point"]] for s in ss if s["pipeline_depth"] == 1 and s["point"] not in invalid]
         series = {
@@ -582,8 +585,8 @@ def pipeline(run: Run, out_dir: Path) -> list[Path]:
             for s, y in rows:
                 if y is not None and np.isfinite(y):
                     data[s["pipeline_depth"]].append((y, s["point"] in invalid))
-            st.plot_repeats(ax, data, color=color, ls=ls)
-        handles.append(st.legend_handle(color, label=label))
+            st.plot_repeats(ax, data, color=color, ls=ls, marker=mk)
+        handles.append(st.legend_handle(color, marker=mk, label=label))
     ax_h.set_ylim(-0.05, 1.05)
     for ax in (ax_h, ax_i):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
