@@ -347,7 +347,7 @@ def convergence(run: Run, out_dir: Path) -> list[Path]:
     # Line style tells apart the variants of one system (its batch sizes, collectives).
     styles = {k: st.LINESTYLES[sorted(k2 for k2 in series if k2[0] == k[0]).index(k) % len(st.LINESTYLES)]
               for k in series}
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    fig, ax = plt.subplots(figsize=(9.0, 4.6))
     if not sums:
         _empty(ax)
     handles, grid_notes, missed = [], [], []
@@ -394,13 +394,13 @@ def convergence(run: Run, out_dir: Path) -> list[Path]:
         if target is not None and all(t is not None for t in ttts):
             tt = float(np.median(ttts))
             ax.axvline(tt, color=color, ls=":", lw=1)
-            name += f": target at {tt:.3g} s"
+            name += f":\ntarget at {tt:.3g} s"
         elif target is not None:
             end = max(curve_of(s)[-1][0] for s in reps)
             n_miss = sum(t is None for t in ttts)
             miss = f"did not reach target loss {target:g} in {end:.3g} s" + \
                 (f" ({n_miss} of {len(ttts)} repeats)" if len(ttts) > 1 else "")
-            name += ": " + miss
+            name += ":\n" + miss
             missed.append(f"{st.label_of(system)} B={batch}{lr_txt}: {miss}")
         handles.append(st.legend_handle(color, ls, label=name))
     if any(len(v) > 1 for v in series.values()):
@@ -413,7 +413,7 @@ def convergence(run: Run, out_dir: Path) -> list[Path]:
     ax.set_xlabel(unit)
     ax.set_ylabel("training loss (offline, assembled model)")
     ax.set_title("Convergence: loss vs time")
-    ax.legend(handles=handles, fontsize=6.5, loc="best")
+    ax.legend(handles=handles, fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     reps_n = max((len(ss) for v in series.values() for ss in v.values()), default=0)
     extra = [("NOT REACHED: " + "; ".join(missed)) if missed else "",
              "; ".join(grid_notes), f"Curves: {st.band_description(reps_n)}."]
