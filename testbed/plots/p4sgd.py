@@ -101,6 +101,10 @@ def _device_text(run: Run, sums: list[dict[str, Any]]) -> str:
                if s.get("network_slowdown_vs_hw") and s["mode"] == "data_parallel"]
     if slow_dp:
         dev_txt += f"; gradient allreduce p50 = {span(slow_dp)}x a 100 GbE line-rate estimate"
+    cal = [s["calibrated"] for s in sums if "calibrated" in s]
+    if cal:
+        dev_txt += ("; dilation calibrated on this machine" if all(cal) else
+                    f"; dilation NOT calibrated (assumed) on {cal.count(False)} of {len(cal)} point(s)")
     colls = values_text(sorted({s["collective"] for s in sums}))
     return (f"Devices: {dev_txt}; collectives: {colls} (switch = in-network SUM, ring/ps = host TCP).")
 
