@@ -1,8 +1,11 @@
 """P4SGD figures: scaling, convergence, allreduce latency CDF, loss, stragglers, pipelining.
 
-Every figure carries a caption saying what was emulated (device model and time
-dilation, collective, how impairments were applied) above the testbed footer.
-All times are emulated wall-clock seconds, dilated by the device's time_scale.
+Colour = system (P4SGD = model parallel, dp = data-parallel baseline) or, where
+collectives are compared, the collective; line style = variant (case, batch).
+Hollow markers = points outside the fidelity band. Every figure carries a
+caption built from what each point actually ran (testbed.plots.captions) and
+the testbed footer. Times: hardware-equivalent seconds (emulated / time
+dilation factor) where the run recorded its TDF, else emulated wall-clock.
 """
 from __future__ import annotations
 
@@ -14,12 +17,17 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from testbed.plots import figure
-from testbed.plots.style import emulation_footer, plt
+from testbed.plots import style as st
+from testbed.plots.captions import (Resolution, dataset_text, invalid_note, invalid_reasons, per_case,
+                                    run_mode_text, values_text)
+from testbed.plots.style import plt
 from testbed.results import Run
 from testbed.scenario import register_figure_names
 from testbed.workloads.p4sgd import FIGURES
 
 register_figure_names(*FIGURES)
+
+DISAGREE_FRAC = 0.15   # emulated vs projected: more than this apart is called out
 
 
 # --------------------------------------------------------------------------- data
@@ -41,13 +49,31 @@ def _by_point(run: Run, type_: str) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
+def _system(s: dict[str, Any]) -> str:
+    return "p4sgd" if s.get("mode") == "model_parallel" else "dp"
+
+
+def _invalid(run: Run, sums: list[dict[str, Any]]) -> dict[int, list[str]]:
+    out = {}
+    for s in sums:
+        r = invalid_reasons(run, s["point"], s)
+        if r is not None:
+            out[s["point"]] = r
+    return out
+
+
+def _hw_time(sums: list[dict[str, Any]]) -> bool:
+    """Express times in hardware seconds when every point recorded its dilation (tdf)."""
+    return bool(sums) and all(s.get("tdf") for s in sums)
+
+
 def _series_label(s: dict[str, Any], drop: tuple[str, ...] = ()) -> str:
-    """Short label of a point's variant: case, mode, collective (minus `drop`)."""
+    """Short label of a point's variant: case, system, collective, batch (minus `drop`)."""
     parts = []
-    if s.get("case") not in (None, "base", "baseline") and "case" not in drop:
-        parts.append(s["case"])
     if "mode" not in drop:
-        parts.append("P4SGD (model-par.)" if s["mode"] == "model_parallel" else "data-parallel")
+        parts.append(st.label_of(_system(s)))
+    if s.get("case") not in (None, "base", "baseline", "p4sgd", "dp") and "case" not in drop:
+        parts.append(s["case"])
     if "collective" not in drop:
         parts.append(s["collective"])
     if "batch" not in drop:
@@ -59,105 +85,190 @@ def _loss_pct(m: dict[str, Any]) -> float:
     return float(m.get("links.loss_pct", 0.0) or 0.0)
 
 
-def _caption(run: Run) -> str:
-    """What was emulated: devices and dilation, collectives, impairment mechanisms."""
-    sums = _summaries(run)
-    devs = sorted({(s["device"], s["dilation"]) for s in sums})
-    dev_txt = ", ".join(f"{d} model x{k:g} time dilation" if d != "cpu" else "measured CPU (no dilation)"
+def _device_text(run: Run, sums: list[dict[str, Any]]) -> str:
+    """What was emulated: devices and dilation, collectives, network slowdown vs hardware."""
+    devs = sorted({(s["device"], s.get("tdf") or s["dilation"]) for s in sums})
+    dev_txt = ", ".join(f"{d} model, time dilation x{k:g}" if d != "cpu" else "measured CPU (no dilation)"
                         for d, k in devs) or "no successful points"
-    colls = sorted({s["collective"] for s in sums})
-    mechs = sorted({i.get("mechanism", "?") for p in run.points for i in (p.get("impairments") or [])
-                    if i.get("applied")})
-    times = "times are emulated wall-clock" + (", dilated" if any(s["times_dilated"] for s in sums) else "")
-    imp = f"loss/delay via {', '.join(mechs)}" if mechs else "no link impairments"
     def span(xs):
         lo, hi = min(xs), max(xs)
         return f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
     slow = [s["network_slowdown_vs_hw"] for s in sums
             if s.get("network_slowdown_vs_hw") and s["mode"] == "model_parallel"]
     if slow:
-        dev_txt += f"; emulated micro-batch allreduce p50 = {span(slow)}x a ~2 us hardware round trip [I]"
+        dev_txt += f"; micro-batch allreduce p50 = {span(slow)}x a ~2 us hardware round trip"
     slow_dp = [s["network_slowdown_vs_hw"] for s in sums
                if s.get("network_slowdown_vs_hw") and s["mode"] == "data_parallel"]
     if slow_dp:
-        dev_txt += (f"; gradient allreduce p50 = {span(slow_dp)}x a 100 GbE line-rate estimate [A]")
-    invalid = sum(1 for s in sums if not s.get("valid", True))
-    warn = f"; WARNING: {invalid} point(s) with device timing violations" if invalid else ""
-    return (f"Devices: {dev_txt}; collectives: {', '.join(colls) or '-'} "
-            f"(switch = in-network SUM, ring/ps = host TCP); {imp}; {times}; {_setup(run, sums)}{warn}")
+        dev_txt += f"; gradient allreduce p50 = {span(slow_dp)}x a 100 GbE line-rate estimate"
+    cal = [s["calibrated"] for s in sums if "calibrated" in s]
+    if cal:
+        dev_txt += ("; dilation calibrated on this machine" if all(cal) else
+                    f"; dilation NOT calibrated (assumed) on {cal.count(False)} of {len(cal)} point(s)")
+    colls = values_text(sorted({s["collective"] for s in sums}))
+    return (f"Devices: {dev_txt}; collectives: {colls} (switch = in-network SUM, ring/ps = host TCP).")
 
 
-def _setup(run: Run, sums: list[dict[str, Any]]) -> str:
-    """Workers and dataset of the successful points (the footer shows only the file's topology)."""
-    workers = sorted({s["workers"] for s in sums})
-    ds = (run.manifest.get("scenario", {}).get("workload") or {}).get("dataset") or {}
-    sets = {}
-    for p in run.points:
-        v = (p.get("params") or {}).get("workload.dataset")
-        if isinstance(v, dict):
-            sets[repr(v)] = v
-    dss = list(sets.values()) or [ds]
-    def one(d):
-        if d.get("source") == "synthetic":
-            return (f"synthetic {d.get('kind', 'dense')} {d.get('samples', '?')} x {d.get('features', '?')}"
-                    + (f" (density {d['density']:g})" if d.get("kind") == "sparse" and "density" in d else ""))
-        return f"{d.get('source')} {d.get('name') or d.get('path', '')}"
-    return (f"workers {', '.join(map(str, workers)) or '-'}; data {'; '.join(one(d) for d in dss)}")
+_RAN_FIELDS = {
+    "data": ("workload.dataset", lambda vs: "data " + " / ".join(dataset_text(v) for v in vs)),
+    "batch": ("workload.batch", lambda vs: "B=" + values_text(vs)),
+    "micro": ("workload.micro_batch", lambda vs: "micro-batch " + values_text(vs)),
+    "lr": ("workload.lr", lambda vs: "lr " + values_text(vs, lambda v: f"{v:g}")),
+    "epochs": ("workload.epochs", lambda vs: "epochs " + values_text(vs)),
+    "depth": ("workload.pipeline_depth", lambda vs: "pipeline depth " + values_text(vs)),
+}
 
 
-def _save(fig: "plt.Figure", run: Run, out_dir: Path, name: str) -> list[Path]:
-    w, h = fig.get_size_inches()
-    cap = _caption(run)
-    lines = 1 + len(cap) // max(40, int(w * 19))       # ~19 characters per inch at 6.5 pt
-    line_h = 6.5 * 1.3 / 72 / h                         # one caption line, in figure fraction
-    foot = 0.005 + line_h
-    fig.text(0.01, foot + 0.004, cap, fontsize=6.5, color="0.15", ha="left", va="bottom", wrap=True)
-    fig.text(0.01, 0.005, emulation_footer(run), fontsize=6.5, color="0.35", ha="left", va="bottom")
-    fig.tight_layout(rect=(0, foot + 0.01 + lines * line_h, 1, 1))
-    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
-    for p in paths:
-        fig.savefig(p)
-    plt.close(fig)
-    return paths
+def _ran_text(res: Resolution, sums: list[dict[str, Any]]) -> str:
+    """Per case, the parameters each point ran with (re-resolved: quick and case sets applied)."""
+    workers = values_text(sorted({s["workers"] for s in sums}))
+    body = per_case(res, [s["point"] for s in sums], _RAN_FIELDS)
+    return f"Ran: {workers} workers" + "".join(f"; {t}" for t in (body, res.error) if t) + "."
+
+
+def _save(fig: "plt.Figure", run: Run, out_dir: Path, name: str, extra: list[str] | None = None,
+          sums: list[dict[str, Any]] | None = None,
+          how: str = "hollow markers, left out of lines and bands") -> list[Path]:
+    sums = _summaries(run) if sums is None else sums
+    res = Resolution(run)
+    invalid = _invalid(run, sums)
+    caption = (extra or []) + [_ran_text(res, sums), _device_text(run, sums),
+                               invalid_note(invalid, len(run.points), how), run_mode_text(run)]
+    return st.save(fig, run, out_dir, name, caption)
 
 
 def _empty(ax, text: str = "no successful P4SGD points") -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
 
 
+def _variant_styles(keys) -> dict[Any, str]:
+    return st.case_styles(sorted(set(keys), key=str))
+
+
 # --------------------------------------------------------------------------- figures
 @figure("p4sgd_scaling")
 def scaling(run: Run, out_dir: Path) -> list[Path]:
-    groups: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for s in _summaries(run):
-        if s.get("throughput_sps"):
-            groups[_series_label(s)][s["workers"]].append(s["throughput_sps"])
-    fig, (ax_s, ax_t, ax_b) = plt.subplots(1, 3, figsize=(13.5, 4.2))
+    sums = _summaries(run)
+    invalid = _invalid(run, sums)
+    hw = _hw_time(sums) and all(s.get("hw_throughput_sps") for s in sums if s.get("throughput_sps"))
+    key_thr = "hw_throughput_sps" if hw else "throughput_sps"
+    colls = {s["collective"] for s in sums}
+    # Colour = system; line style = collective when the run compares several.
+    groups: dict[tuple[str, str], dict[int, list[tuple[float, bool]]]] = defaultdict(lambda: defaultdict(list))
+    case_system: dict[str, str] = {}
+    for s in sums:
+        case_system[s.get("case", "base")] = _system(s)
+        if s.get(key_thr):
+            var = s["collective"] if len(colls) > 1 else ""
+            groups[(_system(s), var)][s["workers"]].append((s[key_thr], s["point"] in invalid))
+    styles = _variant_styles(v for _, v in groups)
+    fig, (ax_t, ax_s, ax_b) = plt.subplots(1, 3, figsize=(14.0, 4.6))
     if not groups:
-        _empty(ax_s)
+        _empty(ax_t)
     _iteration_breakdown(run, ax_b)
-    top = 1
-    for label, by_w in sorted(groups.items()):
+    top, most = 1, 0
+    handles = []
+    emulated_at: dict[tuple[str, int], float] = {}
+    for (system, var), by_w in sorted(groups.items(), key=lambda kv: (kv[0][0] != "p4sgd", kv[0])):
+        color, ls = st.color_of(system), styles[var]
+        most = max(most, st.plot_repeats(ax_t, by_w, color=color, ls=ls))
         ws = sorted(by_w)
-        thr = np.array([np.mean(by_w[w]) for w in ws])
-        speedup = thr / thr[0] * ws[0]  # relative to the smallest run, scaled to its worker count
-        eff = speedup[-1] / ws[-1]
-        ax_s.plot(ws, speedup, marker="o", label=f"{label} (eff. {eff:.0%} at {ws[-1]})")
-        ax_t.plot(ws, thr, marker="o", label=label)
+        base_vals = [v for v, bad in by_w[ws[0]] if not bad]
+        if base_vals:
+            base = float(np.median(base_vals)) / ws[0]   # per-worker throughput of the smallest run
+            speed = {w: [(v / base, bad) for v, bad in by_w[w]] for w in ws}
+            st.plot_repeats(ax_s, speed, color=color, ls=ls)
+            good = [float(np.median([v for v, b in by_w[w] if not b])) for w in ws
+                    if any(not b for _, b in by_w[w])]
+            w_last = max(w for w in ws if any(not b for _, b in by_w[w]))
+            eff = good[-1] / base / w_last
+            lbl = f"{st.label_of(system)}{' ' + var if var else ''} emulated (eff. {eff:.0%} at {w_last})"
+        else:
+            lbl = f"{st.label_of(system)}{' ' + var if var else ''} emulated"
+        handles.append(st.legend_handle(color, ls, marker="o", label=lbl))
+        for w in ws:
+            vals = [v for v, b in by_w[w] if not b]
+            if vals and not var:
+                emulated_at[(system, w)] = float(np.median(vals))
         top = max(top, ws[-1])
-    ideal = np.arange(1, top + 1)
-    ax_s.plot(ideal, ideal, "k--", lw=1, label="ideal (linear)")
-    for ax in (ax_s, ax_t):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax_s.set_xlabel("workers")
-    ax_s.set_ylabel("speedup (throughput / 1-worker throughput)")
-    ax_s.set_title("Speedup vs workers")
-    ax_s.legend(fontsize=7)
-    ax_t.set_xlabel("workers")
-    ax_t.set_ylabel("training throughput (samples / emulated s)")
+    notes, profiles = _projection(run, ax_t, ax_s, case_system, emulated_at, handles, compare=hw)
+    all_w = sorted({s["workers"] for s in sums} | {int(p["workers"]) for p in run.metrics_of("projection")
+                                                   if p.get("workload") == "p4sgd"})
+    top = max([top] + all_w)
+    ax_s.plot([1, top], [1, top], color="k", ls="--", lw=0.8)
+    handles.append(st.legend_handle("k", "--", label="ideal (linear)"))
+    if invalid:
+        handles.append(st.legend_handle("0.35", "none", marker="o", hollow_=True, label="invalid point"))
+    for ax in (ax_t, ax_s):
+        if top > 16:   # projected counts up to 256: log-log, ideal scaling is the diagonal
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks(all_w)
+            ax.set_xticklabels([str(w) for w in all_w])
+            ax.minorticks_off()
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("workers")
+    unit = "samples / hardware s" if hw else "samples / emulated s"
+    ax_t.set_ylabel(f"throughput ({unit})")
     ax_t.set_title("Throughput")
-    ax_t.legend(fontsize=7)
-    return _save(fig, run, out_dir, "p4sgd_scaling")
+    ax_s.set_ylabel("speedup (x smallest run's per-worker rate)")
+    ax_s.set_title("Speedup vs workers")
+    ax_s.legend(handles=handles, fontsize=6.5, loc="upper left")
+    if notes:
+        st.note(ax_t, "\n".join(notes[:4]) + (f"\n(+{len(notes) - 4} more)" if len(notes) > 4 else ""))
+    extra = [f"Emulated: solid lines, {st.band_description(most)}; "
+             + ("throughput in hardware seconds = emulated seconds / time dilation factor (TDF)." if hw
+                else "throughput per emulated (dilated) second.")]
+    if profiles:
+        extra.append(f"Projected (dashed, band = sensitivity to the device/network constants): model "
+                     f"profile {values_text(sorted(profiles))}; worker counts beyond the emulated ones are "
+                     f"projected only.")
+    if notes:
+        extra.append(f"DISAGREE (> {DISAGREE_FRAC:.0%} between emulated and projected at the same N): "
+                     + "; ".join(notes))
+    elif profiles and hw:
+        extra.append(f"Emulated and projected agree within {DISAGREE_FRAC:.0%} at every emulated N.")
+    elif profiles:
+        extra.append("Not compared with the projection: the run recorded no hardware-time throughput.")
+    return _save(fig, run, out_dir, "p4sgd_scaling", extra, sums)
+
+
+def _projection(run: Run, ax_t, ax_s, case_system: dict[str, str], emulated_at: dict[tuple[str, int], float],
+                handles: list, compare: bool) -> tuple[list[str], set[str]]:
+    """Dashed projected throughput and speedup per system with its sensitivity band;
+    returns the disagreement notes and the model profiles used."""
+    by_sys: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for p in run.metrics_of("projection"):
+        if p.get("workload") == "p4sgd" and p.get("hw_throughput_sps"):
+            by_sys[case_system.get(p.get("case"), p.get("case") or "?")].append(p)
+    notes, profiles = [], set()
+    for system, recs in sorted(by_sys.items(), key=lambda kv: (kv[0] != "p4sgd", kv[0])):
+        recs = sorted(recs, key=lambda r: r["workers"])
+        color = st.color_of(system)
+        ws = [r["workers"] for r in recs]
+        y = np.array([r["hw_throughput_sps"] for r in recs], float)
+        prof = values_text(sorted({str(r.get("profile", "?")) for r in recs}))
+        profiles.update(str(r.get("profile", "?")) for r in recs)
+        ax_t.plot(ws, y, color=color, ls="--", lw=1.3, marker="x", ms=4)
+        lo = [r.get("band_lo_sps") for r in recs]
+        hi = [r.get("band_hi_sps") for r in recs]
+        if all(v is not None for v in lo + hi):
+            ax_t.fill_between(ws, lo, hi, color=color, alpha=0.10, lw=0)
+        per_w = y[0] / ws[0]
+        ax_s.plot(ws, y / per_w, color=color, ls="--", lw=1.3, marker="x", ms=4)
+        if all(v is not None for v in lo + hi):
+            ax_s.fill_between(ws, np.array(lo) / per_w, np.array(hi) / per_w, color=color, alpha=0.10, lw=0)
+        handles.append(st.legend_handle(color, "--", marker="x",
+                                        label=f"{st.label_of(system)} projected (model profile {prof})"))
+        for r in recs:
+            emu = emulated_at.get((system, r["workers"]))
+            if compare and emu is not None:
+                rel = emu / r["hw_throughput_sps"] - 1.0
+                if abs(rel) > DISAGREE_FRAC:
+                    notes.append(f"{st.label_of(system)} N={r['workers']}: emulated {emu:.3g} vs projected "
+                                 f"{r['hw_throughput_sps']:.3g} samples/s ({rel:+.0%})")
+    return notes, profiles
 
 
 def _iteration_breakdown(run: Run, ax) -> None:
@@ -166,153 +277,277 @@ def _iteration_breakdown(run: Run, ax) -> None:
     iters = _by_point(run, "p4sgd_iter")
     rows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for s in _summaries(run):
-        rows[(_series_label(s, ("collective",)), s["workers"])].extend(iters.get(s["point"], []))
+        rows[(_series_label(s, ("collective", "batch", "case")), s["workers"])].extend(iters.get(s["point"], []))
+    rows = {k: v for k, v in rows.items() if v}
     if not rows:
         _empty(ax)
         return
     keys = sorted(rows, key=lambda k: (k[0], k[1]))
-    parts = (("compute_s", "compute (modeled)"), ("comm_s", "exposed communication"),
-             ("other_s", "host overhead + stall"))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    parts = (("compute_s", "compute (modeled)", "compute"), ("comm_s", "exposed communication", "comm"),
+             ("other_s", "host overhead + stall", "other"))
     x = np.arange(len(keys))
     ms = np.array([[np.mean([r[key] + (r.get("stall_s", 0.0) if key == "other_s" else 0.0)
-                             for r in rows[k]]) * 1e3 for k in keys] for key, _ in parts])
+                             for r in rows[k]]) * 1e3 for k in keys] for key, _, _ in parts])
     total = ms.sum(0)
     bottom = np.zeros(len(keys))
-    for j, (_, name) in enumerate(parts):
+    for j, (_, name, c) in enumerate(parts):
         share = ms[j] / np.where(total > 0, total, 1.0)
-        ax.bar(x, share, 0.7, bottom=bottom, color=colors[(j + 2) % len(colors)], label=name,
-               edgecolor="k", lw=0.3)
+        ax.bar(x, share, 0.7, bottom=bottom, color=st.PART_COLORS[c], label=name, edgecolor="k", lw=0.3)
         bottom += share
     for xi, t in zip(x, total):
-        ax.text(xi, 1.01, f"{t:.3g} ms", ha="center", va="bottom", fontsize=6.5)
+        ax.text(xi, 1.01, f"{t:.3g}", ha="center", va="bottom", fontsize=6)
     ax.set_xticks(x)
-    ax.set_xticklabels([f"{k[0].split(',')[0]}\n{k[1]} w" for k in keys], fontsize=6.5)
+    ax.set_xticklabels([f"{'P4SGD' if k[0] == st.label_of('p4sgd') else 'DP'}\n{k[1]} w" for k in keys],
+                       fontsize=6.5)
+    for lab, k in zip(ax.get_xticklabels(), keys):
+        lab.set_color(st.color_of("p4sgd" if k[0] == st.label_of("p4sgd") else "dp"))
     ax.set_ylim(0, 1.12)
-    ax.set_ylabel("share of the mean iteration time (total on top)")
+    ax.set_ylabel("share of the mean iteration time")
     ax.set_title("Where an iteration goes")
-    ax.legend(fontsize=7, loc="lower left")
+    ax.set_xlabel("mean iteration time on top (ms, emulated)", fontsize=7)
+    ax.legend(fontsize=6.5, loc="lower left")
+
+
+# --------------------------------------------------------------------------- convergence
+def _lr(res: Resolution, s: dict[str, Any]) -> float | None:
+    v = s.get("lr", res.get(s["point"], "workload.lr"))
+    return float(v) if v is not None else None
+
+
+def _pick_best(by_lr: dict[float, list[dict[str, Any]]]) -> tuple[float, str]:
+    """The grid's best lr: lowest median time to target among lrs whose every repeat
+    reached it; if none did, the lowest median final loss."""
+    reached = {lr: float(np.median([s["time_to_target_s"] for s in ss])) for lr, ss in by_lr.items()
+               if all(s.get("time_to_target_s") is not None for s in ss)}
+    if reached:
+        best = min(reached, key=reached.get)
+        return best, f"fastest to the target ({reached[best]:.3g} s)"
+    finals = {lr: float(np.median([s["final_loss"] for s in ss if s.get("final_loss") is not None] or [np.inf]))
+              for lr, ss in by_lr.items()}
+    best = min(finals, key=finals.get)
+    return best, f"lowest final loss ({finals[best]:.3g}; no lr reached the target)"
+
+
+def _curve_band(curves: list[list[tuple[float, float]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Repeats' loss curves on one time grid: t, median, min, max (over the common time span)."""
+    t_end = min(c[-1][0] for c in curves)
+    t = np.linspace(max(c[0][0] for c in curves), t_end, 60)
+    ys = np.array([np.interp(t, [p[0] for p in c], [p[1] for p in c]) for c in curves])
+    return t, np.median(ys, 0), ys.min(0), ys.max(0)
 
 
 @figure("p4sgd_convergence")
 def convergence(run: Run, out_dir: Path) -> list[Path]:
     curves = _by_point(run, "p4sgd_curve")
-    sums = {s["point"]: s for s in _summaries(run)}
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    sums = [s for s in _summaries(run) if curves.get(s["point"])]
+    res = Resolution(run)
+    invalid = _invalid(run, sums)
+    hw = _hw_time(sums)
+    unit = "hardware-equivalent time (s) = emulated / TDF" if hw else "emulated wall-clock time (s)"
+    # Series: system x batch x collective x workers; within one, the learning rates are its grid.
+    series: dict[tuple, dict[float | None, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for s in sums:
+        series[(_system(s), s["batch"], s["collective"], s["workers"])][_lr(res, s)].append(s)
+    # Line style tells apart the variants of one system (its batch sizes, collectives).
+    styles = {k: st.LINESTYLES[sorted(k2 for k2 in series if k2[0] == k[0]).index(k) % len(st.LINESTYLES)]
+              for k in series}
+    fig, ax = plt.subplots(figsize=(9.0, 4.6))
     if not sums:
         _empty(ax)
-    target = None
-    for idx, s in sorted(sums.items()):
-        c = sorted(curves.get(idx, []), key=lambda r: r["snapshot"])
-        if not c:
-            continue
-        tt = s.get("time_to_target_s")
-        label = _series_label(s) + (f": target at {tt:.2f} s" if tt is not None else "")
-        line, = ax.plot([r["t_s"] for r in c], [r["loss"] for r in c], marker=".", label=label)
-        if tt is not None:
-            ax.axvline(tt, color=line.get_color(), ls=":", lw=1)
-        target = s.get("target_loss") or target
+    handles, grid_notes, missed = [], [], []
+    target = next((s["target_loss"] for s in sums if s.get("target_loss") is not None), None)
+
+    def curve_of(s):
+        k = s["tdf"] if hw else 1.0
+        return [(r["t_s"] / k, r["loss"]) for r in sorted(curves[s["point"]], key=lambda r: r["snapshot"])]
+
+    def scale(s, t):
+        return None if t is None else t / (s["tdf"] if hw else 1.0)
+
+    for key, by_lr in sorted(series.items(), key=lambda kv: (kv[0][0] != "p4sgd", str(kv[0]))):
+        system, batch, coll, workers = key
+        color, ls = st.color_of(system), styles[key]
+        lrs = sorted(by_lr, key=lambda v: (v is None, v))
+        best, why = _pick_best(by_lr) if len(lrs) > 1 else (lrs[0], "")
+        if len(lrs) > 1:
+            grid_notes.append(f"{st.label_of(system)} B={batch} lr grid {{{values_text(lrs, lambda v: f'{v:g}')}}}: "
+                              f"best lr {best:g}, {why}")
+            for lr in lrs:
+                if lr == best:
+                    continue
+                for s in by_lr[lr]:
+                    c = curve_of(s)
+                    ax.plot([p[0] for p in c], [p[1] for p in c], color=color, ls=ls, lw=0.8, alpha=0.3)
+        reps = by_lr[best]
+        good = [s for s in reps if s["point"] not in invalid]
+        if len(good) > 1:
+            t, med, lo, hi = _curve_band([curve_of(s) for s in good])
+            ax.plot(t, med, color=color, ls=ls, lw=1.6)
+            ax.fill_between(t, lo, hi, color=color, alpha=0.18, lw=0)
+        elif good:
+            c = curve_of(good[0])
+            ax.plot([p[0] for p in c], [p[1] for p in c], color=color, ls=ls, lw=1.6, marker=".", ms=4)
+        for s in reps:
+            if s["point"] in invalid:
+                c = curve_of(s)
+                st.hollow(ax, [p[0] for p in c], [p[1] for p in c], color=color, marker=".")
+        ttts = [scale(s, s.get("time_to_target_s")) for s in good or reps]
+        lr_txt = f", lr {best:g}" + (" (best of grid)" if len(lrs) > 1 else "") if best is not None else ""
+        name = (f"{st.label_of(system)} B={batch}{lr_txt}" + (f", {coll}" if len({k[2] for k in series}) > 1 else "")
+                + (f", {workers} workers" if len({k[3] for k in series}) > 1 else ""))
+        if target is not None and all(t is not None for t in ttts):
+            tt = float(np.median(ttts))
+            ax.axvline(tt, color=color, ls=":", lw=1)
+            name += f":\ntarget at {tt:.3g} s"
+        elif target is not None:
+            end = max(curve_of(s)[-1][0] for s in reps)
+            n_miss = sum(t is None for t in ttts)
+            miss = f"did not reach target loss {target:g} in {end:.3g} s" + \
+                (f" ({n_miss} of {len(ttts)} repeats)" if len(ttts) > 1 else "")
+            name += ":\n" + miss
+            missed.append(f"{st.label_of(system)} B={batch}{lr_txt}: {miss}")
+        handles.append(st.legend_handle(color, ls, label=name))
+    if any(len(v) > 1 for v in series.values()):
+        handles.append(st.legend_handle("0.35", "-", label="other lrs of the grid (faint)"))
     if target is not None:
-        ax.axhline(target, color="k", ls="--", lw=1, label=f"target loss {target:g}")
-    ax.set_xlabel("emulated wall-clock time (s)")
+        ax.axhline(target, color="k", ls="--", lw=1)
+        handles.append(st.legend_handle("k", "--", label=f"target loss {target:g}"))
+    if invalid:
+        handles.append(st.legend_handle("0.35", "none", marker="o", hollow_=True, label="invalid point"))
+    ax.set_xlabel(unit)
     ax.set_ylabel("training loss (offline, assembled model)")
     ax.set_title("Convergence: loss vs time")
-    ax.legend(fontsize=7)
-    return _save(fig, run, out_dir, "p4sgd_convergence")
+    ax.legend(handles=handles, fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    reps_n = max((len(ss) for v in series.values() for ss in v.values()), default=0)
+    extra = [("NOT REACHED: " + "; ".join(missed)) if missed else "",
+             "; ".join(grid_notes), f"Curves: {st.band_description(reps_n)}."]
+    return _save(fig, run, out_dir, "p4sgd_convergence", extra, sums)
+
+
+_MARKERS = "osD^v"
+
+
+def _coll_color(s: dict[str, Any]) -> str:
+    """Where collectives are compared, the collective is the 'system' (switch/ring/ps)."""
+    return st.color_of(s["collective"] if s.get("mode") == "model_parallel" else "dp")
 
 
 @figure("p4sgd_latency_cdf")
 def latency_cdf(run: Run, out_dir: Path) -> list[Path]:
     iters = _by_point(run, "p4sgd_iter")
-    sums = {s["point"]: s for s in _summaries(run)}
-    fig, ax = plt.subplots()
+    sums = _summaries(run)
+    invalid = _invalid(run, sums)
+    styles = _variant_styles(s.get("case", "base") for s in sums)
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
     if not sums:
         _empty(ax)
-    for idx, s in sorted(sums.items()):
-        lat = np.sort([v for r in iters.get(idx, []) for v in r["allreduce_s"]]) * 1e3
+    for s in sorted(sums, key=lambda s: s["point"]):
+        lat = np.sort([v for r in iters.get(s["point"], []) for v in r["allreduce_s"]]) * 1e3
         if lat.size:
-            ax.step(lat, np.arange(1, lat.size + 1) / lat.size, where="post",
-                    label=f"{_series_label(s, ('batch',))} (p50 {np.median(lat):.3g} ms)")
+            bad = s["point"] in invalid
+            ax.step(lat, np.arange(1, lat.size + 1) / lat.size, where="post", color=_coll_color(s),
+                    ls=styles[s.get("case", "base")], lw=0.8 if bad else 1.5, alpha=0.4 if bad else 1.0,
+                    label=f"{_series_label(s, ('batch', 'mode'))} (p50 {np.median(lat):.3g} ms)"
+                          + (" INVALID" if bad else ""))
     ax.set_xscale("log")
     ax.set_xlabel("allreduce latency per micro-batch (ms, emulated)")
     ax.set_ylabel("CDF")
     ax.set_title("Per-micro-batch allreduce latency")
     ax.legend(fontsize=7)
-    return _save(fig, run, out_dir, "p4sgd_latency_cdf")
+    return _save(fig, run, out_dir, "p4sgd_latency_cdf",
+                 ["Colour = collective, line style = case."], sums, how="faded, marked INVALID in the legend")
 
 
 @figure("p4sgd_loss")
 def loss(run: Run, out_dir: Path) -> list[Path]:
+    sums = _summaries(run)
+    invalid = _invalid(run, sums)
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for s in _summaries(run):
-        groups[_series_label(s, ("case",))].append(s)
-    fig, (ax_i, ax_l) = plt.subplots(1, 2, figsize=(9.5, 4.0))
+    for s in sums:
+        groups[_series_label(s, ("case", "batch"))].append(s)
+    fig, (ax_i, ax_l) = plt.subplots(1, 2, figsize=(10, 4.2))
     if not groups:
         _empty(ax_i)
-    for label, ss in sorted(groups.items()):
-        ss = sorted(ss, key=_loss_pct)
-        x = [_loss_pct(s) for s in ss]
-        line, = ax_i.plot(x, [s["iter_ms_p50"] for s in ss], marker="o", label=f"{label} p50")
-        ax_i.plot(x, [s["iter_ms_p99"] for s in ss], marker="^", ls="--", color=line.get_color(),
-                  label=f"{label} p99")
-        base = next((s["train_s"] for s in ss if _loss_pct(s) == 0 and s.get("train_s")), None)
+    handles = []
+    for g, (label, ss) in enumerate(sorted(groups.items())):
+        color, mk = _coll_color(ss[0]), _MARKERS[g % len(_MARKERS)]   # marker tells apart same-colour groups
+        for key, ls in (("iter_ms_p50", "-"), ("iter_ms_p99", ":")):
+            data: dict[float, list[tuple[float, bool]]] = defaultdict(list)
+            for s in ss:
+                if s.get(key) is not None:
+                    data[_loss_pct(s)].append((s[key], s["point"] in invalid))
+            st.plot_repeats(ax_i, data, color=color, ls=ls, marker=mk)
+        base = [s["train_s"] for s in ss if _loss_pct(s) == 0 and s.get("train_s") and s["point"] not in invalid]
         for s in ss:
-            if base and s.get("train_s") and _loss_pct(s) > 0:
-                ax_i.annotate(f"x{s['train_s'] / base:.1f} train time", (_loss_pct(s), s["iter_ms_p50"]),
-                              textcoords="offset points", xytext=(-20, 7), fontsize=7,
-                              color=line.get_color())
+            if base and s.get("train_s") and _loss_pct(s) > 0 and s["point"] not in invalid:
+                ax_i.annotate(f"x{s['train_s'] / np.median(base):.1f} train time",
+                              (_loss_pct(s), s["iter_ms_p50"]), textcoords="offset points", xytext=(-20, 7),
+                              fontsize=7, color=color)
         digests = {s.get("model_digest") for s in ss}
-        same = (f"final models identical\n(digest {next(iter(digests))})" if len(digests) == 1
+        same = (f"final models identical (digest {next(iter(digests))})" if len(digests) == 1
                 else f"{len(digests)} different final models")
-        ax_l.plot(x, [s["final_loss"] for s in ss], marker="o", label=f"{label}:\n{same}")
+        data = defaultdict(list)
+        for s in ss:
+            if s.get("final_loss") is not None:
+                data[_loss_pct(s)].append((s["final_loss"], s["point"] in invalid))
+        st.plot_repeats(ax_l, data, color=color, marker=mk)
+        handles.append(st.legend_handle(color, marker=mk, label=f"{label}: {same}"))
     ax_i.set_yscale("log")
     ax_i.set_xlabel("packet loss per link direction (%)")
     ax_i.set_ylabel("iteration time (ms, emulated, log)")
     ax_i.set_title("Iteration time vs loss rate")
-    ax_i.legend(fontsize=7)
+    ax_i.legend(handles=[st.legend_handle("0.35", "-", label="p50"), st.legend_handle("0.35", ":", label="p99")],
+                fontsize=7)
     ax_l.set_xlabel("packet loss per link direction (%)")
     ax_l.set_ylabel("final training loss")
     ax_l.set_title("Training is exact under loss")
-    ax_l.legend(fontsize=7, loc="upper right")
-    return _save(fig, run, out_dir, "p4sgd_loss")
+    if invalid:
+        handles.append(st.legend_handle("0.35", "none", marker="o", hollow_=True, label="invalid point"))
+    ax_l.legend(handles=handles, fontsize=7, loc="upper right")
+    return _save(fig, run, out_dir, "p4sgd_loss", [], sums)
 
 
 @figure("p4sgd_straggler")
 def straggler(run: Run, out_dir: Path) -> list[Path]:
     iters = _by_point(run, "p4sgd_iter")
     sums = sorted(_summaries(run), key=lambda s: s["point"])
-    fig, (ax_b, ax_t) = plt.subplots(1, 2, figsize=(10, 4.2))
+    invalid = _invalid(run, sums)
+    styles = _variant_styles(s.get("case", "base") for s in sums)
+    fig, (ax_b, ax_t) = plt.subplots(1, 2, figsize=(10.5, 4.4))
     if not sums:
         _empty(ax_b)
     # (a) per worker: where its iteration time goes (compute / waiting in the allreduce / stall).
     width = 0.8 / max(1, len(sums))
-    parts = (("compute_s", "compute"), ("comm_s", "allreduce wait"), ("stall_s", "stall"),
-             ("other_s", "host overhead"))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    parts = (("compute_s", "compute", "compute"), ("comm_s", "allreduce wait", "comm"),
+             ("stall_s", "stall", "stall"), ("other_s", "host overhead", "other"))
+    hatches = ["", "//", "..", "xx", "\\\\"]
     hosts: list[str] = []
     for k, s in enumerate(sums):
         per_host: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         n_iter: dict[str, int] = defaultdict(int)
         for r in iters.get(s["point"], []):
             n_iter[r["host"]] += 1
-            for key, _ in parts:
+            for key, _, _ in parts:
                 per_host[r["host"]][key] += r[key]
         hs = sorted(per_host, key=lambda h: int(h[1:]) if h[1:].isdigit() else 0)
         hosts = hs if len(hs) > len(hosts) else hosts
         xs = np.arange(len(hs)) + k * width
         bottom = np.zeros(len(hs))
-        for j, (key, name) in enumerate(parts):
+        bad = s["point"] in invalid
+        for key, name, c in parts:
             vals = np.array([per_host[h][key] / n_iter[h] * 1e3 for h in hs])
-            ax_b.bar(xs, vals, width, bottom=bottom, color=colors[j % len(colors)],
-                     alpha=1.0 - 0.5 * k / max(1, len(sums)), edgecolor="k", lw=0.3,
-                     label=name if k == 0 else None)
+            ax_b.bar(xs, vals, width, bottom=bottom, color="none" if bad else st.PART_COLORS[c],
+                     edgecolor=st.PART_COLORS[c] if bad else "k", lw=0.8 if bad else 0.3,
+                     hatch=hatches[k % len(hatches)], label=name if k == 0 else None)
             bottom += vals
-        for x, h in zip(xs, hs):
-            ax_b.text(x, 0, s.get("case", ""), rotation=90, fontsize=6, ha="center", va="bottom")
+        for x in xs:
+            ax_b.text(x, 0, s.get("case", "") + (" INVALID" if bad else ""), rotation=90, fontsize=6,
+                      ha="center", va="bottom")
         # (b) timeline of rank 0's iteration time: a straggler stalls everyone.
         r0 = sorted((r for r in iters.get(s["point"], []) if r["rank"] == 0), key=lambda r: r["iter"])
-        ax_t.plot([r["t_s"] for r in r0], [r["iter_s"] * 1e3 for r in r0], lw=1,
-                  label=f"{s.get('case', '')} ({_series_label(s, ('case', 'batch'))})")
+        ax_t.plot([r["t_s"] for r in r0], [r["iter_s"] * 1e3 for r in r0], lw=0.8 if bad else 1.2,
+                  color=st.color_of(_system(s)), ls=styles[s.get("case", "base")], alpha=0.4 if bad else 1.0,
+                  label=f"{s.get('case', '')} ({_series_label(s, ('case', 'batch'))})" + (" INVALID" if bad else ""))
     ax_b.set_xticks(np.arange(len(hosts)) + width * (len(sums) - 1) / 2)
     ax_b.set_xticklabels(hosts)
     ax_b.set_ylabel("mean time per iteration (ms, emulated)")
@@ -320,41 +555,57 @@ def straggler(run: Run, out_dir: Path) -> list[Path]:
     ax_b.legend(fontsize=7)
     ax_t.set_xlabel("emulated time (s)")
     ax_t.set_ylabel("iteration time of w1 (ms)")
-    ax_t.set_title("Iteration time over time")
+    ax_t.set_title("Iteration time over time (line style = case)")
     ax_t.legend(fontsize=7)
-    return _save(fig, run, out_dir, "p4sgd_straggler")
+    return _save(fig, run, out_dir, "p4sgd_straggler", [], sums,
+                 how="outlined bars and faded lines, marked INVALID")
 
 
 @figure("p4sgd_pipeline")
 def pipeline(run: Run, out_dir: Path) -> list[Path]:
+    sums = _summaries(run)
+    invalid = _invalid(run, sums)
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for s in _summaries(run):
-        groups[_series_label(s, ("mode",))].append(s)
-    fig, (ax_h, ax_i) = plt.subplots(1, 2, figsize=(9.5, 4.0))
+    for s in sums:
+        groups[_series_label(s, ("mode", "batch"))].append(s)
+    fig, (ax_h, ax_i) = plt.subplots(1, 2, figsize=(10, 4.2))
     if not groups:
         _empty(ax_h)
     iters = _by_point(run, "p4sgd_iter")
-    for label, ss in sorted(groups.items()):
-        ss = sorted(ss, key=lambda s: s["pipeline_depth"])
-        d = [s["pipeline_depth"] for s in ss]
-        ax_h.plot(d, [s["hidden_share"] or 0.0 for s in ss], marker="o", label=f"{label}: 1 - exposed / total")
-        # The same relative to the unpipelined run: exposed time removed vs depth 1.
-        exposed = [np.mean([r["comm_s"] for r in iters.get(s["point"], [])] or [np.nan]) for s in ss]
-        if ss[0]["pipeline_depth"] == 1 and exposed[0] > 0:
-            ax_h.plot(d, [1.0 - e / exposed[0] for e in exposed], marker="s", ls="--",
-                      label=f"{label}: 1 - exposed / exposed at depth 1")
-        line, = ax_i.plot(d, [s["iter_ms_p50"] for s in ss], marker="o", label=f"{label}: iteration p50")
-        ax_i.plot(d, [e * 1e3 for e in exposed], marker="s", ls="--", color=line.get_color(),
-                  label=f"{label}: exposed communication (mean)")
+    handles = []
+    for g, (label, ss) in enumerate(sorted(groups.items())):
+        color, mk = _coll_color(ss[0]), _MARKERS[g % len(_MARKERS)]
+        exposed = {s["point"]: np.mean([r["comm_s"] for r in iters.get(s["point"], [])] or [np.nan]) for s in ss}
+        d1 = [exposed[s["point"]] for s in ss if s["pipeline_depth"] == 1 and s["point"] not in invalid]
+        series = {
+            (ax_h, "-"): [(s, s["hidden_share"] or 0.0) for s in ss],
+            (ax_h, "--"): [(s, 1.0 - exposed[s["point"]] / np.median(d1)) for s in ss] if d1 and np.median(d1) > 0
+            else [],
+            (ax_i, "-"): [(s, s["iter_ms_p50"]) for s in ss],
+            (ax_i, "--"): [(s, exposed[s["point"]] * 1e3) for s in ss],
+        }
+        for (ax, ls), rows in series.items():  # noqa: B007
+            data: dict[float, list[tuple[float, bool]]] = defaultdict(list)
+            for s, y in rows:
+                if y is not None and np.isfinite(y):
+                    data[s["pipeline_depth"]].append((y, s["point"] in invalid))
+            st.plot_repeats(ax, data, color=color, ls=ls, marker=mk)
+        handles.append(st.legend_handle(color, marker=mk, label=label))
     ax_h.set_ylim(-0.05, 1.05)
     for ax in (ax_h, ax_i):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_h.set_xlabel("pipeline depth (micro-batches in flight)")
-    ax_h.set_ylabel("communication hidden = 1 - exposed / total")
+    ax_h.set_ylabel("communication hidden")
     ax_h.set_title("Share of communication hidden by pipelining")
-    ax_h.legend(fontsize=7)
+    ax_h.legend(handles=handles + [st.legend_handle("0.35", "-", label="1 - exposed / total"),
+                                   st.legend_handle("0.35", "--", label="1 - exposed / exposed at depth 1")],
+                fontsize=7)
     ax_i.set_xlabel("pipeline depth")
     ax_i.set_ylabel("ms per iteration (emulated)")
     ax_i.set_title("Iteration time and exposed communication")
-    ax_i.legend(fontsize=7)
-    return _save(fig, run, out_dir, "p4sgd_pipeline")
+    extra = [st.legend_handle("0.35", "-", label="iteration p50"),
+             st.legend_handle("0.35", "--", label="exposed communication (mean)")]
+    if invalid:
+        extra.append(st.legend_handle("0.35", "none", marker="o", hollow_=True, label="invalid point"))
+    ax_i.legend(handles=extra, fontsize=7)
+    return _save(fig, run, out_dir, "p4sgd_pipeline", [], sums)

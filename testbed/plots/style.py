@@ -1,12 +1,23 @@
-"""Shared look of every figure, and the footer saying what was emulated."""
+"""Shared look of every figure: one colour per system, one line style per case,
+hollow markers for invalid points, repeat bands, and the caption + footer block.
+
+A reader should be able to tell, at a glance and across figures, which system
+a line is (its colour never changes: ring is always the same orange) and which
+case (solid = the first case of the scenario, dashed the second, ...).
+"""
 from __future__ import annotations
 
+import math
+import textwrap
 from pathlib import Path
+from typing import Any, Iterable, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display on these machines
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from testbed.results import Run  # noqa: E402
 
@@ -16,7 +27,151 @@ plt.rcParams.update({
     "font.size": 10,
 })
 
+# One fixed colour per system / algorithm (colour-blind-safe Okabe-Ito palette).
+SYSTEM_COLORS = {
+    "switch": "#0072b2",      # in-switch aggregation (blue)
+    "ring": "#e69f00",        # host ring allreduce (orange)
+    "ps": "#cc79a7",          # parameter server (purple)
+    "p4sgd": "#0072b2",       # P4SGD = model parallel over the in-switch collective
+    "dp": "#d55e00",          # data-parallel baseline (vermillion)
+    "lhc": "#009e73",
+    "easgd": "#56b4e9",
+    "shadowsync": "#f0e442",
+    "phub": "#000000",
+}
+_ALIASES = {"in-switch": "switch", "ina": "switch", "model_parallel": "p4sgd", "data_parallel": "dp",
+            "parameter_server": "ps"}
+_EXTRA = ["#7f7f7f", "#8c564b", "#17becf", "#bcbd22"]
+SYSTEM_LABELS = {"switch": "in-switch", "ring": "ring", "ps": "param. server", "p4sgd": "P4SGD",
+                 "dp": "data-parallel"}
 
+LINESTYLES = ["-", "--", ":", "-."]
+# Parts of an iteration (bars): fixed too, and distinct from the system colours.
+PART_COLORS = {"compute": "#999999", "comm": "#56b4e9", "stall": "#f0e442", "other": "#dddddd"}
+
+
+def system_key(name: str) -> str:
+    return _ALIASES.get(name, name)
+
+
+def color_of(system: str) -> str:
+    key = system_key(system)
+    if key in SYSTEM_COLORS:
+        return SYSTEM_COLORS[key]
+    # An unknown system still gets the same colour every time (stable in the name).
+    return _EXTRA[sum(map(ord, key)) % len(_EXTRA)]
+
+
+def label_of(system: str) -> str:
+    key = system_key(system)
+    return SYSTEM_LABELS.get(key, key)
+
+
+def case_styles(cases: Iterable[str]) -> dict[str, str]:
+    """Line style per case, in the given (scenario) order: solid, dashed, dotted, dash-dot."""
+    out: dict[str, str] = {}
+    for c in cases:
+        if c not in out:
+            out[c] = LINESTYLES[len(out) % len(LINESTYLES)]
+    return out
+
+
+def scenario_cases(run: Run) -> list[str]:
+    """Case names in the scenario's order (points' order when the scenario has none)."""
+    names = [c["name"] for c in (run.manifest.get("scenario", {}).get("sweep") or {}).get("cases") or []]
+    for p in run.manifest.get("points") or run.points:
+        if p.get("case") and p["case"] not in names:
+            names.append(p["case"])
+    return names
+
+
+# --------------------------------------------------------------------------- drawing
+def plot_series(ax, xs: Sequence[float], ys: Sequence[float], invalid: Sequence[bool], *, color: str,
+                ls: str = "-", label: str | None = None, marker: str = "o", lw: float = 1.6) -> None:
+    """A line through the valid points (filled markers); invalid points hollow, unjoined."""
+    xs, ys, bad = np.asarray(xs, float), np.asarray(ys, float), np.asarray(invalid, bool)
+    if (~bad).any():
+        ax.plot(xs[~bad], ys[~bad], color=color, ls=ls, marker=marker, ms=4.5, lw=lw, label=label)
+        label = None
+    if bad.any():
+        hollow(ax, xs[bad], ys[bad], color=color, marker=marker,
+               label=(label + " (invalid)") if label else None)
+
+
+def hollow(ax, xs, ys, *, color: str, marker: str = "o", label: str | None = None) -> None:
+    ax.plot(xs, ys, ls="none", marker=marker, markerfacecolor="none", markeredgecolor=color,
+            markeredgewidth=1.3, ms=9, label=label)
+
+
+def band_stats(values: Sequence[float]) -> tuple[float, float, float]:
+    """(median, lo, hi) of repeats: a distribution-free 95 % CI of the median
+    (order statistics) when it exists, else (fewer than 6 repeats) min-max."""
+    v = np.sort(np.asarray(values, float))
+    n = v.size
+    med = float(np.median(v))
+    if n < 6:
+        return med, float(v[0]), float(v[-1])
+    # Largest k with P(Binom(n, 1/2) < k) <= 2.5 %: [v_k, v_{n-k+1}] covers the median >= 95 %.
+    cdf, k = 0.0, 0
+    while True:
+        p = math.comb(n, k) / 2 ** n
+        if cdf + p > 0.025:
+            break
+        cdf += p
+        k += 1
+    k = max(k, 1)
+    return med, float(v[k - 1]), float(v[n - k])
+
+
+def band_description(max_repeats: int) -> str:
+    if max_repeats <= 1:
+        return "1 repeat per point (no band)"
+    if max_repeats < 6:
+        return f"{max_repeats} repeats: line = median, band = min-max"
+    return f"{max_repeats} repeats: line = median, band = 95 % CI of the median (order statistics)"
+
+
+def plot_repeats(ax, data: dict[float, list[tuple[float, bool]]], *, color: str, ls: str = "-",
+                 label: str | None = None, marker: str = "o") -> int:
+    """x -> [(value of one repeat, invalid?)]: median line and band over the valid
+    repeats; every invalid repeat a hollow marker, in no line or band. Returns the
+    largest number of valid repeats at one x (for the band's description)."""
+    xs = sorted(data)
+    good = [(x, [v for v, bad in data[x] if not bad]) for x in xs]
+    good = [(x, vs) for x, vs in good if vs]
+    stats = [band_stats(vs) for _, vs in good]
+    if good:
+        ax.plot([x for x, _ in good], [s[0] for s in stats], color=color, ls=ls, marker=marker,
+                ms=4.5, lw=1.6, label=label)
+        banded = [(x, s) for (x, vs), s in zip(good, stats) if len(vs) > 1]
+        if banded:
+            ax.fill_between([x for x, _ in banded], [s[1] for _, s in banded], [s[2] for _, s in banded],
+                            color=color, alpha=0.18, lw=0)
+    bad = [(x, v) for x in xs for v, b in data[x] if b]
+    if bad:
+        hollow(ax, [x for x, _ in bad], [v for _, v in bad], color=color, marker=marker)
+    return max((len(vs) for _, vs in good), default=0)
+
+
+def bound_line(ax, y: float, *, color: str, label: str) -> None:
+    """An analytical upper bound: thin line in the system's colour."""
+    ax.axhline(y, color=color, lw=0.9, ls=(0, (6, 2, 1, 2)), alpha=0.9, label=label)
+
+
+def legend_handle(color: str = "0.3", ls: str = "-", marker: str | None = None, hollow_: bool = False,
+                  label: str = "") -> Line2D:
+    return Line2D([], [], color=color, ls=ls, marker=marker,
+                  markerfacecolor="none" if hollow_ else color, label=label)
+
+
+def note(ax, text: str, *, warn: bool = True) -> None:
+    """A short note inside the axes (top left), e.g. a disagreement or an invalid point."""
+    ax.text(0.01, 0.99, text, transform=ax.transAxes, ha="left", va="top", fontsize=7,
+            color="#b00000" if warn else "0.2",
+            bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "#b00000" if warn else "0.6", "lw": 0.6})
+
+
+# --------------------------------------------------------------------------- caption + footer
 def emulation_footer(run: Run) -> str:
     """One line saying how the numbers were produced, printed under each figure."""
     m = run.manifest
@@ -42,11 +197,45 @@ def _workers(run: Run, topo: dict) -> str:
     return "/".join(map(str, swept)) if swept else str(topo.get("workers", "?"))
 
 
-def save(fig: "plt.Figure", run: Run, out_dir: Path, name: str) -> list[Path]:
-    fig.text(0.01, 0.005, emulation_footer(run), fontsize=6.5, color="0.35", ha="left", va="bottom")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+CAPTION_PT = 6.5
+
+
+def save(fig: "plt.Figure", run: Run, out_dir: Path, name: str,
+         caption: Iterable[str] = ()) -> list[Path]:
+    """Write <name>.png/.pdf with the caption lines (what ran) above the footer."""
+    w, h = fig.get_size_inches()
+    chars = max(60, int(w * 17.5))   # characters per line at 6.5 pt
+    paras: list[tuple[list[str], str]] = []
+    for para in (c for c in caption if c):
+        warn = para.startswith(("INVALID", "DISAGREE", "NOT REACHED"))
+        paras.append((textwrap.wrap(para, chars, subsequent_indent="  "), "#B00000" if warn else "0.1"))
+    paras.append(([emulation_footer(run)], "0.4"))
+    line_h = CAPTION_PT * 1.35 / 72 / h   # one text line, in figure fraction
+    n = 0
+    for lines, color in reversed(paras):  # bottom up: footer first
+        fig.text(0.01, 0.006 + n * line_h, "\n".join(lines), fontsize=CAPTION_PT, ha="left", va="bottom",
+                 color=color, linespacing=1.2)
+        n += len(lines)
+    fig.tight_layout(rect=(0, 0.012 + n * line_h, 1, 1))
     paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
     for p in paths:
         fig.savefig(p)
-    plt.close(fig)
+    _close(fig)
     return paths
+
+
+def _close(fig: "plt.Figure") -> None:
+    plt.close(fig)  # tests replace this to inspect the drawn figure
+
+
+def caption_of(fig: Any) -> str:
+    """Every text drawn on the figure (caption, footer, notes, legends), for tests."""
+    texts = [t.get_text() for t in fig.texts]
+    for ax in fig.axes:
+        texts += [t.get_text() for t in ax.texts]
+        leg = ax.get_legend()
+        if leg:
+            texts += [t.get_text() for t in leg.get_texts()]
+        texts.append(ax.get_title())
+    # Caption lines are wrapped: join them back so a phrase is found whole.
+    return " | ".join(" ".join(t.split()) for t in texts if t)

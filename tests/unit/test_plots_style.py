@@ -1,0 +1,184 @@
+"""Figures a reader can parse: colour per system, hollow invalid points, bounds,
+captions from what ran, 'did not reach target', projections dashed and labelled.
+
+Each test draws a figure from a synthetic results folder and inspects the
+matplotlib figure before it is closed (style._close is replaced).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import matplotlib.colors as mcolors
+import pytest
+
+from testbed import results as res
+from testbed.plots import draw_figures
+from testbed.plots import style as st
+from testbed.plots.allreduce import goodput_bound_mbps, payload_efficiency
+from testbed.plots.captions import Resolution
+
+sys.path.insert(0, str(Path(__file__).parent))
+import plot_fixtures as fx  # noqa: E402
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """Draw figures and keep them open: name -> matplotlib Figure."""
+    figs = []
+    monkeypatch.setattr(st, "_close", figs.append)
+
+    def draw(run_dir, names):
+        figs.clear()
+        draw_figures(res.load_run(run_dir), names)
+        return dict(zip(names, figs))
+    return draw
+
+
+def _data_lines(ax):
+    """Lines with data drawn from measurements (not axhline bounds, not legend proxies)."""
+    return [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 0]
+
+
+def _hex(c):
+    return mcolors.to_hex(c)
+
+
+def test_allreduce_colour_is_per_algorithm_and_style_per_case(tmp_path, drawn):
+    fig = drawn(fx.allreduce_run(tmp_path), ["goodput_vs_size"])["goodput_vs_size"]
+    ax = fig.axes[0]
+    solid = [ln for ln in _data_lines(ax) if ln.get_marker() == "o" and ln.get_markerfacecolor() != "none"]
+    # 3 algorithms x 3 cases: 9 lines but only 3 colours and 3 line styles.
+    assert len(solid) == 9
+    assert {_hex(ln.get_color()) for ln in solid} == {st.color_of(a) for a in fx.ALGS}
+    assert len({ln.get_linestyle() for ln in solid}) == 3
+    # The same algorithm keeps its colour in every case.
+    ring = st.color_of("ring")
+    assert sum(_hex(ln.get_color()) == ring for ln in solid) == 3
+
+
+def test_invalid_points_are_hollow_and_out_of_the_line(tmp_path, drawn):
+    run_dir = fx.allreduce_run(tmp_path, invalid=(4,))   # baseline, ring, repeat 1
+    fig = drawn(run_dir, ["goodput_vs_size"])["goodput_vs_size"]
+    ax = fig.axes[0]
+    hollow = [ln for ln in _data_lines(ax) if ln.get_markerfacecolor() == "none"]
+    assert hollow, "an invalid point must be drawn with a hollow marker"
+    assert all(_hex(ln.get_markeredgecolor()) == st.color_of("ring") for ln in hollow)
+    assert all(ln.get_linestyle() == "None" for ln in hollow)   # not joined to a line
+    assert len(hollow[0].get_xdata()) == 4                       # one per tensor size
+    text = st.caption_of(fig)
+    assert "INVALID: 1 of 27" in text and "net slowdown p50 950" in text
+
+
+def test_valid_run_has_no_hollow_marker_or_invalid_note(tmp_path, drawn):
+    fig = drawn(fx.allreduce_run(tmp_path), ["goodput_vs_size"])["goodput_vs_size"]
+    assert not [ln for ln in _data_lines(fig.axes[0]) if ln.get_markerfacecolor() == "none"]
+    assert "INVALID" not in st.caption_of(fig)
+
+
+def test_goodput_bounds_are_drawn_in_the_algorithms_colours(tmp_path, drawn):
+    fig = drawn(fx.allreduce_run(tmp_path), ["goodput_vs_size"])["goodput_vs_size"]
+    ax = fig.axes[0]
+    # axhline: a 2-point line spanning the axes at the bound value.
+    horizontal = {(_hex(ln.get_color()), round(ln.get_ydata()[0], 6)) for ln in ax.get_lines()
+                  if list(ln.get_xdata()) == [0, 1]}
+    for alg in fx.ALGS:
+        assert (st.color_of(alg), round(goodput_bound_mbps(alg, 100.0, 4), 6)) in horizontal
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "analytical bound" in labels
+    assert any(t.startswith("ring, bound 63.8") for t in labels)
+
+
+def test_bound_formulas():
+    eff_tcp = payload_efficiency("ring")
+    assert goodput_bound_mbps("ring", 100, 4) == pytest.approx(100 * 4 / 6 * eff_tcp)
+    assert goodput_bound_mbps("ps", 100, 4) == pytest.approx(25 * eff_tcp)
+    # 64 values = 256 B per 314 B frame; on a real wire 24 B more.
+    assert goodput_bound_mbps("switch", 100, 4) == pytest.approx(100 * 256 / 314)
+    assert payload_efficiency("switch", on_wire=True) == pytest.approx(256 / 338)
+
+
+def test_local_mode_draws_no_bound_and_says_why(tmp_path, drawn):
+    run_dir = fx.allreduce_run(tmp_path)
+    lines = (run_dir / "points.jsonl").read_text().replace('"applied": true', '"applied": false')
+    (run_dir / "points.jsonl").write_text(lines)
+    fig = drawn(run_dir, ["goodput_vs_size"])["goodput_vs_size"]
+    assert not [ln for ln in fig.axes[0].get_lines() if list(ln.get_xdata()) == [0, 1]]
+    assert "links were not shaped" in st.caption_of(fig)
+
+
+def test_caption_follows_quick_set_and_case_set(tmp_path, drawn):
+    fig = drawn(fx.convergence_run(tmp_path, quick=True), ["p4sgd_convergence"])["p4sgd_convergence"]
+    text = st.caption_of(fig)
+    assert "synthetic dense 1024 x 1024" in text           # the quick dataset, not the file's 4096 x 2048
+    assert "4096 x 2048" not in text
+    assert "epochs 2" in text and "epochs 100" not in text  # quick set wins over dp's case set
+    assert "p4sgd: B=16" in text and "dp: B=1024" in text   # per-case batch from the case sets
+    assert "QUICK run" in text
+
+
+def test_caption_without_quick_shows_the_files_values(tmp_path, drawn):
+    fig = drawn(fx.convergence_run(tmp_path, quick=False), ["p4sgd_convergence"])["p4sgd_convergence"]
+    text = st.caption_of(fig)
+    assert "synthetic dense 4096 x 2048" in text and "QUICK" not in text
+    assert "dp: " in text and "epochs 100" in text           # dp's case set applies without --quick
+
+
+def test_resolution_applies_non_sweep_cli_overrides_after_case_sets(tmp_path):
+    run_dir = fx.convergence_run(tmp_path, quick=False)
+    import json
+    m = json.loads((run_dir / "manifest.json").read_text())
+    m["cli"]["overrides"] = ["workload.batch=32", "sweep.repeats=2"]
+    (run_dir / "manifest.json").write_text(json.dumps(m))
+    r = Resolution(res.load_run(run_dir))
+    assert r.error is None
+    assert [r.get(i, "workload.batch") for i in range(3)] == [32, 32, 32]   # as the sweep resolves it
+    assert r.get(1, "workload.mode") == "data_parallel"
+
+
+def test_convergence_names_the_best_lr_and_the_missed_target(tmp_path, drawn):
+    fig = drawn(fx.convergence_run(tmp_path), ["p4sgd_convergence"])["p4sgd_convergence"]
+    text = st.caption_of(fig)
+    # dp lr 16 ends at 0.60, lr 1024 at 0.45: neither reaches 0.35, 1024 has the lower final loss.
+    assert "lr grid {16, 1024}: best lr 1024" in text
+    # Times in hardware seconds (the summaries carry tdf=500): 2.0 s emulated -> 0.004 s.
+    assert "did not reach target loss 0.35 in 0.004 s" in text   # legend, and the NOT REACHED caption line
+    assert "NOT REACHED" in text
+    assert "target at 0.0016 s" in text                          # p4sgd reached it at 0.8 s emulated
+    assert "hardware-equivalent" in fig.axes[0].get_xlabel()
+
+
+def test_scaling_projection_is_dashed_labelled_and_disagreement_noted(tmp_path, drawn):
+    fig = drawn(fx.scaling_run(tmp_path), ["p4sgd_scaling"])["p4sgd_scaling"]
+    ax_t = fig.axes[0]
+    dashed = [ln for ln in _data_lines(ax_t) if ln.get_linestyle() == "--"]
+    assert {_hex(ln.get_color()) for ln in dashed} == {st.color_of("p4sgd"), st.color_of("dp")}
+    assert all(max(ln.get_xdata()) == 256 for ln in dashed)      # projected-only counts included
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert "P4SGD projected (model profile tofino1-100g)" in labels
+    text = st.caption_of(fig)
+    assert "DISAGREE" in text and "P4SGD N=8: emulated" in text and "data-parallel N=" not in text
+    assert "samples / hardware s" in ax_t.get_ylabel()
+
+
+def test_scaling_invalid_point_hollow(tmp_path, drawn):
+    fig = drawn(fx.scaling_run(tmp_path, invalid_point=22), ["p4sgd_scaling"])["p4sgd_scaling"]
+    hollow = [ln for ln in _data_lines(fig.axes[0]) if ln.get_markerfacecolor() == "none"]
+    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [8]
+    assert _hex(hollow[0].get_markeredgecolor()) == st.color_of("dp")
+    assert "ratio p50 0.4" in st.caption_of(fig)
+
+
+def test_scaling_without_projection_records_draws_emulated_only(tmp_path, drawn):
+    fig = drawn(fx.scaling_run(tmp_path, projection=False), ["p4sgd_scaling"])["p4sgd_scaling"]
+    assert not [ln for ln in _data_lines(fig.axes[0]) if ln.get_linestyle() == "--"]
+    text = st.caption_of(fig)
+    assert "projected" not in text.lower() and "DISAGREE" not in text
+
+
+def test_band_stats_min_max_below_six_repeats_and_ci_above():
+    assert st.band_stats([3, 1, 2]) == (2.0, 1.0, 3.0)
+    med, lo, hi = st.band_stats(list(range(1, 21)))   # n=20: ranks 6 and 15
+    assert (med, lo, hi) == (10.5, 6.0, 15.0)
