@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from hosts.collectives import check_hello
+from hosts.common.arrays import as_array
 from hosts.common.config import HostAddr, ps_port
 from hosts.common.tcp import (KIND_DATA, Conn, ProtocolError, RecvOp, SendOp, accept_one,
                               connect_with_retry, exchange, listen, recv_json, send_json,
@@ -43,11 +44,14 @@ class PSWorker:
             raise
         return cls(conn, timeout_s)
 
-    def allreduce(self, x: np.ndarray) -> np.ndarray:
-        buf = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    def allreduce(self, x):
+        """ndarray -> flat float32 ndarray; CPU tensor -> float32 tensor of x's shape.
+        A contiguous float32 input is sent from its own memory (no copy)."""
+        a, back = as_array(x)
+        buf = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
         out = np.empty_like(buf)
         exchange([SendOp(self.conn, KIND_DATA, buf)], [RecvOp(self.conn, KIND_DATA, out)], self.timeout_s)
-        return out
+        return back(out)
 
     def barrier(self) -> None:
         star_barrier_member(self.conn, self.timeout_s)
