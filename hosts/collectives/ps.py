@@ -122,6 +122,28 @@ class ParameterServer:
         exchange([SendOp(c, KIND_DATA, acc) for c in self.conns], [], self.timeout_s)
         self.bytes_sent += size * 4 * len(self.conns)
 
+    def reduce_next(self, delay_s: float = 0.0) -> int:
+        """Serve one allreduce whose size the workers announce (each frame carries
+        its count): for programs whose tensor sizes the PS cannot know in advance
+        (DDP gradient buckets). All workers must send the same size; size 0 from
+        every worker is their end-of-stream, answered and returned as 0."""
+        ops = [RecvOp(c, KIND_DATA) for c in self.conns]
+        exchange([], ops, self.timeout_s)
+        sizes = [op.array.size for op in ops]
+        if len(set(sizes)) != 1:
+            raise ProtocolError("workers sent tensors of different sizes to the parameter server: "
+                                + ", ".join(f"{c.peer}: {s}" for c, s in zip(self.conns, sizes)))
+        size = sizes[0]
+        acc = ops[0].array.astype(np.float32, copy=True)
+        for op in ops[1:]:          # fixed rank order: deterministic float32 sum
+            acc += op.array
+        self.bytes_received += size * 4 * len(self.conns)
+        if delay_s > 0:
+            time.sleep(delay_s)
+        exchange([SendOp(c, KIND_DATA, acc) for c in self.conns], [], self.timeout_s)
+        self.bytes_sent += size * 4 * len(self.conns)
+        return size
+
     def barrier(self) -> None:
         star_barrier_leader(self.conns, self.timeout_s)
 
