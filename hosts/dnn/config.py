@@ -115,7 +115,7 @@ class TorchWorkerConfig:
     def run_identity(self) -> dict[str, Any]:
         """What every participant must agree on (checked at the collective's handshake)."""
         ident = {"world": self.world, "collective": self.collective, "seed": self.seed,
-                 "port": self.port, "script": Path(self.script).name, "args": list(self.args),
+                 "port": self.port, "script": Path(self.script).name,
                  "batch_size": self.batch_size}
         if self.ina is not None:
             ident["ina"] = {"job_id": self.ina.job_id, "window": self.ina.window,

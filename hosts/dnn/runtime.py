@@ -153,16 +153,19 @@ class Runtime:
             if v is not None:
                 rec[k] = float(v) if hasattr(v, "__float__") and not isinstance(v, (int, bool)) else v
         self.writer.write(rec)
-        for k in ("compute_s", "comm_s", "hw_compute_s"):
-            self.totals[k] += it[k]
-        self.totals["bytes"] += it["bytes"]
-        self.totals["ops"] += it["ops"]
+        self._fold_counters()
         self.iteration += 1
-        self._reset_counters()
         return rec
+
+    def _fold_counters(self) -> None:
+        """Add the current iteration's counters to the run totals and reset them."""
+        for k in ("compute_s", "comm_s", "hw_compute_s", "bytes", "ops"):
+            self.totals[k] += self.it[k]
+        self._reset_counters()
 
     def close(self, ok: bool, error: str | None = None, **extra: Any) -> None:
         global _current
+        self._fold_counters()      # comm of a script that never reports iterations counts too
         try:
             if self._coll is not None:
                 self._coll.close()
