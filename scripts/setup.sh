@@ -50,5 +50,20 @@ if [ -n "$MN_SRC" ]; then
 else
   echo "setup: WARNING: Debian's mininet package not found; the mininet tier will be skipped" >&2
 fi
+# PyTorch must be the pinned CPU build: a different version or any CUDA package
+# (nvidia-*) means pip resolved torch from somewhere else; stop here, loudly.
+"$VENV/bin/python" - <<'PYEOF'
+import importlib.metadata as md, sys
+import torch
+want = "2.13.0"
+cuda = sorted(d.metadata["Name"] for d in md.distributions()
+              if (d.metadata["Name"] or "").lower().startswith("nvidia-"))
+if not torch.__version__.startswith(want) or cuda or torch.version.cuda:
+    sys.exit(f"setup: ERROR: expected the CPU build of torch {want}, got torch {torch.__version__} "
+             f"(CUDA {torch.version.cuda}), CUDA packages {cuda or 'none'}; remove them "
+             f"(.venv/bin/python -m pip uninstall torch {' '.join(cuda)}) and install "
+             f"torch=={want} from the CPU wheel index")
+print(f"setup: torch {torch.__version__} (CPU build, no CUDA packages)")
+PYEOF
 "$VENV/bin/python" -c 'import p4runtime_sh.shell, google.protobuf as pb; print("setup: p4runtime-shell OK, protobuf", pb.__version__)'
 echo "setup: done. Try: make run"

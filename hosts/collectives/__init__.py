@@ -12,7 +12,9 @@ import numpy as np
 
 class Collective(Protocol):
     def allreduce(self, x: np.ndarray) -> np.ndarray:
-        """Sum of every worker's `x` (float32), returned to every worker."""
+        """Sum of every worker's `x` (float32), returned to every worker: a flat
+        ndarray, or for a CPU torch.Tensor a float32 tensor of x's shape
+        (hosts/common/arrays.py; same bits as the numpy path)."""
 
     def barrier(self) -> None:
         """Return once every worker has called barrier()."""

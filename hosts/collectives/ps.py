@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from hosts.collectives import check_hello
+from hosts.common.arrays import as_array
 from hosts.common.config import HostAddr, ps_port
 from hosts.common.tcp import (KIND_DATA, Conn, ProtocolError, RecvOp, SendOp, accept_one,
                               connect_with_retry, exchange, listen, recv_json, send_json,
@@ -43,11 +44,14 @@ class PSWorker:
             raise
         return cls(conn, timeout_s)
 
-    def allreduce(self, x: np.ndarray) -> np.ndarray:
-        buf = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    def allreduce(self, x):
+        """ndarray -> flat float32 ndarray; CPU tensor -> float32 tensor of x's shape.
+        A contiguous float32 input is sent from its own memory (no copy)."""
+        a, back = as_array(x)
+        buf = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
         out = np.empty_like(buf)
         exchange([SendOp(self.conn, KIND_DATA, buf)], [RecvOp(self.conn, KIND_DATA, out)], self.timeout_s)
-        return out
+        return back(out)
 
     def barrier(self) -> None:
         star_barrier_member(self.conn, self.timeout_s)
@@ -117,6 +121,28 @@ class ParameterServer:
             time.sleep(delay_s)
         exchange([SendOp(c, KIND_DATA, acc) for c in self.conns], [], self.timeout_s)
         self.bytes_sent += size * 4 * len(self.conns)
+
+    def reduce_next(self, delay_s: float = 0.0) -> int:
+        """Serve one allreduce whose size the workers announce (each frame carries
+        its count): for programs whose tensor sizes the PS cannot know in advance
+        (DDP gradient buckets). All workers must send the same size; size 0 from
+        every worker is their end-of-stream, answered and returned as 0."""
+        ops = [RecvOp(c, KIND_DATA) for c in self.conns]
+        exchange([], ops, self.timeout_s)
+        sizes = [op.array.size for op in ops]
+        if len(set(sizes)) != 1:
+            raise ProtocolError("workers sent tensors of different sizes to the parameter server: "
+                                + ", ".join(f"{c.peer}: {s}" for c, s in zip(self.conns, sizes)))
+        size = sizes[0]
+        acc = ops[0].array.astype(np.float32, copy=True)
+        for op in ops[1:]:          # fixed rank order: deterministic float32 sum
+            acc += op.array
+        self.bytes_received += size * 4 * len(self.conns)
+        if delay_s > 0:
+            time.sleep(delay_s)
+        exchange([SendOp(c, KIND_DATA, acc) for c in self.conns], [], self.timeout_s)
+        self.bytes_sent += size * 4 * len(self.conns)
+        return size
 
     def barrier(self) -> None:
         star_barrier_leader(self.conns, self.timeout_s)

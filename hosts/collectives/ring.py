@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from hosts.collectives import check_hello
+from hosts.common.arrays import as_array
 from hosts.common.config import HostAddr, ring_port
 from hosts.common.tcp import (KIND_DATA, Conn, RecvOp, SendOp, accept_one, connect_with_retry,
                               exchange, listen, recv_json, ring_barrier, send_json)
@@ -85,7 +86,13 @@ class RingAllreduce:
             server.close()
         return cls(rank, world, left, right, timeout_s)
 
-    def allreduce(self, x: np.ndarray) -> np.ndarray:
+    def allreduce(self, x):
+        """Sum of every rank's x (ndarray -> flat float32 ndarray; CPU tensor -> float32
+        tensor of x's shape). The one copy is into the working buffer."""
+        a, back = as_array(x)
+        return back(self._allreduce(a))
+
+    def _allreduce(self, x: np.ndarray) -> np.ndarray:
         buf = np.array(x, dtype=np.float32, copy=True).reshape(-1)
         n, world, rank = buf.size, self.world, self.rank
         if world == 1:

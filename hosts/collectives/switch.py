@@ -18,6 +18,7 @@ import logging
 
 import numpy as np
 
+from hosts.common.arrays import as_array
 from hosts.common.config import InaSettings
 from hosts.common.tcp import NetError
 from hosts.ina.transport import InaClient, InaError, UdpIo
@@ -65,10 +66,12 @@ class SwitchAllreduce:
         except (InaError, TimeoutError) as e:   # InaTimeoutError is both
             raise NetError(f"in-switch allreduce {what}: {e}") from None
 
-    def allreduce(self, x: np.ndarray) -> np.ndarray:
-        buf = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
-        return self._run(lambda: self.client.wait(self.client.submit(buf), timeout=self.timeout_s),
-                         f"of {buf.size} values")
+    def allreduce(self, x):
+        """ndarray -> flat float32 ndarray; CPU tensor -> float32 tensor of x's shape."""
+        a, back = as_array(x)
+        buf = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
+        return back(self._run(lambda: self.client.wait(self.client.submit(buf), timeout=self.timeout_s),
+                              f"of {buf.size} values"))
 
     def barrier(self) -> None:
         got = self._run(lambda: self.client.wait(self.client.submit(np.ones(1, np.int32)),

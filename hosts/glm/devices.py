@@ -65,36 +65,16 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from hosts.common.device import DeviceStats, PacedDevice
+
 U280_HBM_PEAK_BPS = 460e9
 U280_HBM_MEASURED_BPS = 425e9
 V100_HBM_PEAK_BPS = 900e9
 
 
-class _StatsMixin:
-    """Per-step accounting shared by all devices."""
-
-    def _reset_stats(self) -> None:
-        self.steps = 0
-        self.violations = 0
-        self.worst_ratio = 0.0
-        self.real_s_total = 0.0
-        self.modeled_s_total = 0.0
-        self.max_overshoot_s = 0.0
-
-    def _record(self, modeled: float, real: float) -> None:
-        self.steps += 1
-        self.real_s_total += real
-        self.modeled_s_total += modeled
-        ratio = real / modeled if modeled > 0 else (float("inf") if real > 0 else 1.0)
-        self.worst_ratio = max(self.worst_ratio, ratio)
-        if real > modeled:
-            self.violations += 1
-
-    def validity(self) -> dict[str, Any]:
-        return {"valid": self.violations == 0, "violations": self.violations,
-                "steps": self.steps, "worst_ratio": self.worst_ratio,
-                "real_s_total": self.real_s_total, "modeled_s_total": self.modeled_s_total,
-                "max_overshoot_s": self.max_overshoot_s}
+# Accounting and paced sleeping are shared with the deep-learning devices
+# (hosts/dnn/device.py); the old names stay importable from here.
+_StatsMixin = DeviceStats
 
 
 class CpuDevice(_StatsMixin):
@@ -121,20 +101,10 @@ class CpuDevice(_StatsMixin):
         return {"device": self.name, "model": "measured"}
 
 
-class ModeledDevice(_StatsMixin):
+class ModeledDevice(PacedDevice):
     """Base for devices whose time comes from a formula (subclasses: _phase_times)."""
 
     name = "modeled"
-
-    def __init__(self, time_scale: float = 1.0, sleep: bool = True,
-                 min_sleep_s: float = 200e-6):
-        if time_scale <= 0:
-            raise ValueError(f"time_scale must be > 0, got {time_scale}")
-        self.time_scale = float(time_scale)
-        self.sleep = sleep
-        self.min_sleep_s = float(min_sleep_s)
-        self.debt_s = 0.0  # modeled time not yet slept (negative: overshoot credit)
-        self._reset_stats()
 
     def _phase_times(self, n: int, f: int, nnz: int | None) -> tuple[float, float]:
         raise NotImplementedError
@@ -153,24 +123,8 @@ class ModeledDevice(_StatsMixin):
         t0 = time.perf_counter()
         result = fn()
         real = time.perf_counter() - t0
-        self._record(modeled, real)
-        if self.sleep:
-            self.debt_s += max(0.0, modeled - real)
-            if self.debt_s >= self.min_sleep_s:
-                self.flush()
+        self.charge(modeled, real)
         return result, modeled, real
-
-    def flush(self) -> None:
-        """Sleep off the accumulated debt now; keep any overshoot as credit."""
-        if self.debt_s > 0:
-            t0 = time.perf_counter()
-            time.sleep(self.debt_s)
-            slept = time.perf_counter() - t0
-            self.max_overshoot_s = max(self.max_overshoot_s, slept - self.debt_s)
-            self.debt_s -= slept
-
-    def validity(self) -> dict[str, Any]:
-        return {**super().validity(), "sleep_debt_s": self.debt_s}
 
     @staticmethod
     def slice_bytes(n: int, f: int, nnz: int | None, value_bytes: int = 4,

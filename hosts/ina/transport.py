@@ -42,6 +42,8 @@ default or per submit) there is no extra round and overflow is detected via
 the MAX-ed header exponent (FixedPointOverflow on every worker, or counted
 with on_overflow="saturate"). Integer input (any op): int32/uint32 carried
 unscaled, result in the input's 32-bit type (uint32 stays uint32: OR bitmaps).
+A CPU torch.Tensor goes in as its numpy view (hosts/common/arrays.py, no copy)
+and its result comes back as a tensor of the same shape, same bits.
 
 Workers must submit the same sequence of (size, op, scale mode): that is what
 keeps their seq counters aligned. `window` must be the same on all workers and
@@ -68,6 +70,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from hosts.common.arrays import as_array
 from hosts.ina import _mmsg
 from hosts.ina import fixed_point as fp
 from testbed import wire
@@ -132,7 +135,7 @@ class InaHandle:
 
     __slots__ = ("id", "op", "shape", "kind", "scale_exp", "fixed", "ints", "ints2d", "src",
                  "n", "nchunks", "remaining", "max_exp", "done", "result", "error", "segs",
-                 "submitted_at", "completed_at")
+                 "submitted_at", "completed_at", "back")
 
     def __init__(self, hid: int, op: int, shape: tuple, kind: str, scale_exp: int | None):
         self.id, self.op, self.shape, self.kind = hid, op, shape, kind
@@ -148,6 +151,7 @@ class InaHandle:
         self.error: BaseException | None = None
         self.segs: list[_Seg] = []
         self.submitted_at = self.completed_at = 0.0
+        self.back = None                          # result -> the input's kind (torch tensor)
 
     def __repr__(self) -> str:
         return f"<InaHandle {self.id} {self.kind} {self.shape} {'done' if self.done else 'pending'}>"
@@ -277,7 +281,8 @@ class InaClient:
         code = OPS.get(op)
         if code is None:
             raise ValueError(f"unknown op {op!r}; use one of {sorted(OPS)}")
-        a = np.asarray(vec)
+        a, back = as_array(vec)      # a CPU torch tensor: its numpy view, no copy
+        a = np.asarray(a)
         n = a.size
         flat = a.reshape(-1)
         if a.dtype.kind == "f":
@@ -291,6 +296,7 @@ class InaClient:
         else:
             raise TypeError(f"cannot aggregate values of dtype {a.dtype}")
         h = InaHandle(next(self._hids), code, a.shape, kind, k)
+        h.back = back
         h.submitted_at = now = self._clock()
         if n == 0:
             h.result = np.zeros(a.shape, np.float32 if kind == "float" else
@@ -352,7 +358,7 @@ class InaClient:
         self._raise_fatal()
         if handle.error is not None:
             raise handle.error
-        return handle.result
+        return handle.result if handle.back is None else handle.back(handle.result)
 
     def poll(self) -> int:
         """Non-blocking progress: handle received packets and expired timers.

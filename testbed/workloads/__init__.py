@@ -61,3 +61,4 @@ def seal_registry() -> dict[str, type[BaseModel]]:
 # Built-in workloads: importing them registers their models. ----------------
 from testbed.workloads import allreduce  # noqa: E402,F401
 from testbed.workloads import p4sgd  # noqa: E402,F401
+from testbed.workloads import torch  # noqa: E402,F401

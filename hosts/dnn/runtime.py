@@ -1,0 +1,183 @@
+"""The testbed side of one torch worker process: its config, device model,
+collective, trace and records, opened once and shared by `collective`,
+`ddp_hook` and `report`.
+
+`hosts.dnn.run_script` opens it from its config before running the user's
+script; a script run outside the testbed can open one itself with
+`Runtime.open(config)`. `current()` returns the open one, or raises with the
+reason (a script that needs the testbed but was started without it).
+
+Accounting. `compute(fn, batch_size)` runs one training step on the CPU and
+charges the device model (sleeping to modeled x time_scale); `comm(...)` wraps
+every collective call. Both add to the iteration's counters that
+`report.iteration()` writes and resets, and both record trace nodes. Time spent
+in collectives *inside* a compute() call (DDP's hook runs during backward) is
+taken out of that step's real compute time; the emulation then runs the step's
+communication and compute back to back (no overlap; see docs/pytorch.md).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from hosts.common.results import JsonlWriter
+from hosts.common.trace import TraceRecorder
+from hosts.dnn.config import TorchWorkerConfig
+from hosts.dnn.device import make_device
+
+ENV_CONFIG = "TESTBED_TORCH_CONFIG"
+log = logging.getLogger("dnn")
+
+_current: "Runtime | None" = None
+
+
+class NotOnTestbed(RuntimeError):
+    pass
+
+
+def current() -> "Runtime":
+    global _current
+    if _current is None:
+        path = os.environ.get(ENV_CONFIG)
+        if not path:
+            raise NotOnTestbed(f"no testbed runtime: this process was not started by "
+                               f"hosts.dnn.run_script (${ENV_CONFIG} is not set)")
+        _current = Runtime.open(path)
+    return _current
+
+
+class Runtime:
+    def __init__(self, cfg: TorchWorkerConfig):
+        self.cfg = cfg
+        self.device = make_device(cfg.device)
+        self.trace = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.rank, world=cfg.world,
+                                   tdf=self.device.time_scale, device=self.device.describe(),
+                                   workload="torch", collective=cfg.collective)
+        self.writer = JsonlWriter(cfg.out)
+        self._coll = None
+        self.t0 = time.perf_counter()
+        self.t0_wall = time.time()
+        self.iteration = 0
+        self._in_compute = False
+        self._comm_inside = 0.0
+        self._reset_counters()
+        self.totals = {"compute_s": 0.0, "comm_s": 0.0, "hw_compute_s": 0.0, "bytes": 0, "ops": 0}
+
+    @classmethod
+    def open(cls, source: str | Path | dict) -> "Runtime":
+        global _current
+        _current = cls(TorchWorkerConfig.from_json(source))
+        return _current
+
+    def _reset_counters(self) -> None:
+        self.it = {"compute_s": 0.0, "hw_compute_s": 0.0, "comm_s": 0.0, "bytes": 0, "ops": 0}
+
+    # -- the collective ---------------------------------------------------------
+    @property
+    def collective(self):
+        if self._coll is None:
+            from hosts.dnn.collective import open_collective  # noqa: PLC0415
+            self._coll = open_collective(self.cfg)
+        return self._coll
+
+    def comm(self, fn: Callable[[], Any], values: int, op: str = "allreduce") -> Any:
+        """Run one collective call, timed, counted and traced."""
+        t0 = time.perf_counter()
+        out = fn()
+        t1 = time.perf_counter()
+        node = self.trace.comm(t0, t1, op=op, algo=self.cfg.collective, values=values)
+        self.trace.waited(node)
+        dt = t1 - t0
+        self.it["comm_s"] += dt
+        self.it["bytes"] += 4 * values
+        self.it["ops"] += 1
+        if self._in_compute:
+            self._comm_inside += dt
+        return out
+
+    # -- compute ------------------------------------------------------------------
+    def straggler_active(self) -> bool:
+        s = self.cfg.straggler
+        return s is not None and time.time() - self._start_wall() >= s.start_s
+
+    def _start_wall(self) -> float:
+        return self.cfg.start_at if self.cfg.start_at is not None else self.t0_wall
+
+    def compute(self, fn: Callable[[], Any], batch_size: int | None = None, phase: str = "step") -> Any:
+        """One step of `batch_size` samples (default: the workload's batch_size) on
+        the modeled device; a straggler's slowdown scales the modeled time and its
+        delay_ms is added once per call."""
+        n = self.cfg.batch_size if batch_size is None else batch_size
+        dev = self.device
+        slow = self.cfg.straggler.slowdown if self.straggler_active() else 1.0
+        hw = dev.hw_time(n, phase)            # None for the measured CPU device
+        modeled = None if hw is None else hw * dev.time_scale * slow
+        self._in_compute, self._comm_inside = True, 0.0
+        t0 = time.perf_counter()
+        try:
+            result = fn()
+        finally:
+            self._in_compute = False
+        t1 = time.perf_counter()
+        real = (t1 - t0) - self._comm_inside
+        if modeled is None:
+            modeled = real * slow
+            dev._record(real, real)
+            extra = modeled - real
+            if extra > 0:
+                time.sleep(extra)
+        else:
+            dev.charge(modeled, real)
+            dev.flush()                       # the step's data is ready only now
+        if self.straggler_active() and self.cfg.straggler.delay_ms > 0:
+            time.sleep(self.cfg.straggler.delay_ms / 1e3)
+        t2 = time.perf_counter()
+        self.trace.compute(t0, t2, hw_s=hw if hw is not None else real, real_s=real,
+                           work={"batch_size": n, "phase": phase})
+        self.it["compute_s"] += (t2 - t0) - self._comm_inside
+        self.it["hw_compute_s"] += hw if hw is not None else real
+        return result
+
+    # -- records ---------------------------------------------------------------------
+    def record_iteration(self, **fields: Any) -> dict[str, Any]:
+        it = self.it
+        rec = {"type": "iteration", "host": self.cfg.host, "rank": self.cfg.rank,
+               "collective": self.cfg.collective, "iter": self.iteration,
+               "t_s": time.perf_counter() - self.t0, "compute_s": it["compute_s"],
+               "hw_compute_s": it["hw_compute_s"], "comm_s": it["comm_s"],
+               "comm_bytes": it["bytes"], "comm_ops": it["ops"]}
+        for k, v in fields.items():
+            if v is not None:
+                rec[k] = float(v) if hasattr(v, "__float__") and not isinstance(v, (int, bool)) else v
+        self.writer.write(rec)
+        self._fold_counters()
+        self.iteration += 1
+        return rec
+
+    def _fold_counters(self) -> None:
+        """Add the current iteration's counters to the run totals and reset them."""
+        for k in ("compute_s", "comm_s", "hw_compute_s", "bytes", "ops"):
+            self.totals[k] += self.it[k]
+        self._reset_counters()
+
+    def close(self, ok: bool, error: str | None = None, **extra: Any) -> None:
+        global _current
+        self._fold_counters()      # comm of a script that never reports iterations counts too
+        try:
+            if self._coll is not None:
+                self._coll.close()
+        finally:
+            self.trace.close()
+            self.writer.write({"type": "summary", "host": self.cfg.host, "rank": self.cfg.rank,
+                               "role": self.cfg.role, "collective": self.cfg.collective,
+                               "world": self.cfg.world, "ok": ok, "error": error,
+                               "iterations": self.iteration, **self.totals,
+                               "device": self.device.describe(), "validity": self.device.validity(),
+                               "transport": (self._coll.stats() if self._coll is not None
+                                             and hasattr(self._coll, "stats") else None), **extra})
+            self.writer.close()
+            if _current is self:
+                _current = None
