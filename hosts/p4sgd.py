@@ -616,7 +616,8 @@ class Worker:
         self.x = np.zeros_like(self.x)          # training starts from scratch
         if self.trace is not None:
             self.trace.reset()
-        self.comm.barrier()
+        # No extra barrier: the agreement allreduce already lines the workers up, and
+        # the PS serves exactly the schedule allreduce_schedule() lists.
 
     def train(self) -> None:
         from hosts.glm.training import epoch_order, minibatches
