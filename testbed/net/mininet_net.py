@@ -221,7 +221,12 @@ class MininetNetwork(Network):
                 if soft.pid is None or soft.running:
                     continue
                 popen = soft.proc
-                code = popen.poll() if popen is not None and popen.pid == soft.pid else None
+                code = None
+                if popen is not None and popen.pid == soft.pid:
+                    # A killed multi-threaded process shows as a zombie before its
+                    # other threads have exited and it can be reaped: wait for that.
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        code = popen.wait(timeout=2.0)
                 dead.append(DeadSwitch(sw, code, Path(soft.log_path)))
                 continue
             popen = getattr(node, "proc", None)  # Bmv2SwitchNode: the simple_switch_grpc Popen
