@@ -215,12 +215,24 @@ class MininetNetwork(Network):
             return []
         dead = []
         for sw in self.switch_names:
-            proc = getattr(self.node(sw), "process", None)  # a SoftSwitchProcess, or None for other nodes
-            if proc is None or proc.pid is None or proc.running:
+            node = self.node(sw)
+            soft = getattr(node, "process", None)  # SoftSwitchNode: a SoftSwitchProcess
+            if soft is not None:
+                if soft.pid is None or soft.running:
+                    continue
+                popen = soft.proc
+                code = None
+                if popen is not None and popen.pid == soft.pid:
+                    # A killed multi-threaded process shows as a zombie before its
+                    # other threads have exited and it can be reaped: wait for that.
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        code = popen.wait(timeout=2.0)
+                dead.append(DeadSwitch(sw, code, Path(soft.log_path)))
                 continue
-            popen = proc.proc
-            code = popen.poll() if popen is not None and popen.pid == proc.pid else None
-            dead.append(DeadSwitch(sw, code, Path(proc.log_path)))
+            popen = getattr(node, "proc", None)  # Bmv2SwitchNode: the simple_switch_grpc Popen
+            if isinstance(popen, subprocess.Popen) and popen.poll() is not None:
+                log_file = getattr(node, "console_log", None) or getattr(node, "log_file", None)
+                dead.append(DeadSwitch(sw, popen.returncode, Path(log_file) if log_file else None))
         return dead
 
     def impairment_report(self) -> list[dict]:

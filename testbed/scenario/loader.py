@@ -518,12 +518,9 @@ def check_sweep(scenario: Scenario, raw: dict[str, Any], source: _Source) -> lis
     # Entries are fine alone; count the points (never expand a sweep too large
     # to run), then check every combination the runs would use.
     from testbed.scenario.sweep import PointError, iter_point_scenarios, too_many_points  # noqa: PLC0415
-    for quick in (False, True):
-        why = too_many_points(scenario, quick)
-        if why:
-            problems.append(source.problem(("sweep",), why, "sweep"))
-    if problems:
-        return problems
+    why = too_many_points(scenario, False) or too_many_points(scenario, True)  # one line is enough
+    if why:
+        return [source.problem(("sweep",), why, "sweep")]
     for quick in (False, True):
         try:
             for _ in iter_point_scenarios(scenario, quick=quick):

@@ -152,6 +152,39 @@ def test_bad_override_is_a_clear_error(tmp_path, override, needles):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("out", ["/proc/testbed-out", "/proc", "/sys/testbed-out"])
+def test_unwritable_out_is_a_one_line_error_before_anything_starts(tmp_path, out):
+    scenario = tmp_path / "small.yaml"
+    scenario.write_text(SMALL)
+    res = tb("run", str(scenario), "--net", "local", "--out", out,
+             env={"INNET_TESTBED_REGISTRY": str(tmp_path / "registry")})
+    assert res.returncode == 2, _out(res)
+    assert_clear_error(res, f"cannot write results under {out}", "choose another --out")
+    assert len(res.stderr.strip().splitlines()) == 1, _out(res)
+    assert "run folder:" not in res.stdout, "nothing may start before the --out check"
+    assert not list((tmp_path / "registry").glob("*.json")) if (tmp_path / "registry").exists() else True
+
+
+def test_max_points_flag_raises_the_sweep_limit(tmp_path):
+    scenario = tmp_path / "grid.yaml"
+    values = ", ".join(str(i) for i in range(1, 101))
+    scenario.write_text(textwrap.dedent(f"""\
+        name: grid
+        topology: {{workers: 2}}
+        workload: {{kind: allreduce, sizes: [16]}}
+        sweep:
+          max_points: 150
+          grid: {{workload.iterations: [{values}], workload.warmup: [0, 1]}}
+    """))
+    res = tb("run", str(scenario), "--net", "local", "--out", str(tmp_path / "out"))
+    assert_clear_error(res, "200 points", "limit of 150", "--max-points 200")
+    assert not (tmp_path / "out").exists()
+    # Raised by the flag, the sweep loads; the unwritable --out then stops the
+    # run before it starts, which proves the sweep was accepted without running it.
+    res = tb("run", str(scenario), "--net", "local", "--max-points", "200", "--out", "/proc/testbed-out")
+    assert_clear_error(res, "cannot write results under /proc/testbed-out")
+
+
 def test_missing_scenario_file(tmp_path):
     missing = tmp_path / "nope.yaml"
     res = tb("run", str(missing), "--net", "local", "--out", str(tmp_path / "out"))

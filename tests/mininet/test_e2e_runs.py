@@ -780,4 +780,55 @@ def test_impersonating_host_changes_no_result_and_is_counted(tmp_path):
     assert ina["switch_refusals"]["s1"]["Ingress.bad_port"] == {job: FORGED}
     show = subprocess.run([TESTBED, "show", str(d)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert f"s1 job {job}: Ingress.bad_port {FORGED}" in show.stdout, show.stdout
+
+# --- 5. the switch process dies mid-run ---------------------------------------------
+SWITCH_DIES_SCENARIO = textwrap.dedent("""
+    name: switch_dies
+    description: "The soft switch is killed while the workers run; the point must blame it"
+    topology: {{kind: star, workers: 3}}
+    workload:
+      kind: allreduce
+      algorithm: {algorithm}
+      sizes: [64]
+      iterations: 100000
+      warmup: 1
+      timeout_s: 120
+    sweep: {{seed: 9}}
+""")
+
+
+@pytest.mark.parametrize("algorithm", ["switch", "ring"])
+def test_switch_killed_mid_run_fails_the_point_naming_the_switch(tmp_path, algorithm):
+    scenario = tmp_path / "switch_dies.yaml"
+    scenario.write_text(SWITCH_DIES_SCENARIO.format(algorithm=algorithm))
+    run = LiveRun(tmp_path, [str(scenario), "--no-plot"], f"kill-{algorithm}")
+    try:
+        run.wait_for(lambda: run.run_id is not None, "the run's registry record")
+
+        def workers_running() -> list[int]:
+            procs = procs_of_run(run.run_id)
+            if sum("hosts.allreduce" in i["cmd"] for i in procs.values()) < 3:
+                return []
+            return [pid for pid, i in procs.items() if "-m testbed.switch.soft" in i["cmd"]]
+
+        run.wait_for(lambda: bool(workers_running()), "the workers and the switch to run", timeout=180)
+        # Let the allreduce get going (an iteration done), then kill the switch by PID.
+        time.sleep(2)
+        switch_pids = workers_running()
+        assert len(switch_pids) == 1, {p: _cmdline(p) for p in switch_pids}
+        os.kill(switch_pids[0], signal.SIGKILL)
+        rc = run.wait()
+    finally:
+        run.kill_and_clean()
+    _assert_clean_exit(run, 1)
+    points = run.points()
+    assert len(points) == 1 and points[0]["status"] == "failed", points
+    err = points[0]["error"]
+    assert err.startswith("switch s1 exited with code -9; last lines of "), err
+    assert str(run.run_dir / "logs" / points[0]["label"] / "s1.log") in err, err
+    assert "host w" not in err.splitlines()[0], err
+    # Stopped when the switch died, not when a host gave up (timeout_s per
+    # operation) or the runner's own timeout.
+    assert points[0]["wall_s"] < 120, points[0]
+    assert rc == 1
     run.assert_nothing_left()
