@@ -58,7 +58,8 @@ class Runtime:
                                    workload="torch", collective=cfg.collective)
         self.writer = JsonlWriter(cfg.out)
         self._coll = None
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter()       # records' t_s: since the first compute() (training start)
+        self._started = False
         self.t0_wall = time.time()
         self.iteration = 0
         self._in_compute = False
@@ -117,6 +118,8 @@ class Runtime:
         modeled = None if hw is None else hw * dev.time_scale * slow
         self._in_compute, self._comm_inside = True, 0.0
         t0 = time.perf_counter()
+        if not self._started:                # script set-up (imports, data) is not training time
+            self.t0, self._started = t0, True
         try:
             result = fn()
         finally:
