@@ -202,3 +202,30 @@ def test_collect_point_summarizes_host_records(tmp_path):
     assert summ["comm_bytes_per_worker"] == 800 and summ["iter_comm_s"] == pytest.approx(0.002)
     assert sum(r["type"] == "torch_iter" for r in recs) == 4
     assert summary_row(summ)["comm_ms/it"] == 2.0
+
+
+# -- the worker runtime: accounting, straggler, records, trace ---------------------------
+def test_runtime_charges_the_straggled_model_and_writes_records_and_trace(tmp_path):
+    from hosts.common.trace import read_trace
+    from hosts.dnn.runtime import Runtime
+    cfg = worker_cfg(device={"type": "v100", "time_scale": 2.0, "launch_s": 0.0},
+                     straggler={"start_s": 0, "slowdown": 3.0, "delay_ms": 0},
+                     out=str(tmp_path / "w1.jsonl"), trace=str(tmp_path / "w1.trace.jsonl"))
+    rt = Runtime(TorchWorkerConfig.from_json(cfg))
+    rt.device.profile(nn.Linear(1000, 1000), torch.zeros(2, 1000))
+    hw = rt.device.hw_time(8)
+    assert rt.compute(lambda: 42, batch_size=8) == 42
+    assert rt.device.modeled_s_total == pytest.approx(hw * 2.0 * 3.0)   # dilated x slowdown
+    rt.comm(lambda: None, 10)
+    rec = rt.record_iteration(loss=torch.tensor(1.5), acc=None)
+    assert rec["loss"] == 1.5 and "acc" not in rec and rec["comm_bytes"] == 40 and rec["comm_ops"] == 1
+    assert rec["hw_compute_s"] == pytest.approx(hw * 3.0)              # undilated, slowed
+    rt.comm(lambda: None, 5)                  # after the last iteration: still in the totals
+    rt.close(True)
+    lines = [json.loads(x) for x in (tmp_path / "w1.jsonl").read_text().splitlines()]
+    assert [x["type"] for x in lines] == ["iteration", "summary"]
+    assert lines[1]["ops"] == 2 and lines[1]["bytes"] == 60 and lines[1]["ok"]
+    header, nodes = read_trace(tmp_path / "w1.trace.jsonl")
+    assert header["tdf"] == 2.0 and header["workload"] == "torch"
+    assert [n["kind"] for n in nodes] == ["compute", "comm", "comm"]
+    assert nodes[0]["hw_s"] == pytest.approx(hw * 3.0) and nodes[1]["deps"] == [0] and nodes[1]["values"] == 10
