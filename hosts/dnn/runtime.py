@@ -58,7 +58,8 @@ class Runtime:
                                    workload="torch", collective=cfg.collective)
         self.writer = JsonlWriter(cfg.out)
         self._coll = None
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter()       # records' t_s: since the first compute() (training start)
+        self._started = False
         self.t0_wall = time.time()
         self.iteration = 0
         self._in_compute = False
@@ -114,9 +115,13 @@ class Runtime:
         dev = self.device
         slow = self.cfg.straggler.slowdown if self.straggler_active() else 1.0
         hw = dev.hw_time(n, phase)            # None for the measured CPU device
-        modeled = None if hw is None else hw * dev.time_scale * slow
+        if hw is not None:
+            hw *= slow                        # a straggler's device is slower, also when projected
+        modeled = None if hw is None else hw * dev.time_scale
         self._in_compute, self._comm_inside = True, 0.0
         t0 = time.perf_counter()
+        if not self._started:                # script set-up (imports, data) is not training time
+            self.t0, self._started = t0, True
         try:
             result = fn()
         finally:
@@ -135,10 +140,10 @@ class Runtime:
         if self.straggler_active() and self.cfg.straggler.delay_ms > 0:
             time.sleep(self.cfg.straggler.delay_ms / 1e3)
         t2 = time.perf_counter()
-        self.trace.compute(t0, t2, hw_s=hw if hw is not None else real, real_s=real,
+        self.trace.compute(t0, t2, hw_s=hw if hw is not None else modeled, real_s=real,
                            work={"batch_size": n, "phase": phase})
         self.it["compute_s"] += (t2 - t0) - self._comm_inside
-        self.it["hw_compute_s"] += hw if hw is not None else real
+        self.it["hw_compute_s"] += hw if hw is not None else modeled
         return result
 
     # -- records ---------------------------------------------------------------------
