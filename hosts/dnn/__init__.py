@@ -7,6 +7,8 @@ Modules (import the one you need; each imports torch):
     ncf         NCF on seeded synthetic interactions (+ MovieLens-format loader)
     lstm        small LSTM language model on seeded synthetic text
     data        shared helpers: seeded splits, per-rank shards, batches
+    config      the torch worker's JSON config (strict)
+    runtime     the worker process's device, collective, trace and records
     device      FLOPs per layer from the model, accelerator peak x efficiency
     collective  the scenario's collective (ring | ps | switch) on tensors
     ddp_hook    DistributedDataParallel communication hook over it

@@ -13,7 +13,9 @@ every collective call. Both add to the iteration's counters that
 `report.iteration()` writes and resets, and both record trace nodes. Time spent
 in collectives *inside* a compute() call (DDP's hook runs during backward) is
 taken out of that step's real compute time; the emulation then runs the step's
-communication and compute back to back (no overlap; see docs/pytorch.md).
+communication and compute back to back (no overlap; see docs/pytorch.md);
+such comm nodes carry `inside_compute: true` in the trace and precede the
+compute node of their step.
 """
 from __future__ import annotations
 
@@ -89,7 +91,10 @@ class Runtime:
         t0 = time.perf_counter()
         out = fn()
         t1 = time.perf_counter()
-        node = self.trace.comm(t0, t1, op=op, algo=self.cfg.collective, values=values)
+        # inside_compute: issued from within a step (DDP's hook during backward), so
+        # on the hardware it would overlap that step's compute node (recorded after it).
+        node = self.trace.comm(t0, t1, op=op, algo=self.cfg.collective, values=values,
+                               **({"inside_compute": True} if self._in_compute else {}))
         self.trace.waited(node)
         dt = t1 - t0
         self.it["comm_s"] += dt

@@ -1,6 +1,6 @@
 """The DDP communication hook on loopback: an unmodified 2-process DDP script
 (tests/local/ddp_user_script.py) run by hosts.dnn.run_script with its gradient
-buckets going through the ring or the in-switch path (soft switch process),
+buckets going through the ring, a parameter server or the in-switch path (soft switch process),
 against the same script on plain DDP over gloo.
 
 Ring with 2 workers sums a + b in float32 (commutative) and DDP divides by 2
@@ -34,7 +34,8 @@ def free_port_base() -> int:
     for _ in range(100):
         base = random.randrange(20000, 50000)
         try:
-            for ip, port in [(loopback_ip(r), base + 1 + r) for r in range(N)] + [("127.0.0.1", base + 60)]:
+            for ip, port in [(loopback_ip(r), base + 1 + r) for r in range(N)] + [("127.0.0.1", base + 60),
+                                                                               ("127.0.1.200", base)]:
                 with socket.socket() as s:
                     s.bind((ip, port))
             return base
@@ -55,12 +56,31 @@ def wait_all(procs, logs) -> None:
                 p.wait()
 
 
+PS_IP = "127.0.1.200"
+
+
 def run_testbed(tmp: Path, collective: str, ina_base: tuple[int, int] | None = None) -> dict[str, torch.Tensor]:
     tmp.mkdir(parents=True, exist_ok=True)
     base = free_port_base()
     peers = [{"name": f"w{r + 1}", "ip": loopback_ip(r)} for r in range(N)]
+    ps = {"name": "ps", "ip": PS_IP} if collective == "ps" else None
     procs, logs = [], []
-    for r in range(N):
+    hosts = (["ps"] if ps else []) + list(range(N))
+    for r in hosts:
+        if r == "ps":
+            cfg = {"host": "ps", "role": "ps", "rank": -1, "world": N, "collective": "ps", "peers": peers,
+                   "ps": ps, "port": base, "master_addr": "127.0.0.1", "master_port": base + 60,
+                   "gloo_ifname": None, "script": str(SCRIPT), "args": [], "batch_size": 16, "seed": 1,
+                   "device": {"type": "cpu"}, "straggler": None, "start_at": None,
+                   "connect_timeout_s": 60, "timeout_s": 60, "out": str(tmp / "ps.jsonl"),
+                   "trace": None, "ina": None}
+            (tmp / "ps.json").write_text(json.dumps(cfg))
+            logs.append(tmp / "ps.log")
+            with open(logs[-1], "w") as err:
+                procs.append(subprocess.Popen([sys.executable, "-m", "hosts.dnn.run_script", "--config",
+                                               str(tmp / "ps.json")], cwd=ROOT, stderr=err,
+                                              stdout=subprocess.DEVNULL))
+            continue
         ina = None
         if collective == "switch":
             sw_base, wport = ina_base
@@ -68,7 +88,7 @@ def run_testbed(tmp: Path, collective: str, ina_base: tuple[int, int] | None = N
             ina = {"switch_ip": host, "switch_port": port, "worker_port": wport, "job_id": 1,
                    "window": 32, "retx_timeout_s": 0.05}
         cfg = {"host": f"w{r + 1}", "role": "worker", "rank": r, "world": N, "collective": collective,
-               "peers": peers, "ps": None, "port": base, "master_addr": "127.0.0.1",
+               "peers": peers, "ps": ps, "port": base, "master_addr": "127.0.0.1",
                "master_port": base + 60, "gloo_ifname": "lo", "script": str(SCRIPT),
                "args": [str(tmp / f"w{r + 1}.pt"), str(STEPS)], "batch_size": 16, "seed": 1,
                "device": {"type": "cpu"}, "straggler": None, "start_at": None,
@@ -122,6 +142,14 @@ def test_ddp_over_ring_equals_gloo_bit_for_bit_and_run_to_run(tmp_path, gloo_wei
     nodes = [json.loads(x) for x in (tmp_path / "a" / "w1.trace.jsonl").read_text().splitlines()[1:]]
     comm = [n for n in nodes if n["kind"] == "comm"]
     assert len(comm) == summary["ops"] and all(n["algo"] == "ring" for n in comm)
+
+
+def test_ddp_over_a_parameter_server_equals_gloo(tmp_path, gloo_weights):
+    w = run_testbed(tmp_path, "ps")
+    for k in gloo_weights:
+        assert w[k].numpy().tobytes() == gloo_weights[k].numpy().tobytes(), f"{k}: ps != gloo"
+    ps = [json.loads(x) for x in (tmp_path / "ps.jsonl").read_text().splitlines()][-1]
+    assert ps["ok"] and ps["allreduces_served"] >= STEPS, ps      # ended by the end-of-stream
 
 
 def test_ddp_over_switch_close_to_gloo(tmp_path, gloo_weights):

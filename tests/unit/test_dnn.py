@@ -229,3 +229,19 @@ def test_runtime_charges_the_straggled_model_and_writes_records_and_trace(tmp_pa
     assert header["tdf"] == 2.0 and header["workload"] == "torch"
     assert [n["kind"] for n in nodes] == ["compute", "comm", "comm"]
     assert nodes[0]["hw_s"] == pytest.approx(hw * 3.0) and nodes[1]["deps"] == [0] and nodes[1]["values"] == 10
+
+
+def test_comm_inside_a_step_is_marked_and_not_counted_as_compute(tmp_path):
+    from hosts.common.trace import read_trace
+    from hosts.dnn.runtime import Runtime
+    cfg = worker_cfg(out=str(tmp_path / "w1.jsonl"), trace=str(tmp_path / "w1.trace.jsonl"))
+    rt = Runtime(TorchWorkerConfig.from_json(cfg))
+    rt.compute(lambda: rt.comm(lambda: None, 3))          # like DDP's hook inside backward
+    rt.comm(lambda: None, 4)
+    rt.close(True)
+    _, nodes = read_trace(tmp_path / "w1.trace.jsonl")
+    assert [(n["kind"], n.get("inside_compute", False)) for n in nodes] == \
+        [("comm", True), ("compute", False), ("comm", False)]
+    assert nodes[1]["deps"] == [0] and nodes[2]["deps"] == [1]
+    # the step's real compute excludes the time spent in the collective inside it
+    assert nodes[1]["real_s"] <= (nodes[1]["t1"] - nodes[1]["t0"]) - (nodes[0]["t1"] - nodes[0]["t0"]) + 1e-9
