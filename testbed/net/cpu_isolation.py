@@ -52,6 +52,8 @@ class CpuIsolation:
             self.base = {"cpu": root / "innet-testbed" / run_id}
         else:
             self.reason = f"no writable cgroup cpu controller under {root} (need root and cgroupfs)"
+        for b in self.base.values():
+            _remove_stale_groups(b.parent)
         try:
             for d in self.base.values():
                 d.mkdir(parents=True, exist_ok=True)
@@ -208,3 +210,23 @@ def _switch_name(cmd: str) -> str | None:
         if word.endswith(".config.json"):
             return Path(word).name.split(".")[0]
     return None
+
+
+def _remove_stale_groups(parent: Path) -> None:
+    """Groups of earlier runs that were killed before their teardown: rmdir only
+    succeeds on a group with no process left, so live runs keep theirs."""
+    if not parent.is_dir():
+        return
+    for run in parent.iterdir():
+        if not run.is_dir():
+            continue
+        for node in run.iterdir():
+            if node.is_dir():
+                try:
+                    node.rmdir()
+                except OSError:
+                    pass
+        try:
+            run.rmdir()
+        except OSError:
+            pass

@@ -121,7 +121,7 @@ class TorchRuntime(WorkloadRuntime):
     kind = "torch"
 
     def programs(self, ctx: PointContext) -> list[HostProgram]:
-        from testbed.runner import SkipPoint  # noqa: PLC0415 - the runner imports us
+        from testbed.outcomes import SkipPoint  # noqa: PLC0415
         from testbed.workloads.p4sgd import ina_settings  # noqa: PLC0415
 
         scn = ctx.point.scenario
