@@ -82,7 +82,7 @@ class Runtime:
     @property
     def collective(self):
         if self._coll is None:
-            from hosts.dnn.collective import open_collective  # noqa: PLC0415
+            from hosts.dnn.open_collective import open_collective  # noqa: PLC0415
             self._coll = open_collective(self.cfg)
         return self._coll
 

@@ -120,6 +120,17 @@ def get_runtime(kind: str) -> WorkloadRuntime:
         raise KeyError(f"workload kind {kind!r} has no runtime; known: {sorted(_RUNTIMES)}") from None
 
 
+def switch_job(point: Any) -> list[Any]:
+    """The one in-switch aggregation job of a workload whose `collective` is
+    "switch": every worker host (not the extra hosts such as a PS) is a member."""
+    from testbed.switch.jobs import JobRequest  # noqa: PLC0415
+
+    wl = point.scenario.workload
+    if wl.collective != "switch":
+        return []
+    return [JobRequest(1, tuple(h for h in point.scenario.hosts() if h not in wl.extra_hosts()))]
+
+
 def host_env() -> dict[str, str]:
     """Environment for host programs: the project importable, no stray venv vars needed."""
     import os

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from testbed.results import PROJECT_ROOT, read_jsonl
 from testbed.workloads import register_workload
-from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime
+from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime, switch_job
 
 FIGURES = ("p4sgd_scaling", "p4sgd_convergence", "p4sgd_latency_cdf", "p4sgd_loss",
            "p4sgd_straggler", "p4sgd_pipeline")
@@ -334,12 +334,7 @@ class P4sgdRuntime(WorkloadRuntime):
         return progs
 
     def ina_jobs(self, point: Any) -> list[Any]:
-        from testbed.switch.jobs import JobRequest  # noqa: PLC0415
-
-        wl = point.scenario.workload
-        if wl.collective != "switch":
-            return []
-        return [JobRequest(1, tuple(h for h in point.scenario.hosts() if h not in wl.extra_hosts()))]
+        return switch_job(point)
 
     def timeout_s(self, ctx: PointContext) -> float:
         return ctx.point.scenario.workload.timeout_s + 30.0

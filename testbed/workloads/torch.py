@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from testbed.results import PROJECT_ROOT, read_jsonl
 from testbed.workloads import register_workload
 from testbed.workloads.allreduce import InaParams, straggler_for
-from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime
+from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime, switch_job
 
 FIGURES = ("torch_loss_vs_time", "torch_iteration_time")
 TORCH_TCP_PORT = 47800      # ring ranks +1+rank, the PS the base (hosts.common.config)
@@ -160,12 +160,7 @@ class TorchRuntime(WorkloadRuntime):
         return progs
 
     def ina_jobs(self, point: Any) -> list[Any]:
-        from testbed.switch.jobs import JobRequest  # noqa: PLC0415
-
-        wl = point.scenario.workload
-        if wl.collective != "switch":
-            return []
-        return [JobRequest(1, tuple(h for h in point.scenario.hosts() if h not in wl.extra_hosts()))]
+        return switch_job(point)
 
     def timeout_s(self, ctx: PointContext) -> float:
         return ctx.point.scenario.workload.timeout_s + 60.0
