@@ -102,12 +102,16 @@ class P4sgdConfig:
     out: str
     trace: str | None              # this host's trace (hosts.common.trace), None = not recorded
     calibration: dict | None       # {"hw_op_s", "rounds", "batches"}: calibrate time_scale first
+    # {"control": [switch control files], "hardware": {latency_s, link_rate_bps, ...},
+    # "headroom": k}: the soft switch can dilate the network (hosts.common.network_dilation)
+    network_dilation: dict | None = None
 
     KEYS = frozenset({
         "host", "role", "rank", "world", "mode", "glm", "l2", "lr", "batch", "micro_batch",
         "epochs", "pipeline_depth", "seed", "dataset", "balance", "collective", "peers", "ps",
         "port", "ina", "fixed_point_exp", "device", "snapshot_every", "straggler",
-        "start_at", "connect_timeout_s", "timeout_s", "out", "trace", "calibration"})
+        "start_at", "connect_timeout_s", "timeout_s", "out", "trace", "calibration",
+        "network_dilation"})
 
     @classmethod
     def from_json(cls, source: str | Path | dict) -> "P4sgdConfig":
@@ -132,6 +136,7 @@ class P4sgdConfig:
             c.error("trace", f"must be a path or null, got {val!r}")
         v["trace"] = val if ok and isinstance(val, str) else None
         v["calibration"] = _parse_calibration(c)
+        v["network_dilation"] = _parse_network_dilation(c)
         for key in ("dataset", "device"):
             ok, val = c.value(key, False)
             if ok and not isinstance(val, dict):
@@ -182,6 +187,28 @@ class P4sgdConfig:
         return {"world": self.world, "mode": self.mode, "collective": self.collective,
                 "batch": self.batch, "micro_batch": self.micro_batch, "epochs": self.epochs,
                 "seed": self.seed, "dataset": ds, "port": self.port}
+
+
+def _parse_network_dilation(c: Checker) -> dict | None:
+    from hosts.common.network_dilation import DilationSettings
+
+    if "network_dilation" not in c.data:       # optional: only soft-switch networks have it
+        return None
+    ok, val = c.value("network_dilation", True)
+    if not ok or val is None:
+        return None
+    if (not isinstance(val, dict) or set(val) != {"control", "hardware", "headroom"}
+            or not isinstance(val["control"], list) or not val["control"]
+            or not isinstance(val["headroom"], (int, float)) or val["headroom"] < 1):
+        c.error("network_dilation", f"must be null or {{control: [paths], hardware: {{...}}, "
+                                    f"headroom >= 1}}, got {val!r}")
+        return None
+    try:
+        DilationSettings.from_dict({"version": 0, "tdf": 1, **val["hardware"]}, "network_dilation.hardware")
+    except (TypeError, ValueError) as e:
+        c.error("network_dilation", str(e))
+        return None
+    return dict(val)
 
 
 def _parse_calibration(c: Checker) -> dict | None:
@@ -333,9 +360,10 @@ class TimedAllreduce:
     Exposed = time this worker spends inside submit/wait (the part of the
     communication compute did not hide)."""
 
-    def __init__(self, comm: Comm, before_send=None, trace=None, algo: str = ""):
+    def __init__(self, comm: Comm, before_send=None, trace=None, algo: str = "", after_wait=None):
         self.comm = comm
         self.before_send = before_send
+        self.after_wait = after_wait            # e.g. WorkerDevice.mark: waiting is not glue
         self.trace, self.algo = trace, algo     # hosts.common.trace.TraceRecorder or None
         self.exposed_s = 0.0
         self.latencies: list[float] = []
@@ -369,6 +397,8 @@ class TimedAllreduce:
             self.trace.done(node, t_submit + lat)
             self.trace.waited(node)
         self.digest.update(np.ascontiguousarray(result).tobytes())
+        if self.after_wait is not None:
+            self.after_wait()
         return result
 
     def __call__(self, vec):  # blocking form, for data_parallel_sgd
@@ -400,6 +430,13 @@ class WorkerDevice:
         self.max_overshoot_s = 0.0
         self.excess_s = 0.0              # sum over steps of max(0, real - modeled)
         self.t0: float | None = None     # perf_counter at the common start
+        self.busy_s = 0.0                # numpy + glue of all steps (what the model must cover)
+        self.hw_s = 0.0                  # the steps' undilated modeled time
+        self._mark: float | None = None  # where the current glue began
+
+    def mark(self) -> None:
+        """The host stops being busy for the device here (a network wait returned)."""
+        self._mark = time.perf_counter()
 
     def active(self) -> bool:
         s = self.straggler
@@ -411,27 +448,34 @@ class WorkerDevice:
         if self.base_scale is not None:
             self.device.time_scale = self.base_scale * slow
         t = time.perf_counter()
+        glue = t - self._mark if self._mark is not None and self.base_scale is not None else 0.0
         out = self.device.run(fn, n_samples, n_features, nnz, phase=phase)
         _, modeled, real = out
+        busy = real + glue
+        # Hardware time of the step: the model undilated (a straggler's slowdown kept).
+        hw = modeled / self.base_scale if self.base_scale is not None else real
+        self.busy_s += busy
+        self.hw_s += hw
         if self.trace is not None:
-            # Hardware time of the step: the model undilated (a straggler's slowdown kept).
-            hw = modeled / self.base_scale if self.base_scale is not None else real
-            self.trace.compute(t, t + real, hw, real,
+            self.trace.compute(t, t + real, hw, busy,
                                {"n": int(n_samples), "f": int(n_features), "nnz": nnz, "phase": phase})
-        self.debt_s += max(0.0, modeled - real) if self.base_scale is not None else (slow - 1.0) * real
+        self.debt_s += modeled - busy if self.base_scale is not None else (slow - 1.0) * real
         if self.base_scale is not None:
-            self.excess_s += max(0.0, real - modeled)   # time the model could not absorb
+            self.excess_s += max(0.0, busy - modeled)   # time the model could not absorb
         if self.debt_s >= self.MIN_SLEEP_S:
             self._sleep_debt()
         self.compute_s += time.perf_counter() - t
+        self._mark = time.perf_counter()
         return out
 
     def _sleep_debt(self) -> None:
         t = time.perf_counter()
         self.idle(self.debt_s)
-        slept = time.perf_counter() - t
+        t1 = time.perf_counter()
+        slept = t1 - t
         self.max_overshoot_s = max(self.max_overshoot_s, slept - self.debt_s)
         self.debt_s -= slept             # an overshoot is carried as credit
+        self._mark = t1
 
     def flush(self) -> None:
         """Realize all modeled compute so far (before a send, at an iteration's end)."""
@@ -447,6 +491,7 @@ class WorkerDevice:
         t = time.perf_counter()
         self.idle(self.straggler.delay_ms / 1e3)
         t1 = time.perf_counter()
+        self._mark = t1
         if self.trace is not None:
             # The stall in hardware time: emulated seconds undilated.
             self.trace.compute(t, t1, (t1 - t) / (self.base_scale or 1.0), 0.0, {"stall": True})
@@ -528,7 +573,7 @@ class Worker:
         # (sleep granularity), and unrealized debt would let a worker's partial sums
         # leave before its forward pass "finished", misaligning workers in lock-step.
         self.timed = TimedAllreduce(self.comm, before_send=self.device.flush, trace=self.trace,
-                                    algo=self.cfg.collective)
+                                    algo=self.cfg.collective, after_wait=self.device.mark)
 
     # -- data -------------------------------------------------------------
     def prepare(self) -> None:
@@ -561,6 +606,10 @@ class Worker:
             self.comm.barrier()
             if cfg.calibration:
                 self.calibrate()
+            elif cfg.network_dilation is not None and self.device.base_scale is not None:
+                # A fixed TDF dilates the network too (no barrier needed: no allreduce
+                # completes before rank 0, which waits for the switch, joins it).
+                self._dilate_network(1, self.dilation)
             self.train()
         finally:
             self.comm.close()
@@ -579,45 +628,92 @@ class Worker:
         `batches` mini-batches at the current dilation, measure every allreduce
         against its hardware time, and agree on a new dilation (see
         hosts.common.calibration). The model is reset afterwards: training
-        starts from the same state as without calibration."""
-        from hosts.common import calibration as cal
-        from hosts.glm.training import epoch_order, minibatches
+        starts from the same state as without calibration.
 
-        cc = self.cfg.calibration
-        first = list(minibatches(epoch_order(self.ds.n_samples, self.cfg.seed, 0), self.cfg.batch))
-        rounds = []
+        Where the soft switch can dilate the network (cfg.network_dilation),
+        round 0 measures the undilated emulator and picks TDF with headroom;
+        later rounds run on the dilated network and tune the delay line's
+        compensation. Elsewhere TDF follows the network's own slowdown."""
+        from hosts.common import calibration as cal
+
+        cc, nd = self.cfg.calibration, self.cfg.network_dilation
+        rounds: list[dict[str, Any]] = []
+        comp, version = 0.0, 0
         for r in range(cc["rounds"]):
-            self.device.t0 = time.perf_counter()
-            n0 = len(self.timed.latencies)
-            for idx in first[:cc["batches"]]:
-                self.step(idx)
-                self.device.flush()
-            lat, spans = self.timed.latencies[n0:], self.timed.spans[n0:]
-            dev = self.device.device
-            ratio = (dev.real_s_total / (dev.modeled_s_total / self.device.base_scale)
-                     if self.device.base_scale is not None and dev.modeled_s_total > 0 else None)
-            summed = self.comm.aar.wait(self.comm.aar.submit(cal.encode(
-                [a for a, _ in spans], [b for _, b in spans], ratio, self.cfg.rank, self.cfg.world)))
-            measured, why = cal.decide(summed, len(spans), self.cfg.world, cc["hw_op_s"],
-                                       fallback=self.dilation)
-            tdf = measured if r == 0 else cal.damped(self.dilation, measured)
-            rounds.append({"round": r, "tdf_in": self.dilation, "tdf_measured": measured, "tdf_out": tdf,
-                           "op_p50_s": float(np.median(lat)) if lat else None, "ops": len(lat),
-                           "my_compute_ratio": ratio, **why})
+            measured, why, lat, ratio = self._calibration_round(cc)
+            entry = {"round": r, "tdf_in": self.dilation, "tdf_measured": measured,
+                     "op_p50_s": float(np.median(lat)) if lat else None, "ops": len(lat),
+                     "my_compute_ratio": ratio, "network_dilated": nd is not None and r > 0, **why}
+            if nd is None:
+                tdf = measured if r == 0 else cal.damped(self.dilation, measured)
+            else:
+                if r == 0:
+                    tdf = cal.dilated_tdf(why["tdf_net"], why["tdf_cmp"], nd["headroom"], self.dilation)
+                else:
+                    tdf = self.dilation
+                    entry["net_ratio"] = why["tdf_net"] / tdf if why["tdf_net"] else None
+                    cap = 0.9 * tdf * nd["hardware"]["latency_s"]
+                    comp = cal.compensation(comp, why["tdf_net"], tdf, cc["hw_op_s"], cap)
+                version += 1
+                self._dilate_network(version, tdf, comp)
+                entry["compensate_s"] = comp
+            entry["tdf_out"] = tdf
+            rounds.append(entry)
             if self.device.base_scale is not None:
                 self.dilation = tdf
             self.device = self._new_device(self.dilation)
             self._attach()
-        prev = rounds[-2]["tdf_out"] if len(rounds) > 1 else rounds[-1]["tdf_in"]
+        if nd is None:
+            prev = rounds[-2]["tdf_out"] if len(rounds) > 1 else rounds[-1]["tdf_in"]
+            converged = abs(self.dilation / prev - 1) <= 0.1 if prev else False
+        else:
+            # Converged when the last dilated round's network ran at TDF (within 10 %).
+            last = rounds[-1].get("net_ratio")
+            converged = last is not None and abs(last - 1) <= 0.1
         self.calibration = {"type": "calibration", "host": self.cfg.host, "rounds": rounds,
-                            "hw_op_s": cc["hw_op_s"], "tdf": self.dilation,
-                            "converged": abs(self.dilation / prev - 1) <= 0.1 if prev else False}
+                            "hw_op_s": cc["hw_op_s"], "tdf": self.dilation, "converged": converged,
+                            "network_dilated": nd is not None, "compensate_s": comp if nd else None,
+                            "headroom": nd["headroom"] if nd else None}
         self.writer.write(self.calibration)
         self.x = np.zeros_like(self.x)          # training starts from scratch
         if self.trace is not None:
             self.trace.reset()
         # No extra barrier: the agreement allreduce already lines the workers up, and
         # the PS serves exactly the schedule allreduce_schedule() lists.
+
+    def _calibration_round(self, cc: dict[str, Any]):
+        """Run the first `batches` mini-batches; every worker gets the same verdict."""
+        from hosts.common import calibration as cal
+        from hosts.glm.training import epoch_order, minibatches
+
+        first = list(minibatches(epoch_order(self.ds.n_samples, self.cfg.seed, 0), self.cfg.batch))
+        self.device.t0 = time.perf_counter()
+        self.device.mark()
+        n0 = len(self.timed.latencies)
+        busy0, hw0 = self.device.busy_s, self.device.hw_s
+        for idx in first[:cc["batches"]]:
+            self.step(idx)
+            self.device.flush()
+        lat, spans = self.timed.latencies[n0:], self.timed.spans[n0:]
+        hw = self.device.hw_s - hw0
+        # numpy + glue per hardware second: the dilation the host itself needs.
+        ratio = (self.device.busy_s - busy0) / hw if self.device.base_scale is not None and hw > 0 else None
+        summed = self.comm.aar.wait(self.comm.aar.submit(cal.encode(
+            [a for a, _ in spans], [b for _, b in spans], ratio, self.cfg.rank, self.cfg.world)))
+        measured, why = cal.decide(summed, len(spans), self.cfg.world, cc["hw_op_s"],
+                                   fallback=self.dilation)
+        return measured, why, lat, ratio
+
+    def _dilate_network(self, version: int, tdf: float, compensate_s: float = 0.0) -> None:
+        """Rank 0 asks every soft switch for the dilated network and waits until it is in
+        place; the other workers' next allreduce cannot complete before rank 0 joins it."""
+        from hosts.common.network_dilation import request
+
+        nd = self.cfg.network_dilation
+        if nd is None or self.cfg.rank != 0:
+            return
+        request(nd["control"], {"version": version, "tdf": tdf, "compensate_s": compensate_s,
+                                **nd["hardware"]})
 
     def train(self) -> None:
         from hosts.glm.training import epoch_order, minibatches

@@ -94,6 +94,35 @@ def decide(summed: np.ndarray, n_ops: int, world: int, hw_op_s: float,
                                 else "network" if tdf_net is not None else "none")}
 
 
+# [A] With a dilated network (the soft switch's delay line), the emulator's own time
+# per operation must be a small part of the dilated hardware time: the network then
+# measures the model, not the emulator. TDF = NETWORK_HEADROOM x the undilated
+# network's slowdown leaves the emulator 1/8 of each operation; calibration then
+# takes the emulator's median share off the delay line (compensation), so only
+# its jitter remains (research/time-fidelity.md 7.4).
+NETWORK_HEADROOM = 8.0
+
+
+def dilated_tdf(tdf_net: float | None, tdf_cmp: float | None, headroom: float,
+                fallback: float) -> float:
+    """The TDF for a network the switch dilates: high enough that neither the
+    emulated network (headroom x its own slowdown) nor the host's numpy + glue
+    (tdf_cmp, which carries COMPUTE_HEADROOM) shows in the results."""
+    candidates = [x for x in ((tdf_net * headroom) if tdf_net else None, tdf_cmp) if x]
+    tdf = max(candidates) if candidates else fallback
+    return float(min(MAX_TDF, max(MIN_TDF, _round_sig(tdf, 2))))
+
+
+def compensation(prev_s: float, tdf_net: float | None, tdf: float, hw_op_s: float,
+                 cap_s: float) -> float:
+    """Next compensation of the delay line: the previous one plus the measured
+    excess of an operation over its dilated hardware time (median), within
+    [0, cap_s] (cap: a share of the dilated fixed latency, which it is taken from)."""
+    if not tdf_net or hw_op_s <= 0:
+        return prev_s
+    return float(min(cap_s, max(0.0, prev_s + (tdf_net - tdf) * hw_op_s)))
+
+
 def damped(tdf_in: float, measured: float) -> float:
     """Next round's TDF. The network's slowdown itself depends on the TDF (longer
     dilated compute leaves the shared cores idler, so packets move faster): a

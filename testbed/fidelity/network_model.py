@@ -152,6 +152,14 @@ def hop_latency_s(profile: HardwareProfile) -> float:
             + profile["switch_pipeline_latency"])
 
 
+def dilation_hardware(profile: HardwareProfile) -> dict[str, float]:
+    """What the soft switch's delay line needs to play this profile's hop
+    (hosts.common.network_dilation.DilationSettings, less version/tdf/compensation)."""
+    return {"latency_s": hop_latency_s(profile), "link_rate_bps": float(profile["link_rate"]),
+            "fcs_bytes": float(profile["fcs_bytes"]), "preamble_ifg_bytes": float(profile["preamble_ifg_bytes"]),
+            "min_frame_bytes": float(profile["min_frame_bytes"])}
+
+
 def switch_levels(world: int, profile: HardwareProfile) -> int:
     """Levels of a tree of switch_ports-port switches that holds `world` workers."""
     ports = int(profile["switch_ports"])

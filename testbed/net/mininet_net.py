@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hosts.common.network_dilation import CONTROL_FILE
 from testbed.net import impairments as imp
 from testbed.net.base import (
     DeadSwitch, HostInfo, Network, NetworkError, open_log, stop_processes, with_parent_death_signal,
@@ -113,6 +114,10 @@ class MininetNetwork(Network):
                 "ports": {sw: sorted(self.plan.switch_ports(sw)) for sw in self.switch_names}}
         if self.p4runtime:
             info["p4runtime"] = {sw: self._p4runtime_addr(sw) for sw in self.switch_names}
+        if self.soft:
+            # Where a host asks the soft switches for network dilation (time fidelity).
+            info["dilation_control"] = [str(self.run_dir / "switches" / sw / CONTROL_FILE)
+                                        for sw in self.switch_names]
         if self.bmv2_build is not None:
             # What ControlPlane pushes to a BMv2: the compiled JSON and p4c's P4Info.
             info["pipeline_config"] = {"p4info": str(self.bmv2_build.p4info_path),

@@ -135,6 +135,14 @@ class P4sgdWorkload(BaseModel):
                                     "(each re-measures at the previous round's dilation).")
     calibration_batches: int = Field(4, ge=1, le=64, description="time_scale auto: mini-batches per "
                                      "calibration round (training then starts from scratch).")
+    dilate_network: bool = Field(
+        True, description="On the soft switch, slow the network to the point's TDF (the switch holds "
+                          "each frame until the dilated `hardware` would deliver it; docs/time-fidelity.md). "
+                          "false: the network runs at the emulator's own speed and TDF follows it.")
+    network_headroom: float = Field(
+        8.0, ge=1.0, le=100.0, description="dilate_network with time_scale auto: TDF = this x the "
+                                           "undilated network's slowdown, so the emulator's own time is "
+                                           "a small share of every dilated operation.")
     fixed_point_exp: Optional[int] = Field(
         16, ge=-32, le=40, description="switch, model_parallel: partial sums travel as round(q * 2^k) "
                                        "with this fixed k (no scale round trip); null = agree per vector.")
@@ -250,6 +258,20 @@ def op_values(wl: P4sgdWorkload) -> int:
     return wl.micro_batch if wl.mode == "model_parallel" else n_features(wl)
 
 
+def network_dilation(wl: Any, switch_info: dict[str, Any]) -> dict[str, Any] | None:
+    """The hosts' `network_dilation` block: the soft switches' control files and the
+    `hardware` profile's hop, or None where the network cannot or should not be dilated
+    (no soft switch, a measured CPU device, dilate_network false)."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.network_model import dilation_hardware  # noqa: PLC0415
+
+    control = switch_info.get("dilation_control")
+    if not control or not wl.dilate_network or wl.device == "cpu":
+        return None
+    return {"control": list(control), "hardware": dilation_hardware(load_profile(wl.hardware)),
+            "headroom": wl.network_headroom}
+
+
 def hw_op_time(wl: P4sgdWorkload, workers: int, profile: Any = None) -> float:
     """Modeled hardware seconds of one of the workload's allreduces."""
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
@@ -317,6 +339,7 @@ class P4sgdRuntime(WorkloadRuntime):
             "start_at": ctx.start_at, "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
             "calibration": ({"hw_op_s": hw_op_time(wl, len(workers)), "rounds": wl.calibration_rounds,
                              "batches": wl.calibration_batches} if wl.calibrated else None),
+            "network_dilation": network_dilation(wl, ctx.switch),
         }
         progs = []
         if ps is not None:

@@ -31,6 +31,8 @@ import numpy as np
 from testbed.switch.pipeline import Pipeline, make_pipeline
 from testbed.switch.soft.config import SwitchConfig
 from testbed.switch.soft.dataplane import PortDown, PortIO, open_port
+from testbed.switch.soft.dilation import POLL_S as DILATION_POLL_S
+from testbed.switch.soft.dilation import UDP_MODE_HEADER_BYTES, DilationControl
 from testbed.switch.soft.impairments import DelayQueue, PortImpairment
 from testbed.switch.soft.pcap import PcapWriter
 
@@ -125,6 +127,10 @@ class SoftSwitch:
                 (self.ingress if direction == "ingress" else self.egress)[no] = imp
         self._active_in = {no: imp for no, imp in self.ingress.items() if imp.active}
         self._active_eg = {no: imp for no, imp in self.egress.items() if imp.active}
+        # Network dilation (dilation.py): off until calibration writes the control file.
+        self.dilation = DilationControl(
+            Path(config.stats_path).parent,
+            header_bytes=UDP_MODE_HEADER_BYTES if config.raw.get("io") == "udp" else 0)
         self.ingress_queue = DelayQueue()  # items: (in_port, frame) before the pipeline
         self.egress_queue = DelayQueue()   # items: (out_port, frame) before sending
         self.pcap_in: dict[int, PcapWriter] = {}
@@ -204,19 +210,23 @@ class SoftSwitch:
         iq, eq = self.ingress_queue, self.egress_queue
         epoch, clock = self._epoch, time.monotonic
         timer = self._timer
+        dilation = self.dilation
         try:
             while not self._stop:
-                timeout = -1.0
+                # Idle wake-ups so that a dilation request is seen within POLL_S.
+                timeout = DILATION_POLL_S
                 if iq or eq:
                     nd = min(q.next_due() for q in (iq, eq) if q)
                     if timer is not None:
                         if timer.armed is None or nd < timer.armed:
                             timer.arm(nd)
                     else:
-                        timeout = max(0.0, nd - clock())
+                        timeout = min(timeout, max(0.0, nd - clock()))
                 events = ep.poll(timeout)
                 now = clock()
                 self.iterations += 1
+                dilation.poll(now)
+                line = dilation.line
 
                 frames: list[bytes] = []
                 in_ports: list[int] = []
@@ -269,7 +279,10 @@ class SoftSwitch:
                             fl, later = imp.split(fl, now)
                             if later:
                                 eq.push_many([(d, (no, f)) for d, f in later])
-                        if no in out_by_port:
+                        if line is not None and fl:
+                            # Dilated: every new frame leaves when the slowed hardware would.
+                            eq.push_many(line.schedule(no, fl, now))
+                        elif no in out_by_port:
                             out_by_port[no].extend(fl)
                         else:
                             out_by_port[no] = fl
@@ -317,6 +330,7 @@ class SoftSwitch:
             "pipeline": {"name": self.pipeline_name, "counters": self.pipeline.counters()},
             "drops": {"bad_output_port": self.bad_port_drops,
                       "delay_queue_at_exit": self.dropped_at_exit},
+            "network_dilation": self.dilation.stats(),
             "delay_queue": {"ingress_pending": len(self.ingress_queue),
                             "egress_pending": len(self.egress_queue)},
             "loop": {"iterations": self.iterations, "rx_batches": self.rx_batches,

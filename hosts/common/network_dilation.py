@@ -1,0 +1,111 @@
+"""Network dilation settings and how a host asks the soft switch for them.
+
+The soft switch can hold every frame until the modeled hardware, slowed by the
+point's time-dilation factor (TDF), would have delivered it
+(testbed/switch/soft/dilation.py says how). Calibration picks the TDF on the
+built network, so the settings reach the running switch through a JSON file in
+its run folder: the host writes `dilation.json`, the switch applies it and
+answers in `dilation.json.applied`. This module is that file protocol, shared by
+both ends (hosts are below the switch in the layers, so it lives here).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CONTROL_FILE = "dilation.json"
+ACK_SUFFIX = ".applied"
+
+_FIELDS = {"version": int, "tdf": float, "latency_s": float, "link_rate_bps": float,
+           "fcs_bytes": float, "preamble_ifg_bytes": float, "min_frame_bytes": float,
+           "compensate_s": float}
+
+
+@dataclass(frozen=True)
+class DilationSettings:
+    version: int
+    tdf: float                    # >= 1; 0 turns dilation off
+    latency_s: float              # L0 of one hop, hardware seconds
+    link_rate_bps: float
+    fcs_bytes: float = 4.0
+    preamble_ifg_bytes: float = 20.0
+    min_frame_bytes: float = 64.0         # incl. FCS
+    compensate_s: float = 0.0             # wall seconds taken off every frame's latency
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = CONTROL_FILE) -> "DilationSettings":
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: expected a mapping, got {type(d).__name__}")
+        unknown = sorted(set(d) - set(_FIELDS))
+        missing = sorted({"version", "tdf", "latency_s", "link_rate_bps"} - set(d))
+        if unknown or missing:
+            raise ValueError(f"{where}: unknown keys {unknown}, missing keys {missing}")
+        vals = {}
+        for k, v in d.items():
+            try:
+                vals[k] = _FIELDS[k](v)
+            except (TypeError, ValueError):
+                raise ValueError(f"{where}.{k}: {v!r} is not a number") from None
+            if not math.isfinite(vals[k]) or vals[k] < 0:
+                raise ValueError(f"{where}.{k}: {v!r} must be a finite number >= 0")
+        s = cls(**vals)
+        if s.tdf and (s.tdf < 1 or s.link_rate_bps <= 0):
+            raise ValueError(f"{where}: tdf must be 0 (off) or >= 1 and link_rate_bps > 0, got {d}")
+        return s
+
+    @property
+    def active(self) -> bool:
+        return self.tdf > 0
+
+    def serialization_s(self, frame_len: int) -> float:
+        """Hardware serialization of a frame of frame_len bytes (without FCS)."""
+        wire = max(frame_len + self.fcs_bytes, self.min_frame_bytes) + self.preamble_ifg_bytes
+        return wire * 8.0 / self.link_rate_bps
+
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
+
+
+def ack_path(control: str | Path) -> Path:
+    control = Path(control)
+    return control.with_name(control.name + ACK_SUFFIX)
+
+
+def request(paths: list[str | Path], settings: dict[str, Any], timeout_s: float = 5.0) -> None:
+    """Write `settings` to every switch's control file and wait until each applied it.
+
+    Raises TimeoutError naming the switch that did not answer, or ValueError with
+    the switch's own reason when it refused the settings."""
+    DilationSettings.from_dict(settings)          # refuse bad settings here, not in the switch
+    acks = []
+    for p in paths:
+        path = Path(p)
+        ack = ack_path(path)
+        ack.unlink(missing_ok=True)
+        write_json_atomic(path, settings)
+        acks.append(ack)
+    deadline = time.monotonic() + timeout_s
+    for ack in acks:
+        while True:
+            try:
+                got = json.loads(ack.read_text())
+            except (FileNotFoundError, ValueError):
+                got = None
+            if got is not None:
+                if not got.get("applied"):
+                    raise ValueError(f"switch refused network dilation: {got.get('error')}")
+                if got.get("version") == settings["version"]:
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no switch acknowledged network dilation in {timeout_s:g} s "
+                                   f"({ack}); is the soft switch running?")
+            time.sleep(0.005)
