@@ -103,7 +103,8 @@ class P4sgdConfig:
     trace: str | None              # this host's trace (hosts.common.trace), None = not recorded
     calibration: dict | None       # {"hw_op_s", "rounds", "batches"}: calibrate time_scale first
     # {"control": [switch control files], "hardware": {latency_s, link_rate_bps, ...},
-    # "headroom": k}: the soft switch can dilate the network (hosts.common.network_dilation)
+    # "headroom": k, "hw_op_s": one allreduce on the hardware}: the soft switch can dilate
+    # the network (hosts.common.network_dilation)
     network_dilation: dict | None = None
 
     KEYS = frozenset({
@@ -197,11 +198,11 @@ def _parse_network_dilation(c: Checker) -> dict | None:
     ok, val = c.value("network_dilation", True)
     if not ok or val is None:
         return None
-    if (not isinstance(val, dict) or set(val) != {"control", "hardware", "headroom"}
+    if (not isinstance(val, dict) or set(val) != {"control", "hardware", "headroom", "hw_op_s"}
             or not isinstance(val["control"], list) or not val["control"]
             or not isinstance(val["headroom"], (int, float)) or val["headroom"] < 1):
         c.error("network_dilation", f"must be null or {{control: [paths], hardware: {{...}}, "
-                                    f"headroom >= 1}}, got {val!r}")
+                                    f"headroom >= 1, hw_op_s}}, got {val!r}")
         return None
     try:
         DilationSettings.from_dict({"version": 0, "tdf": 1, **val["hardware"]}, "network_dilation.hardware")
@@ -274,12 +275,19 @@ class Comm:
         self.blocking = blocking
         self.idle = time.sleep          # how the device waits out modeled compute
         self.stats = stats or (lambda: {})
+        # seconds -> None: an operation may take this long on purpose (network dilation)
+        self.expect_delay = lambda seconds: None
 
 
 def open_comm(cfg: P4sgdConfig) -> Comm:
     from hosts.glm.training import BlockingAsAsync
 
     hello = {"host": cfg.host, "rank": cfg.rank, "run": cfg.run_identity()}
+    if cfg.collective == "switch" and cfg.world == 1:
+        # One worker: the sum of one vector is itself, and nothing crosses the network
+        # (as on the hardware, and as testbed.fidelity.network_model charges it).
+        return Comm(BlockingAsAsync(lambda v: np.array(v, dtype=np.float64)), lambda: None,
+                    lambda: None, lambda h, submit_s: submit_s, blocking=True)
     if cfg.collective == "switch":
         return _open_switch(cfg)
     if cfg.collective == "ring":
@@ -314,6 +322,13 @@ class _SwitchAsync:
         return self.client.wait(handle, timeout=self.timeout_s)
 
 
+def switch_scale_exp(cfg: P4sgdConfig) -> int | None:
+    """Fixed-point scale of in-switch sums. P4SGD's partial dot products have a known
+    range (fixed 2^k); data-parallel gradients do not: None = agree per vector (a MAX
+    round first, which the network model charges as `scale_round`)."""
+    return cfg.fixed_point_exp if cfg.mode == "model_parallel" else None
+
+
 def _open_switch(cfg: P4sgdConfig) -> Comm:
     from hosts.collectives.switch import SwitchAllreduce
 
@@ -321,8 +336,7 @@ def _open_switch(cfg: P4sgdConfig) -> Comm:
     sw = SwitchAllreduce.connect(rank=cfg.rank, world=cfg.world, my_ip=cfg.my_ip, ina=cfg.ina,
                                  run=cfg.run_identity(), connect_timeout_s=cfg.connect_timeout_s,
                                  timeout_s=cfg.timeout_s)
-    scale = cfg.fixed_point_exp if cfg.mode == "model_parallel" else None
-    aar = _SwitchAsync(sw.client, scale, cfg.timeout_s)
+    aar = _SwitchAsync(sw.client, switch_scale_exp(cfg), cfg.timeout_s)
 
     def latency(h, submit_s):
         done = getattr(h, "completed_at", 0.0)  # the transport's own completion time
@@ -330,6 +344,7 @@ def _open_switch(cfg: P4sgdConfig) -> Comm:
 
     comm = Comm(aar, sw.barrier, sw.close, latency, blocking=False, stats=sw.stats)
     comm.idle = lambda seconds: _idle_polling(sw.client, seconds)
+    comm.expect_delay = sw.client.expect_delay
     return comm
 
 
@@ -360,8 +375,10 @@ class TimedAllreduce:
     Exposed = time this worker spends inside submit/wait (the part of the
     communication compute did not hide)."""
 
-    def __init__(self, comm: Comm, before_send=None, trace=None, algo: str = "", after_wait=None):
+    def __init__(self, comm: Comm, before_send=None, trace=None, algo: str = "", after_wait=None,
+                 scale_round: bool = False):
         self.comm = comm
+        self.scale_round = scale_round          # each op first agrees on a fixed-point scale
         self.before_send = before_send
         self.after_wait = after_wait            # e.g. WorkerDevice.mark: waiting is not glue
         self.trace, self.algo = trace, algo     # hosts.common.trace.TraceRecorder or None
@@ -377,7 +394,8 @@ class TimedAllreduce:
         h = self.comm.aar.submit(vec)
         dt = time.perf_counter() - t
         self.exposed_s += dt
-        node = (self.trace.comm(t, None, op="allreduce", algo=self.algo, values=len(vec))
+        node = (self.trace.comm(t, None, op="allreduce", algo=self.algo, values=len(vec),
+                                **({"scale_round": True} if self.scale_round else {}))
                 if self.trace is not None else None)
         return (h, dt, t, node)
 
@@ -573,7 +591,8 @@ class Worker:
         # (sleep granularity), and unrealized debt would let a worker's partial sums
         # leave before its forward pass "finished", misaligning workers in lock-step.
         self.timed = TimedAllreduce(self.comm, before_send=self.device.flush, trace=self.trace,
-                                    algo=self.cfg.collective, after_wait=self.device.mark)
+                                    algo=self.cfg.collective, after_wait=self.device.mark,
+                                    scale_round=self.cfg.collective == "switch" and switch_scale_exp(self.cfg) is None)
 
     # -- data -------------------------------------------------------------
     def prepare(self) -> None:
@@ -710,10 +729,13 @@ class Worker:
         from hosts.common.network_dilation import request
 
         nd = self.cfg.network_dilation
-        if nd is None or self.cfg.rank != 0:
+        if nd is None:
             return
-        request(nd["control"], {"version": version, "tdf": tdf, "compensate_s": compensate_s,
-                                **nd["hardware"]})
+        # Every worker's transport must wait out the dilated operation before resending.
+        self.comm.expect_delay(tdf * nd["hw_op_s"])
+        if self.cfg.rank == 0:
+            request(nd["control"], {"version": version, "tdf": tdf, "compensate_s": compensate_s,
+                                    **nd["hardware"]})
 
     def train(self) -> None:
         from hosts.glm.training import epoch_order, minibatches

@@ -108,7 +108,10 @@ def dilated_tdf(tdf_net: float | None, tdf_cmp: float | None, headroom: float,
     """The TDF for a network the switch dilates: high enough that neither the
     emulated network (headroom x its own slowdown) nor the host's numpy + glue
     (tdf_cmp, which carries COMPUTE_HEADROOM) shows in the results."""
-    candidates = [x for x in ((tdf_net * headroom) if tdf_net else None, tdf_cmp) if x]
+    # The host's need is an average over steps; single steps vary (GC, scheduling), and
+    # on a dilated network nothing else pushes TDF up, so give compute twice the slack.
+    candidates = [x for x in ((tdf_net * headroom) if tdf_net else None,
+                              2 * tdf_cmp if tdf_cmp else None) if x]
     tdf = max(candidates) if candidates else fallback
     return float(min(MAX_TDF, max(MIN_TDF, _round_sig(tdf, 2))))
 

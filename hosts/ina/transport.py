@@ -378,6 +378,17 @@ class InaClient:
         """First retransmission timeout of a chunk sent now."""
         return self._rto_cache
 
+    def expect_delay(self, seconds: float) -> None:
+        """A network slowed on purpose (time dilation) answers a chunk only after up
+        to `seconds`: keep every retransmission timer above that, or the client
+        resends what is merely delayed, and on a dilated link each spurious copy
+        takes the link time of a real frame."""
+        if seconds > 0:
+            self.min_timeout_s = max(self.min_timeout_s, 1.5 * seconds)
+            self.timeout_s = max(self.timeout_s, 2.0 * seconds)
+            self.max_timeout_s = max(self.max_timeout_s, 16 * self.timeout_s)
+            self._rto_cache = max(self._rto_cache, self.min_timeout_s)
+
     def _update_rtt(self, rtt: float) -> None:
         if self._srtt is None:
             self._srtt, self._rttvar = rtt, rtt / 2

@@ -130,7 +130,7 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
                     rep.comm_ops_incomplete += 1
                     continue
                 modeled = collective_time(n["op"], n["algo"], int(n["values"]), int(n["value_bytes"]),
-                                          world, profile)
+                                          world, profile, bool(n.get("scale_round")))
                 if modeled <= 0:
                     rep.comm_ops_skipped += 1
                     continue

@@ -174,7 +174,13 @@ def switch_levels(world: int, profile: HardwareProfile) -> int:
 
 # -- collectives --------------------------------------------------------------
 def collective_cost(op: str, algo: str, values: int, value_bytes: int, world: int,
-                    profile: HardwareProfile) -> CollectiveCost:
+                    profile: HardwareProfile, scale_round: bool = False) -> CollectiveCost:
+    """scale_round: an in-switch allreduce of floats without a fixed scale first agrees
+    on one with a one-value MAX pass (hosts/ina/transport.py): one more round trip."""
+    if scale_round and algo == "switch" and world > 1:
+        main = collective_cost(op, algo, values, value_bytes, world, profile)
+        agree = collective_cost(op, algo, 1, value_bytes, world, profile)
+        return CollectiveCost(main.total_s + agree.total_s, main.link_busy_s + agree.link_busy_s)
     if op not in OPS:
         raise ValueError(f"collective op {op!r} is not modeled (modeled: {', '.join(OPS)})")
     if algo not in ALGOS:
@@ -197,9 +203,9 @@ def collective_cost(op: str, algo: str, values: int, value_bytes: int, world: in
 
 
 def collective_time(op: str, algo: str, values: int, value_bytes: int, world: int,
-                    profile: HardwareProfile) -> float:
+                    profile: HardwareProfile, scale_round: bool = False) -> float:
     """Seconds one collective takes on the profile's hardware (see the module docstring)."""
-    return collective_cost(op, algo, values, value_bytes, world, profile).total_s
+    return collective_cost(op, algo, values, value_bytes, world, profile, scale_round).total_s
 
 
 def _switch(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:

@@ -123,8 +123,10 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
 
     def cost_of(node: dict[str, Any]) -> CollectiveCost:
         key = (node["op"], node["algo"], int(node["values"]), int(node["value_bytes"]))
-        if key not in costs:
-            costs[key] = collective_cost(*key, world, profile)
+        scale_round = bool(node.get("scale_round"))
+        if key + (scale_round,) not in costs:
+            costs[key + (scale_round,)] = collective_cost(*key, world, profile, scale_round)
+        key = key + (scale_round,)
         return costs[key]
 
     def collective(node: dict[str, Any], group_members: frozenset, done: simpy.Event):

@@ -152,16 +152,19 @@ def scaling(run: Run, out_dir: Path) -> list[Path]:
     invalid = _invalid(run, sums)
     hw = _hw_time(sums) and all(s.get("hw_throughput_sps") for s in sums if s.get("throughput_sps"))
     key_thr = "hw_throughput_sps" if hw else "throughput_sps"
-    colls = {s["collective"] for s in sums}
-    # Colour = system; line style = collective when the run compares several.
+    # Colour = system; line style = case (e.g. the shipped width and a wide model are
+    # both P4SGD: one colour, two styles, never merged into one line).
     groups: dict[tuple[str, str], dict[int, list[tuple[float, bool]]]] = defaultdict(lambda: defaultdict(list))
     case_system: dict[str, str] = {}
     for s in sums:
-        case_system[s.get("case", "base")] = _system(s)
+        case = s.get("case") or "base"
+        case_system[case] = _system(s)
         if s.get(key_thr):
-            var = s["collective"] if len(colls) > 1 else ""
-            groups[(_system(s), var)][s["workers"]].append((s[key_thr], s["point"] in invalid))
-    styles = _variant_styles(v for _, v in groups)
+            groups[(_system(s), case)][s["workers"]].append((s[key_thr], s["point"] in invalid))
+    # Per system, its first case solid, the next dotted...: colour already tells systems apart.
+    styles: dict[str, str] = {}
+    for system in {sy for sy, _ in groups}:
+        styles.update(_variant_styles(c for sy, c in groups if sy == system))
     fig, (ax_t, ax_s, ax_b) = plt.subplots(1, 3, figsize=(14.0, 4.6))
     if not groups:
         _empty(ax_t)
@@ -182,16 +185,17 @@ def scaling(run: Run, out_dir: Path) -> list[Path]:
                     if any(not b for _, b in by_w[w])]
             w_last = max(w for w in ws if any(not b for _, b in by_w[w]))
             eff = good[-1] / base / w_last
-            lbl = f"{st.label_of(system)}{' ' + var if var else ''} emulated (eff. {eff:.0%} at {w_last})"
+            lbl = f"{_case_label(system, var)} emulated (eff. {eff:.0%} at {w_last})"
         else:
-            lbl = f"{st.label_of(system)}{' ' + var if var else ''} emulated"
+            lbl = f"{_case_label(system, var)} emulated"
         handles.append(st.legend_handle(color, ls, marker="o", label=lbl))
         for w in ws:
             vals = [v for v, b in by_w[w] if not b]
-            if vals and not var:
-                emulated_at[(system, w)] = float(np.median(vals))
+            if vals:
+                emulated_at[(var, w)] = float(np.median(vals))
         top = max(top, ws[-1])
-    notes, profiles = _projection(run, ax_t, ax_s, case_system, emulated_at, handles, compare=hw)
+    notes, profiles = _projection(run, ax_t, ax_s, case_system, emulated_at, handles, compare=hw,
+                                  styles=styles)
     all_w = sorted({s["workers"] for s in sums} | {int(p["workers"]) for p in run.metrics_of("projection")
                                                    if p.get("workload") == "p4sgd"})
     top = max([top] + all_w)
@@ -217,11 +221,11 @@ def scaling(run: Run, out_dir: Path) -> list[Path]:
     ax_s.legend(handles=handles, fontsize=6.5, loc="upper left")
     if notes:
         st.note(ax_t, "\n".join(notes[:4]) + (f"\n(+{len(notes) - 4} more)" if len(notes) > 4 else ""))
-    extra = [f"Emulated: solid lines, {st.band_description(most)}; "
+    extra = [f"Colour = system, line style = case. Emulated: thick lines with dots, {st.band_description(most)}; "
              + ("throughput in hardware seconds = emulated seconds / time dilation factor (TDF)." if hw
                 else "throughput per emulated (dilated) second.")]
     if profiles:
-        extra.append(f"Projected (dashed, band = sensitivity to the device/network constants): model "
+        extra.append(f"Projected (thin lines with crosses, band = sensitivity to the device/network constants): model "
                      f"profile {values_text(sorted(profiles))}; worker counts beyond the emulated ones are "
                      f"projected only.")
     if notes:
@@ -234,40 +238,57 @@ def scaling(run: Run, out_dir: Path) -> list[Path]:
     return _save(fig, run, out_dir, "p4sgd_scaling", extra, sums)
 
 
+def _case_label(system: str, case: str) -> str:
+    return st.label_of(system) if case in (system, "base") else f"{st.label_of(system)} ({case})"
+
+
 def _projection(run: Run, ax_t, ax_s, case_system: dict[str, str], emulated_at: dict[tuple[str, int], float],
-                handles: list, compare: bool) -> tuple[list[str], set[str]]:
-    """Dashed projected throughput and speedup per system with its sensitivity band;
-    returns the disagreement notes and the model profiles used."""
-    by_sys: dict[str, list[dict[str, Any]]] = defaultdict(list)
+                handles: list, compare: bool, styles: dict[str, str] | None = None
+                ) -> tuple[list[str], set[str]]:
+    """Dashed projected throughput and speedup per case (colour of its system) with its
+    sensitivity band; returns the disagreement notes and the model profiles used.
+
+    Every point projects its own N and 16-256 workers; a case's curve takes, per N,
+    the median over the points (and repeats) that projected it."""
+    by_case: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for p in run.metrics_of("projection"):
-        if p.get("workload") == "p4sgd" and p.get("hw_throughput_sps"):
-            by_sys[case_system.get(p.get("case"), p.get("case") or "?")].append(p)
+        if p.get("workload") == "p4sgd" and p.get("hw_throughput_sps") and p.get("case") in case_system:
+            by_case[p["case"]][int(p["workers"])].append(p)
     notes, profiles = [], set()
-    for system, recs in sorted(by_sys.items(), key=lambda kv: (kv[0] != "p4sgd", kv[0])):
-        recs = sorted(recs, key=lambda r: r["workers"])
+    for case, by_w in sorted(by_case.items(), key=lambda kv: (case_system[kv[0]] != "p4sgd", kv[0])):
+        system = case_system[case]
         color = st.color_of(system)
-        ws = [r["workers"] for r in recs]
-        y = np.array([r["hw_throughput_sps"] for r in recs], float)
+        ws = sorted(by_w)
+
+        def med(key: str, w: int):
+            vals = [r.get(key) for r in by_w[w]]
+            return float(np.median(vals)) if vals and all(v is not None for v in vals) else None
+
+        y = np.array([med("hw_throughput_sps", w) for w in ws], float)
+        recs = [r for w in ws for r in by_w[w]]
         prof = values_text(sorted({str(r.get("profile", "?")) for r in recs}))
         profiles.update(str(r.get("profile", "?")) for r in recs)
-        ax_t.plot(ws, y, color=color, ls="--", lw=1.3, marker="x", ms=4)
-        lo = [r.get("band_lo_sps") for r in recs]
-        hi = [r.get("band_hi_sps") for r in recs]
-        if all(v is not None for v in lo + hi):
+        # Emulated: thick lines with dots; projected: thin lines with crosses, same style.
+        ls = (styles or {}).get(case, "-")
+        ax_t.plot(ws, y, color=color, ls=ls, lw=0.9, alpha=0.8, marker="x", ms=5)
+        lo = [med("band_lo_sps", w) for w in ws]
+        hi = [med("band_hi_sps", w) for w in ws]
+        banded = all(v is not None for v in lo + hi)
+        if banded:
             ax_t.fill_between(ws, lo, hi, color=color, alpha=0.10, lw=0)
         per_w = y[0] / ws[0]
-        ax_s.plot(ws, y / per_w, color=color, ls="--", lw=1.3, marker="x", ms=4)
-        if all(v is not None for v in lo + hi):
+        ax_s.plot(ws, y / per_w, color=color, ls=ls, lw=0.9, alpha=0.8, marker="x", ms=5)
+        if banded:
             ax_s.fill_between(ws, np.array(lo) / per_w, np.array(hi) / per_w, color=color, alpha=0.10, lw=0)
-        handles.append(st.legend_handle(color, "--", marker="x",
-                                        label=f"{st.label_of(system)} projected (model profile {prof})"))
-        for r in recs:
-            emu = emulated_at.get((system, r["workers"]))
+        handles.append(st.legend_handle(color, ls, marker="x",
+                                        label=f"{_case_label(system, case)} projected (model profile {prof})"))
+        for w, proj in zip(ws, y):
+            emu = emulated_at.get((case, w))
             if compare and emu is not None:
-                rel = emu / r["hw_throughput_sps"] - 1.0
+                rel = emu / proj - 1.0
                 if abs(rel) > DISAGREE_FRAC:
-                    notes.append(f"{st.label_of(system)} N={r['workers']}: emulated {emu:.3g} vs projected "
-                                 f"{r['hw_throughput_sps']:.3g} samples/s ({rel:+.0%})")
+                    notes.append(f"{_case_label(system, case)} N={w}: emulated {emu:.3g} vs projected "
+                                 f"{proj:.3g} samples/s ({rel:+.0%})")
     return notes, profiles
 
 

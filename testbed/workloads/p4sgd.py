@@ -258,7 +258,7 @@ def op_values(wl: P4sgdWorkload) -> int:
     return wl.micro_batch if wl.mode == "model_parallel" else n_features(wl)
 
 
-def network_dilation(wl: Any, switch_info: dict[str, Any]) -> dict[str, Any] | None:
+def network_dilation(wl: Any, switch_info: dict[str, Any], workers: int) -> dict[str, Any] | None:
     """The hosts' `network_dilation` block: the soft switches' control files and the
     `hardware` profile's hop, or None where the network cannot or should not be dilated
     (no soft switch, a measured CPU device, dilate_network false)."""
@@ -269,15 +269,17 @@ def network_dilation(wl: Any, switch_info: dict[str, Any]) -> dict[str, Any] | N
     if not control or not wl.dilate_network or wl.device == "cpu":
         return None
     return {"control": list(control), "hardware": dilation_hardware(load_profile(wl.hardware)),
-            "headroom": wl.network_headroom}
+            "headroom": wl.network_headroom, "hw_op_s": hw_op_time(wl, workers)}
 
 
 def hw_op_time(wl: P4sgdWorkload, workers: int, profile: Any = None) -> float:
     """Modeled hardware seconds of one of the workload's allreduces."""
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
     from testbed.fidelity.network_model import collective_time  # noqa: PLC0415
+    # Data-parallel (or unfixed) in-switch sums agree on a scale first (hosts/p4sgd.py).
+    agreed = wl.collective == "switch" and (wl.mode != "model_parallel" or wl.fixed_point_exp is None)
     return collective_time("allreduce", wl.collective, op_values(wl), 4, workers,
-                           profile or load_profile(wl.hardware))
+                           profile or load_profile(wl.hardware), scale_round=agreed)
 
 
 # ---------------------------------------------------------------------------
@@ -339,7 +341,7 @@ class P4sgdRuntime(WorkloadRuntime):
             "start_at": ctx.start_at, "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
             "calibration": ({"hw_op_s": hw_op_time(wl, len(workers)), "rounds": wl.calibration_rounds,
                              "batches": wl.calibration_batches} if wl.calibrated else None),
-            "network_dilation": network_dilation(wl, ctx.switch),
+            "network_dilation": network_dilation(wl, ctx.switch, len(workers)),
         }
         progs = []
         if ps is not None:

@@ -90,3 +90,15 @@ def test_small_window_throttles_the_switch_stream():
     narrow = collective_time("allreduce", "switch", 64 * 1000, 4, 8, TOFINO.with_overrides({"ina_window_packets": 4}))
     # 4 packets per ~1.9 us round trip instead of one per 27 ns
     assert narrow > 5 * wide
+
+
+def test_agreed_scale_adds_one_single_value_pass_in_the_switch_only():
+    from testbed.fidelity.constants import load_profile
+    p = load_profile("tofino1-100g")
+    plain = collective_time("allreduce", "switch", 8192, 4, 4, p)
+    one = collective_time("allreduce", "switch", 1, 4, 4, p)
+    assert collective_time("allreduce", "switch", 8192, 4, 4, p, scale_round=True) == pytest.approx(plain + one)
+    # host collectives carry floats: no scale to agree on; one worker sends nothing
+    assert collective_time("allreduce", "ring", 8192, 4, 4, p, scale_round=True) == \
+        collective_time("allreduce", "ring", 8192, 4, 4, p)
+    assert collective_time("allreduce", "switch", 8192, 4, 1, p, scale_round=True) == 0.0
