@@ -745,6 +745,8 @@ class Worker:
                            "collective": cfg.collective, "part": list(self.part),
                            "n_samples": self.ds.n_samples, "n_features": self.ds.n_features,
                            "dilation": self.dilation, "device": self.device.device.describe(),
+                           "network_dilated": (cfg.network_dilation is not None
+                                               and self.device.base_scale is not None),
                            "load_s": self.load_s, "wall_start": time.time()})
         t0 = self.device.t0 = time.perf_counter()
         cpu0 = time.process_time()

@@ -94,13 +94,12 @@ def decide(summed: np.ndarray, n_ops: int, world: int, hw_op_s: float,
                                 else "network" if tdf_net is not None else "none")}
 
 
-# [A] With a dilated network (the soft switch's delay line), the emulator's own time
-# per operation must be a small part of the dilated hardware time: the network then
-# measures the model, not the emulator. TDF = NETWORK_HEADROOM x the undilated
-# network's slowdown leaves the emulator 1/8 of each operation; calibration then
-# takes the emulator's median share off the delay line (compensation), so only
-# its jitter remains (research/time-fidelity.md 7.4).
-NETWORK_HEADROOM = 8.0
+# With a dilated network (the soft switch's delay line) the emulator's own time per
+# operation must be a small part of the dilated hardware time: the network then
+# measures the model, not the emulator. TDF = headroom x the undilated network's
+# slowdown ([A] workload field network_headroom, 16: the emulator keeps 1/16 of each
+# operation; 8 left tails of 1.3-2.5x TDF at p99 here); calibration then takes the
+# emulator's median share off the delay line (compensation), so only its jitter remains.
 
 
 def dilated_tdf(tdf_net: float | None, tdf_cmp: float | None, headroom: float,

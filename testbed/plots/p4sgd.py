@@ -87,9 +87,13 @@ def _loss_pct(m: dict[str, Any]) -> float:
 
 def _device_text(run: Run, sums: list[dict[str, Any]]) -> str:
     """What was emulated: devices and dilation, collectives, network slowdown vs hardware."""
-    devs = sorted({(s["device"], s.get("tdf") or s["dilation"]) for s in sums})
-    dev_txt = ", ".join(f"{d} model, time dilation x{k:g}" if d != "cpu" else "measured CPU (no dilation)"
-                        for d, k in devs) or "no successful points"
+    by_dev: dict[str, list[float]] = defaultdict(list)
+    for s in sums:
+        by_dev[s["device"]].append(float(s.get("tdf") or s["dilation"]))
+    dev_txt = ", ".join(
+        "measured CPU (no dilation)" if d == "cpu" else
+        f"{d} model, time dilation x{min(k):g}" + (f"-{max(k):g} (per point)" if min(k) != max(k) else "")
+        for d, k in sorted(by_dev.items())) or "no successful points"
     def span(xs):
         lo, hi = min(xs), max(xs)
         return f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
@@ -105,6 +109,11 @@ def _device_text(run: Run, sums: list[dict[str, Any]]) -> str:
     if cal:
         dev_txt += ("; dilation calibrated on this machine" if all(cal) else
                     f"; dilation NOT calibrated (assumed) on {cal.count(False)} of {len(cal)} point(s)")
+    nd = [bool(s.get("network_dilated")) for s in sums if s.get("device") != "cpu"]
+    if nd:
+        dev_txt += ("; network slowed to each point's TDF by the soft switch" if all(nd) else
+                    f"; network NOT dilated on {nd.count(False)} of {len(nd)} point(s) "
+                    f"(TDF follows its own slowdown)")
     colls = values_text(sorted({s["collective"] for s in sums}))
     return (f"Devices: {dev_txt}; collectives: {colls} (switch = in-network SUM, ring/ps = host TCP).")
 
@@ -232,7 +241,7 @@ def scaling(run: Run, out_dir: Path) -> list[Path]:
         extra.append(f"DISAGREE (> {DISAGREE_FRAC:.0%} between emulated and projected at the same N): "
                      + "; ".join(notes))
     elif profiles and hw:
-        extra.append(f"Emulated and projected agree within {DISAGREE_FRAC:.0%} at every emulated N.")
+        extra.append(f"Emulated and projected agree within {DISAGREE_FRAC:.0%} at every valid emulated point.")
     elif profiles:
         extra.append("Not compared with the projection: the run recorded no hardware-time throughput.")
     return _save(fig, run, out_dir, "p4sgd_scaling", extra, sums)
@@ -298,12 +307,12 @@ def _iteration_breakdown(run: Run, ax) -> None:
     iters = _by_point(run, "p4sgd_iter")
     rows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for s in _summaries(run):
-        rows[(_series_label(s, ("collective", "batch", "case")), s["workers"])].extend(iters.get(s["point"], []))
+        rows[(_system(s), s.get("case") or "base", s["workers"])].extend(iters.get(s["point"], []))
     rows = {k: v for k, v in rows.items() if v}
     if not rows:
         _empty(ax)
         return
-    keys = sorted(rows, key=lambda k: (k[0], k[1]))
+    keys = sorted(rows, key=lambda k: (k[0] != "p4sgd", k[1], k[2]))
     parts = (("compute_s", "compute (modeled)", "compute"), ("comm_s", "exposed communication", "comm"),
              ("other_s", "host overhead + stall", "other"))
     x = np.arange(len(keys))
@@ -318,10 +327,11 @@ def _iteration_breakdown(run: Run, ax) -> None:
     for xi, t in zip(x, total):
         ax.text(xi, 1.01, f"{t:.3g}", ha="center", va="bottom", fontsize=6)
     ax.set_xticks(x)
-    ax.set_xticklabels([f"{'P4SGD' if k[0] == st.label_of('p4sgd') else 'DP'}\n{k[1]} w" for k in keys],
-                       fontsize=6.5)
+    several = {k[0]: len({c for sy, c, _ in keys if sy == k[0]}) > 1 for k in keys}
+    ax.set_xticklabels([f"{'P4SGD' if k[0] == 'p4sgd' else 'DP'}\n{k[1] + chr(10) if several[k[0]] else ''}"
+                        f"{k[2]} w" for k in keys], fontsize=6 if len(keys) > 8 else 6.5)
     for lab, k in zip(ax.get_xticklabels(), keys):
-        lab.set_color(st.color_of("p4sgd" if k[0] == st.label_of("p4sgd") else "dp"))
+        lab.set_color(st.color_of(k[0]))
     ax.set_ylim(0, 1.12)
     ax.set_ylabel("share of the mean iteration time")
     ax.set_title("Where an iteration goes")

@@ -140,7 +140,7 @@ class P4sgdWorkload(BaseModel):
                           "each frame until the dilated `hardware` would deliver it; docs/time-fidelity.md). "
                           "false: the network runs at the emulator's own speed and TDF follows it.")
     network_headroom: float = Field(
-        8.0, ge=1.0, le=100.0, description="dilate_network with time_scale auto: TDF = this x the "
+        16.0, ge=1.0, le=100.0, description="dilate_network with time_scale auto: TDF = this x the "
                                            "undilated network's slowdown, so the emulator's own time is "
                                            "a small share of every dilated operation.")
     fixed_point_exp: Optional[int] = Field(
@@ -667,6 +667,9 @@ def _summary(wl: P4sgdWorkload, workers: list[str], raw: dict[str, list], summar
         # In hardware time: valid only if the network was slowed as much as the device
         # (the fidelity monitor's verdict, `valid`, says whether it was).
         "tdf": dilation, "calibrated": wl.calibrated,
+        # The soft switch slowed the network to the TDF (docs/time-fidelity.md).
+        "network_dilated": any(r.get("network_dilated") for h in workers for r in raw.get(h, [])
+                               if r.get("type") == "start"),
         "hw_train_s": train_s / dilation if train_s > 0 else None,
         "hw_throughput_sps": samples / train_s * dilation if train_s > 0 else None,
         "iter_ms_mean": float(iter_s.mean() * 1e3) if iter_s.size else None,
