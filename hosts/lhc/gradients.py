@@ -7,11 +7,11 @@
 
 Deterministic in (seed, rank, iteration), so every worker can regenerate every
 other worker's gradient and check its aggregate against the exact sum.
-Synthetic: nonzeros come in runs of `cluster` positions (run starts uniform);
-a share `overlap` of the runs is common to all workers in an iteration (the
-same embedding rows touched by every worker's batch), the rest the worker's
-own. Values are N(0, 1) * `scale`. The realised density is slightly below the
-target where runs collide.
+Synthetic: nonzeros come in aligned runs of `cluster` positions (run slots
+drawn without replacement); a share `overlap` of the runs is common to all
+workers in an iteration (the same embedding rows touched by every worker's
+batch), the rest the worker's own, drawn from the other slots. Values are
+N(0, 1) * `scale`.
 """
 from __future__ import annotations
 
@@ -22,19 +22,24 @@ import numpy as np
 from hosts.lhc.profiles import get_profile
 
 
-def _runs(rng: np.random.Generator, n: int, nnz: int, cluster: int) -> np.ndarray:
-    """Flat positions of ~nnz nonzeros in runs of `cluster` (bool mask)."""
+def _slots(rng: np.random.Generator, n_slots: int, k: int, exclude: np.ndarray | None = None) -> np.ndarray:
+    """k distinct slot numbers out of n_slots (minus `exclude`)."""
+    if exclude is None or exclude.size == 0:
+        k = max(0, min(k, n_slots))
+        return np.sort(rng.choice(n_slots, size=k, replace=False)) if k else np.empty(0, np.int64)
+    free = np.ones(n_slots, dtype=bool)
+    free[exclude] = False
+    pool = np.flatnonzero(free)
+    k = max(0, min(k, pool.size))
+    return np.sort(pool[rng.choice(pool.size, size=k, replace=False)]) if k else np.empty(0, np.int64)
+
+
+def _mask(slots: np.ndarray, n: int, cluster: int) -> np.ndarray:
+    """Bool mask of the runs [slot*cluster, slot*cluster + cluster) (last run clipped)."""
     mask = np.zeros(n, dtype=bool)
-    if nnz <= 0 or n == 0:
-        return mask
-    cluster = max(1, min(cluster, n))
-    runs = max(1, round(nnz / cluster))
-    starts = rng.integers(0, max(1, n - cluster + 1), size=runs)
-    if cluster == 1:
-        mask[starts] = True
-    else:
-        idx = (starts[:, None] + np.arange(cluster)[None, :]).reshape(-1)
-        mask[idx] = True
+    if slots.size:
+        idx = (slots[:, None] * cluster + np.arange(cluster)[None, :]).reshape(-1)
+        mask[idx[idx < n]] = True
     return mask
 
 
@@ -52,11 +57,14 @@ class SyntheticSource:
         n = hi - lo
         if dens >= 1.0:
             return np.ones(n, dtype=bool)
-        nnz = int(round(n * dens))
-        shared_nnz = int(round(nnz * self.overlap))
-        common = np.random.default_rng([self.seed, it, li, 1 << 20])
-        own = np.random.default_rng([self.seed, it, li, rank])
-        return _runs(common, n, shared_nnz, cl) | _runs(own, n, nnz - shared_nnz, cl)
+        # Aligned runs (an embedding row is a run of `dim` at a multiple of dim);
+        # the worker's own runs are drawn from the slots the shared ones left free.
+        n_slots = -(-n // cl)
+        runs = int(round(n * dens / cl))
+        shared = _slots(np.random.default_rng([self.seed, it, li, 1 << 20]), n_slots,
+                        int(round(runs * self.overlap)))
+        own = _slots(np.random.default_rng([self.seed, it, li, rank]), n_slots, runs - shared.size, shared)
+        return _mask(np.concatenate([shared, own]), n, cl)
 
     def gradient(self, rank: int, it: int) -> np.ndarray:
         g = np.zeros(self.size, dtype=np.float32)
