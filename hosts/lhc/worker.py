@@ -1,0 +1,378 @@
+"""LHC worker (and the PS of dense_ps): one gradient aggregation per iteration.
+
+    python -m hosts.lhc.worker --config cfg.json
+
+Algorithms (cfg.algorithm):
+  lhc_switch    support bitmap OR-ed in the switch, then sketch ++ dense core
+                SUM-ed in the switch (both int32/uint32 INA jobs); decode by peeling
+  lhc_ring      the same, support as 4-bit counts and sketch summed by a host ring
+                (the public code's NCCL way)
+  dense_switch  the float gradient through in-switch aggregation (SwitchML-style)
+  dense_ring    float32 ring allreduce;  dense_ps  a parameter server host
+  topk_ring     top-k with error feedback; indices + values allgathered over the ring
+Per iteration: barrier (untimed), modeled backward compute, then the timed
+aggregation (device steps paced by the modeled GPU, hosts/lhc/timing.py).
+Rank 0 checks every result against the exact sum, computed from every
+worker's regenerated gradient (LHC and dense_switch: bit for bit in fixed
+point; dense_ps / dense_ring: bit for bit in float32 in the collective's own
+summation order; top-k: against the sum of every worker's top-k with error
+feedback, simulated). Every rank writes a digest of its result; `collect`
+checks they are equal. A wrong result is logged and exits 1 (the point fails).
+
+Output (JSON lines, cfg.out): "iter" per iteration, then "summary".
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hosts.common import program
+from hosts.common.config import Checker, ConfigError, HostAddr, InaSettings, Straggler, load_json_object
+from hosts.common.tcp import NetError
+from hosts.common.trace import TraceRecorder
+from hosts.lhc import codec, rounds
+from hosts.lhc.gradients import make_source
+from hosts.lhc.timing import LhcDevice, Timeline
+
+ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_ps", "topk_ring")
+EXIT_OK, EXIT_WRONG = 0, 1
+log = logging.getLogger("lhc")
+
+
+@dataclass(frozen=True)
+class LhcConfig:
+    host: str
+    role: str
+    rank: int
+    world: int
+    algorithm: str
+    peers: tuple[HostAddr, ...]
+    ps: HostAddr | None
+    port: int
+    ina: InaSettings | None
+    gradient: dict
+    iterations: int
+    warmup: int
+    compute_ms: float
+    topk_ratio: float
+    sketch: dict
+    device: dict
+    straggler: Straggler | None
+    start_at: float | None
+    connect_timeout_s: float
+    timeout_s: float
+    trace: str | None
+    out: str
+
+    @classmethod
+    def from_json(cls, source) -> "LhcConfig":
+        data, where = load_json_object(source)
+        c = Checker(data, where)
+        v = dict(host=c.str("host"), role=c.str("role", ("worker", "ps")), rank=c.int("rank"),
+                 world=c.int("world", lo=1), algorithm=c.str("algorithm", ALGORITHMS),
+                 port=c.int("port", lo=1), iterations=c.int("iterations", lo=1),
+                 warmup=c.int("warmup", lo=0), compute_ms=c.number("compute_ms", lo=0),
+                 topk_ratio=c.number("topk_ratio", positive=True),
+                 straggler=c.straggler("straggler"), start_at=c.number("start_at", lo=0, nullable=True),
+                 connect_timeout_s=c.number("connect_timeout_s", positive=True),
+                 timeout_s=c.number("timeout_s", positive=True), out=c.str("out"))
+        peers = []
+        for i, p in enumerate(data.get("peers") or []):
+            h = c.host(p, f"peers[{i}]")
+            if h:
+                peers.append(h)
+        if v["world"] is not None and len(peers) != v["world"]:
+            c.error("peers", f"has {len(peers)} entries but world is {v['world']}")
+        ok, raw_ps = c.value("ps", True)
+        ps = c.host(raw_ps, "ps") if ok else None
+        for key in ("gradient", "sketch", "device"):
+            if not isinstance(data.get(key), dict):
+                c.error(key, f"must be an object, got {data.get(key)!r}")
+        trace = data.get("trace")
+        if trace is not None and not isinstance(trace, str):
+            c.error("trace", f"must be a path or null, got {trace!r}")
+        algo = v["algorithm"]
+        ina = InaSettings.parse(c, "switch" if algo in ("lhc_switch", "dense_switch") else None)
+        if algo == "dense_ps" and ps is None:
+            c.error("ps", "dense_ps needs the parameter server's {name, ip}")
+        c.finish({*v, "peers", "ps", "ina", "gradient", "sketch", "device", "trace"})
+        return cls(peers=tuple(peers), ps=ps, ina=ina, gradient=data["gradient"], sketch=data["sketch"],
+                   device=data["device"], trace=trace, **v)
+
+    @property
+    def my_ip(self) -> str:
+        return self.ps.ip if self.role == "ps" else self.peers[self.rank].ip
+
+    def run_identity(self) -> dict[str, Any]:
+        return {"world": self.world, "algorithm": self.algorithm, "iterations": self.iterations,
+                "warmup": self.warmup, "gradient": self.gradient, "sketch": self.sketch,
+                "port": self.port, "ina": None if self.ina is None else
+                {"job_id": self.ina.job_id, "window": self.ina.window}}
+
+
+def wait_until(start_at: float | None) -> None:
+    if start_at is not None and start_at > time.time():
+        time.sleep(start_at - time.time())
+
+
+def open_collective(cfg: LhcConfig):
+    from hosts.collectives import make_hello
+    hello = make_hello(cfg.host, cfg.rank, cfg.run_identity())
+    if cfg.algorithm in ("lhc_switch", "dense_switch"):
+        from hosts.collectives.switch import SwitchAllreduce
+        return SwitchAllreduce.connect(rank=cfg.rank, world=cfg.world, my_ip=cfg.my_ip, ina=cfg.ina,
+                                       run=cfg.run_identity(), connect_timeout_s=cfg.connect_timeout_s,
+                                       timeout_s=cfg.timeout_s)
+    if cfg.algorithm == "dense_ps":
+        from hosts.collectives.ps import PSWorker
+        return PSWorker.connect(ps=cfg.ps, my_ip=cfg.my_ip, port_base=cfg.port, hello=hello,
+                                connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
+    from hosts.lhc.hostcoll import IntRing
+    return IntRing.connect(rank=cfg.rank, peers=cfg.peers, port_base=cfg.port, hello=hello,
+                           connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
+
+
+def _ina(coll, vec: np.ndarray, op: str, what: str) -> np.ndarray:
+    return coll._run(lambda: coll.client.wait(coll.client.submit(vec, op), timeout=coll.timeout_s), what)
+
+
+def topk_select(acc: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest |acc| (ties broken by index: deterministic)."""
+    if k >= acc.size:
+        return np.arange(acc.size, dtype=np.int32)
+    idx = np.argpartition(-np.abs(acc), k - 1)[:k]
+    return np.sort(idx).astype(np.int32)
+
+
+def topk_contribution(acc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    idx = topk_select(acc, k)
+    return idx, acc[idx].astype(np.float32)
+
+
+def sum_topk(blocks: np.ndarray, k: int, n: int) -> np.ndarray:
+    """Sum of every rank's (indices, values) in rank order: identical bits on every rank."""
+    y = np.zeros(n, dtype=np.float32)
+    for b in blocks:
+        np.add.at(y, b[:k], b[k:].view(np.float32))
+    return y
+
+
+class Worker:
+    def __init__(self, cfg: LhcConfig, writer):
+        self.cfg, self.writer = cfg, writer
+        self.src = make_source(cfg.gradient)
+        self.n = self.src.size
+        dev = dict(cfg.device)
+        self.tl = Timeline(LhcDevice(**dev), TraceRecorder(
+            cfg.trace, host=cfg.host, rank=cfg.rank, world=cfg.world,
+            tdf=dev.get("time_scale", 1.0) if dev.get("type", "gpu") == "gpu" else 1.0,
+            device=dev, workload="lhc", algorithm=cfg.algorithm, n=self.n))
+        self.k = max(1, int(round(cfg.topk_ratio * self.n)))
+        self.residual = np.zeros(self.n, np.float32)
+        self.ref_residuals = np.zeros((cfg.world, self.n), np.float32) if cfg.rank == 0 else None
+        self.wrong = 0
+        self.t0 = time.time()
+        self.iters: list[dict] = []
+
+    # -- one aggregation per algorithm: returns (result, info) -----------------
+    def step(self, coll, g: np.ndarray) -> tuple[np.ndarray, dict]:
+        a, tl, W = self.cfg.algorithm, self.tl, self.cfg.world
+        info: dict[str, Any] = {"encode_s": 0.0, "decode_s": 0.0}
+        if a in ("lhc_switch", "lhc_ring"):
+            sw = a == "lhc_switch"
+            r = rounds.LhcRound(W, support="or" if sw else "nibbles", **self.cfg.sketch)
+            msg, t_sup = tl.run_step("support", lambda: r.support_message(g), lambda _: {"n": self.n})
+            if sw:
+                agg, t1 = tl.comm(lambda: _ina(coll, msg, "or", "support OR"), algo="switch",
+                                  values=msg.size, phase="support")
+            else:
+                agg, t1 = tl.comm(lambda: coll.allreduce_int32(msg), algo="ring", values=msg.size,
+                                  phase="support")
+            pay, t_enc = tl.run_step("encode", lambda: r.encode(agg, g),
+                                     lambda _: {"n": self.n, "union": r.plan.union, "rounds": len(r.plan.rounds)})
+            if sw:
+                tot, t2 = tl.comm(lambda: _ina(coll, pay, "sum", "sketch SUM"), algo="switch",
+                                  values=pay.size, phase="sketch")
+            else:
+                tot, t2 = tl.comm(lambda: coll.allreduce_int32(pay), algo="ring", values=pay.size,
+                                  phase="sketch")
+            y, t_dec = tl.run_step("decode", lambda: r.decode(tot),
+                                   lambda _: {"n": self.n, "union": r.plan.union, "rounds": len(r.plan.rounds)})
+            wire = r.wire()
+            info.update(wire, encode_s=t_sup + t_enc, decode_s=t_dec, comm_s=t1 + t2,
+                        comm_support_s=t1, comm_sketch_s=t2,
+                        values_sent=wire["support_values"] + wire["sketch_values"] + wire["core_values"],
+                        int_sum=r.int_sum, k=r.k)
+            return y, info
+        if a == "topk_ring":
+            acc = g + self.residual
+            (idx, vals), t_enc = tl.run_step("topk", lambda: topk_contribution(acc, self.k),
+                                             lambda _: {"n": self.n, "k": self.k})
+            self.residual = acc.copy()
+            self.residual[idx] = 0.0
+            block = np.concatenate([idx, vals.view(np.int32)])
+            blocks, t1 = tl.comm(lambda: coll.allgather(block), algo=None, values=block.size, phase="allgather")
+            y, t_dec = tl.run_step("topk_sum", lambda: sum_topk(blocks, self.k, self.n),
+                                   lambda _: {"n": self.n, "k": self.k, "world": W})
+            info.update(encode_s=t_enc, decode_s=t_dec, comm_s=t1, values_sent=block.size * (W - 1))
+            return y, info
+        algo = {"dense_switch": "switch", "dense_ring": "ring", "dense_ps": "ps"}[a]
+        y, t1 = tl.comm(lambda: coll.allreduce(g), algo=algo, values=self.n, phase="dense")
+        info.update(comm_s=t1, values_sent=self.n)
+        return np.asarray(y, dtype=np.float32), info
+
+    # -- the exact reference (rank 0, untimed) ---------------------------------
+    def check(self, it: int, y: np.ndarray, info: dict) -> tuple[bool, float | None]:
+        if self.cfg.rank != 0:
+            return True, None
+        a, W = self.cfg.algorithm, self.cfg.world
+        grads = [self.src.gradient(r, it) for r in range(W)]
+        exact = np.sum(np.asarray(grads, dtype=np.float64), axis=0)
+        if a in ("lhc_switch", "lhc_ring", "dense_switch"):
+            ref_int, k = rounds.exact_fixed_sum(grads)
+            if a != "dense_switch" and not np.array_equal(info["int_sum"].astype(np.int64), ref_int):
+                return False, None
+            ref = rounds.scale.dequantize(ref_int, k)
+        elif a == "dense_ps":
+            ref = grads[0].copy()
+            for gr in grads[1:]:
+                ref += gr
+        elif a == "dense_ring":
+            from hosts.collectives.ring import chunk_bounds
+            ref = np.empty(self.n, np.float32)
+            for c, (lo, hi) in enumerate(chunk_bounds(self.n, W)):
+                acc = grads[c][lo:hi].copy()
+                for j in range(1, W):
+                    acc = grads[(c + j) % W][lo:hi] + acc
+                ref[lo:hi] = acc
+        else:  # topk_ring: every worker's top-k with error feedback, simulated
+            blocks = []
+            for r, gr in enumerate(grads):
+                acc = gr + self.ref_residuals[r]
+                idx, vals = topk_contribution(acc, self.k)
+                self.ref_residuals[r] = acc
+                self.ref_residuals[r][idx] = 0.0
+                blocks.append(np.concatenate([idx, vals.view(np.int32)]))
+            ref = sum_topk(np.stack(blocks), self.k, self.n)
+        err = float(np.linalg.norm(y.astype(np.float64) - exact) / max(np.linalg.norm(exact), 1e-30))
+        return bool(np.array_equal(y, ref)), err
+
+    def backward(self, it: int) -> float:
+        """Modeled backward pass (dilated), slowed for a straggler; stall delay_ms on top."""
+        cfg, s = self.cfg, self.cfg.straggler
+        late = s is not None and time.time() - self.t0 >= s.start_s
+        hw = cfg.compute_ms / 1e3 * (s.slowdown if late else 1.0)
+        t0 = time.perf_counter()
+        if hw > 0:
+            self.tl.modeled("backward", hw)
+        if late and s.delay_ms > 0:
+            time.sleep(s.delay_ms / 1e3)
+        return time.perf_counter() - t0
+
+    def run(self) -> int:
+        cfg = self.cfg
+        log.info("worker rank %d/%d, %s, gradient %s (%d values), %d+%d iterations", cfg.rank, cfg.world,
+                 cfg.algorithm, self.src.describe(), self.n, cfg.warmup, cfg.iterations)
+        coll = self._coll = open_collective(cfg)
+        try:
+            wait_until(cfg.start_at)
+            coll.barrier()
+            self.t0 = time.time()
+            for it in range(cfg.warmup + cfg.iterations):
+                g = self.src.gradient(cfg.rank, it)
+                coll.barrier()
+                t_it = time.perf_counter()
+                bwd = self.backward(it)
+                t_agg = time.perf_counter()
+                y, info = self.step(coll, g)
+                t_end = time.perf_counter()
+                ok, err = self.check(it, y, info)
+                if not ok:
+                    self.wrong += 1
+                    log.error("iteration %d: the aggregated gradient is NOT the exact sum", it)
+                rec = {"type": "iter", "host": cfg.host, "rank": cfg.rank, "algorithm": cfg.algorithm,
+                       "iter": it, "warmup": it < cfg.warmup, "iter_s": t_end - t_it, "backward_s": bwd,
+                       "agg_s": t_end - t_agg, "ok": ok, "checked": cfg.rank == 0, "rel_err": err,
+                       "n": self.n, "digest": hashlib.blake2b(y.tobytes(), digest_size=8).hexdigest(),
+                       **{k: v for k, v in info.items() if k not in ("int_sum",)}}
+                self.writer.write(rec)
+                self.iters.append(rec)
+            if cfg.algorithm == "dense_ps":
+                coll.allreduce(np.zeros(0, np.float32))      # end-of-stream for the PS
+        finally:
+            self.tl.trace.close()
+            coll.close()
+        self.summary(None)
+        if self.wrong:
+            log.error("%d iteration(s) gave a wrong sum", self.wrong)
+            return EXIT_WRONG
+        log.info("done: every checked sum exact" if cfg.rank == 0 else "done")
+        return EXIT_OK
+
+    def summary(self, error: str | None) -> None:
+        stats = getattr(getattr(self, "_coll", None), "stats", None)
+        self.writer.write({"type": "summary", "host": self.cfg.host, "rank": self.cfg.rank,
+                           "algorithm": self.cfg.algorithm, "ok": error is None and not self.wrong,
+                           "error": error, "wrong_iterations": self.wrong, "n": self.n,
+                           "gradient": self.src.describe(), "device": self.tl.device.validity(),
+                           "collective_stats": stats() if callable(stats) else None})
+
+
+def run_ps(cfg: LhcConfig, writer) -> int:
+    from hosts.collectives import make_hello
+    from hosts.collectives.ps import ParameterServer
+    ps = ParameterServer.accept(peers=cfg.peers, my_ip=cfg.ps.ip, port_base=cfg.port,
+                                hello=make_hello(cfg.host, cfg.rank, cfg.run_identity()),
+                                connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
+    served = 0
+    try:
+        wait_until(cfg.start_at)
+        ps.barrier()
+        for _ in range(cfg.warmup + cfg.iterations):
+            ps.barrier()
+            if ps.reduce_next() == 0:
+                raise NetError("a worker ended early (end-of-stream before the last iteration)")
+            served += 1
+        if ps.reduce_next() != 0:
+            raise NetError("workers sent more tensors than iterations")
+    finally:
+        ps.close()
+    writer.write({"type": "summary", "host": cfg.host, "role": "ps", "ok": True, "served": served,
+                  "bytes_received": ps.bytes_received, "bytes_sent": ps.bytes_sent})
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    global log
+    try:
+        cfg, writer, log = program.start("lhc", __doc__, LhcConfig, argv)
+    except program.SetupFailed as e:
+        return e.code
+    try:
+        if cfg.role == "ps":
+            return run_ps(cfg, writer)
+        w = Worker(cfg, writer)
+        try:
+            return w.run()
+        except (NetError, codec.DecodeError) as e:
+            log.error("%s", e)
+            w.summary(str(e))
+            return program.EXIT_NET if isinstance(e, NetError) else EXIT_WRONG
+    except NetError as e:
+        log.error("%s", e)
+        return program.EXIT_NET
+    except (ValueError, ConfigError) as e:
+        log.error("bad config: %s", e)
+        return program.EXIT_CONFIG
+    finally:
+        writer.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""LHC workload: lossless homomorphic gradient compression aggregated in the switch,
+and its baselines, one gradient aggregation per iteration (hosts/lhc/worker.py).
+
+Metric records (metrics.jsonl):
+  lhc_iter     one per worker and iteration (the worker's own record): iteration,
+               aggregation (encode + network + decode) and network time, bytes
+               sent, union size, sketch rows, dense core, exactness.
+  lhc_summary  one per point: medians over measured iterations and workers,
+               aggregation throughput (dense gradient bytes / aggregation time),
+               bytes on the wire vs dense, decode errors (must be 0), and the
+               fidelity monitor's verdict; `fidelity` and `projection` records
+               as for P4SGD (testbed.fidelity, shared functions).
+Times are emulated wall-clock seconds; modeled GPU steps are dilated by
+`device.time_scale`, which every summary carries (`tdf`).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from testbed.results import read_jsonl
+from testbed.workloads import register_workload
+from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime
+
+FIGURES = ("lhc_throughput", "lhc_decode", "lhc_iteration", "lhc_loss", "lhc_scaling", "lhc_straggler")
+ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_ps", "topk_ring")
+SWITCH_ALGOS = ("lhc_switch", "dense_switch")
+LHC_TCP_PORT = 47800
+
+
+def _register_figure_names() -> bool:
+    """As testbed/workloads/p4sgd.py: the scenario schema may not be loaded yet."""
+    fn = getattr(sys.modules.get("testbed.scenario.models"), "register_figure_names", None)
+    if fn is None:
+        return False
+    fn(*FIGURES)
+    return True
+
+
+_register_figure_names()
+
+
+class SketchParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    alpha: float = Field(1.23, gt=0, description="Counters per union position per lane (hosts/lhc/sizing.py).")
+    z: float = Field(2.0, ge=0, description="Lane-load margin in standard deviations.")
+    rows: Optional[int] = Field(None, ge=3, description="Fixed sketch rows (multiple of 3); null = the sizing "
+                                                        "rule. Below the peeling threshold the 2-core goes dense.")
+    lanes: Optional[int] = Field(None, ge=1, le=1024, description="Lanes per block; null = sizing.lanes_for.")
+    compact: bool = Field(False, description="Send U's values instead of a sketch when that is smaller.")
+
+    @field_validator("rows")
+    @classmethod
+    def _mult3(cls, v: Optional[int]) -> Optional[int]:
+        if v is not None and v % 3:
+            raise ValueError(f"rows must be a multiple of 3 (three hash sub-tables), got {v}")
+        return v
+
+
+class DeviceParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    type: Literal["gpu", "cpu"] = Field("gpu", description="gpu: modeled V100 (hosts/lhc/timing.py); "
+                                                           "cpu: measured numpy time.")
+    time_scale: float = Field(200.0, gt=0, description="Dilation (TDF) of the modeled GPU; the fidelity "
+                                                        "monitor checks the network against it.")
+
+
+class InaParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    window: int = Field(256, ge=1, le=256, description="Chunks outstanding per worker.")
+    retx_timeout_s: float = Field(0.05, gt=0, description="First retransmission timeout.")
+
+
+_GRADIENT_KEYS = {"synthetic": {"kind", "size", "density", "cluster", "overlap", "scale", "seed"},
+                  "profile": {"kind", "model", "size_scale", "overlap", "scale", "seed"}}
+
+
+@register_workload
+class LhcWorkload(BaseModel):
+    """Gradient aggregation: LHC (in-switch or ring) vs dense switch / ring / PS and top-k."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    kind: Literal["lhc"] = Field("lhc", description="Workload type; selects which fields below apply.")
+    algorithm: Literal["lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_ps", "topk_ring"] = Field(
+        "lhc_switch", description="lhc_switch: support OR + sketch SUM in the switch; lhc_ring: the same over "
+                                  "a host ring; dense_switch/dense_ring/dense_ps: the float gradient; topk_ring: "
+                                  "top-k with error feedback, allgathered.")
+    gradient: dict[str, Any] = Field(
+        default_factory=lambda: {"kind": "synthetic", "size": 262144, "density": 0.01},
+        description="hosts/lhc/gradients.py spec: {kind: synthetic, size, density, cluster, overlap, scale, "
+                    "seed} | {kind: profile, model: ncf|lstm|vgg19|bert, size_scale, overlap}.")
+    iterations: int = Field(10, ge=1, description="Measured iterations.")
+    warmup: int = Field(1, ge=0, description="Unmeasured iterations first.")
+    compute_ms: Optional[float] = Field(None, ge=0, description="Modeled backward time per iteration (ms, "
+                                        "hardware); null = the profile's, 0 for synthetic gradients.")
+    topk_ratio: float = Field(0.01, gt=0, le=1, description="topk_ring: share of entries each worker sends.")
+    sketch: SketchParams = Field(default_factory=SketchParams, description="Sketch sizing.")
+    device: DeviceParams = Field(default_factory=DeviceParams, description="Encode/decode device model.")
+    ina: InaParams = Field(default_factory=InaParams, description="In-switch transport settings.")
+    hardware: str = Field("tofino1-100g", description="Hardware network profile for the fidelity monitor "
+                                                      "and projection (testbed/fidelity/profiles/).")
+    timeout_s: float = Field(120.0, gt=0, description="A host gives up if one operation stalls this long.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _figures(cls, data: Any) -> Any:
+        _register_figure_names()
+        return data
+
+    @field_validator("gradient")
+    @classmethod
+    def _check_gradient(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        kind = spec.get("kind", "synthetic")
+        if kind not in _GRADIENT_KEYS:
+            raise ValueError(f"gradient.kind must be synthetic or profile, got {kind!r}")
+        unknown = sorted(set(spec) - _GRADIENT_KEYS[kind])
+        if unknown:
+            raise ValueError(f"unknown gradient keys {unknown} for kind {kind}; allowed: "
+                             f"{', '.join(sorted(_GRADIENT_KEYS[kind]))}")
+        from hosts.lhc.gradients import make_source  # light: no numpy work until gradient()
+        try:
+            make_source(dict(spec, kind=kind))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"gradient: {e}") from None
+        return spec
+
+    def extra_hosts(self) -> list[str]:
+        return ["ps"] if self.algorithm == "dense_ps" else []
+
+    def modeled_compute_ms(self) -> float:
+        if self.compute_ms is not None:
+            return self.compute_ms
+        if self.gradient.get("kind") == "profile":
+            from hosts.lhc.profiles import get_profile
+            return get_profile(self.gradient["model"]).compute_ms
+        return 0.0
+
+
+def _straggler_for(scenario: Any, host: str) -> dict[str, float] | None:
+    for s in scenario.stragglers:
+        if s.host == host:
+            return {"start_s": s.start_s, "slowdown": s.slowdown, "delay_ms": s.delay_ms}
+    return None
+
+
+@register_runtime
+class LhcRuntime(WorkloadRuntime):
+    kind = "lhc"
+
+    def programs(self, ctx: PointContext) -> list[HostProgram]:
+        from testbed.outcomes import SkipPoint  # noqa: PLC0415
+        from testbed.workloads.p4sgd import ina_settings  # noqa: PLC0415 - the shared switch-info reader
+
+        scn = ctx.point.scenario
+        wl: LhcWorkload = scn.workload
+        workers = [h for h in scn.hosts() if h not in wl.extra_hosts()]
+        if wl.algorithm in SWITCH_ALGOS and not ctx.switch:
+            raise SkipPoint(f"algorithm {wl.algorithm} needs the in-network switch, which --net "
+                            f"{ctx.net_mode} does not provide; use --net mininet")
+        if wl.algorithm == "lhc_ring" and len(workers) > 15:
+            raise ValueError(f"lhc_ring's 4-bit support counts hold at most 15 workers, got {len(workers)}")
+        peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in workers]
+        ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if wl.algorithm == "dense_ps" else None
+        common = {
+            "world": len(workers), "algorithm": wl.algorithm, "peers": peers, "ps": ps,
+            "port": ctx.tcp_port_base(LHC_TCP_PORT), "gradient": dict(wl.gradient),
+            "iterations": wl.iterations, "warmup": wl.warmup, "compute_ms": wl.modeled_compute_ms(),
+            "topk_ratio": wl.topk_ratio, "sketch": wl.sketch.model_dump(), "device": wl.device.model_dump(),
+            "start_at": ctx.start_at, "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
+        }
+        progs = []
+        if ps is not None:
+            cfg = dict(common, host="ps", role="ps", rank=-1, ina=None, trace=None, straggler=None,
+                       out=str(ctx.work_dir / "ps.jsonl"))
+            progs.append(HostProgram("ps", self.module_argv("hosts.lhc.worker",
+                                                            self.write_config(ctx, "ps", cfg)), phase=0))
+        for rank, h in enumerate(workers):
+            ina = (dict(ina_settings(ctx.switch, h), **wl.ina.model_dump())
+                   if wl.algorithm in SWITCH_ALGOS else None)
+            cfg = dict(common, host=h, role="worker", rank=rank, ina=ina,
+                       trace=str(ctx.work_dir / f"{h}.trace.jsonl"), straggler=_straggler_for(scn, h),
+                       out=str(ctx.work_dir / f"{h}.jsonl"))
+            progs.append(HostProgram(h, self.module_argv("hosts.lhc.worker",
+                                                         self.write_config(ctx, h, cfg)), phase=1))
+        return progs
+
+    def ina_jobs(self, point: Any) -> list[Any]:
+        from testbed.switch.jobs import JobRequest  # noqa: PLC0415
+
+        wl = point.scenario.workload
+        if wl.algorithm not in SWITCH_ALGOS:
+            return []
+        return [JobRequest(1, tuple(h for h in point.scenario.hosts() if h not in wl.extra_hosts()))]
+
+    def timeout_s(self, ctx: PointContext) -> float:
+        wl = ctx.point.scenario.workload
+        return wl.timeout_s * 2 + 30.0 * (wl.iterations + wl.warmup) + 60.0
+
+    def collect(self, ctx: PointContext) -> list[dict[str, Any]]:
+        return collect_point(ctx.point.scenario, ctx.work_dir)
+
+    def summarize(self, ctx: PointContext, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [summary_row(r) for r in records if r.get("type") == "lhc_summary"]
+
+
+# ---------------------------------------------------------------------------
+# collect (pure functions of the work folder)
+# ---------------------------------------------------------------------------
+def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
+    wl: LhcWorkload = scenario.workload
+    workers = [h for h in scenario.hosts() if h not in wl.extra_hosts()]
+    raw = {h: read_jsonl(work_dir / f"{h}.jsonl") for h in workers}
+    iters = [dict(r, type="lhc_iter") for h in workers for r in raw[h] if r.get("type") == "iter"]
+    sums = {h: next((r for r in raw[h] if r.get("type") == "summary"), None) for h in workers}
+    summary = point_summary(wl, workers, iters, sums)
+    return [*iters, *fidelity_records(wl, work_dir, summary), summary]
+
+
+def _median(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.median(xs)) if xs else None
+
+
+def point_summary(wl: LhcWorkload, workers: list[str], iters: list[dict[str, Any]],
+                  sums: dict[str, Any]) -> dict[str, Any]:
+    world = len(workers)
+    meas = [r for r in iters if not r.get("warmup")]
+    checked = [r for r in iters if r.get("checked")]
+    # Every rank hashed its result: per iteration all digests equal = everyone got rank 0's checked sum.
+    by_it: dict[int, set] = {}
+    for r in iters:
+        by_it.setdefault(r["iter"], set()).add(r["digest"])
+    digest_mismatch = sum(1 for d in by_it.values() if len(d) > 1)
+    decode_errors = sum(1 for r in checked if not r["ok"]) + digest_mismatch
+    n = meas[0]["n"] if meas else None
+    # Per iteration: the slowest worker's times (synchronous training waits for it).
+    per_it: dict[int, list] = {}
+    for r in meas:
+        per_it.setdefault(r["iter"], []).append(r)
+    agg_s = _median([max(x["agg_s"] for x in rs) for rs in per_it.values()])
+    comm_s = _median([max(x["comm_s"] for x in rs) for rs in per_it.values()])
+    # Network time of a round: from the last worker's submit to the result, i.e. the
+    # shortest wait of any worker (the others also waited for the slowest encoder,
+    # as the fidelity monitor's last-arrival rule says). Summed over the rounds.
+    round_keys = ("comm_support_s", "comm_sketch_s") if meas and "comm_sketch_s" in meas[0] else ("comm_s",)
+    net_s = _median([sum(min(x[k] for x in rs) for k in round_keys) for rs in per_it.values()])
+    iter_s = _median([max(x["iter_s"] for x in rs) for rs in per_it.values()])
+    values_sent = _median([r.get("values_sent") for r in meas])
+    dense_bytes = 4 * n if n else None
+    sent_bytes = 4 * values_sent if values_sent is not None else None
+    ok = all(s is not None and s.get("ok") for s in sums.values())
+    tdf = wl.device.time_scale if wl.device.type == "gpu" else 1.0
+    return {
+        "type": "lhc_summary", "algorithm": wl.algorithm, "workers": world, "n": n,
+        "gradient": (next((s for s in sums.values() if s), None) or {}).get("gradient"),
+        "density": _median([(r.get("union") or 0) / r["n"] for r in meas]) if wl.algorithm.startswith("lhc")
+        else None,
+        "iterations": len(per_it), "ok": ok,
+        "error": next((s.get("error") for s in sums.values() if s and s.get("error")), None),
+        "decode_errors": decode_errors, "checked_iterations": len(checked),
+        "digest_mismatches": digest_mismatch, "exact": decode_errors == 0 and len(checked) > 0,
+        "iter_ms": None if iter_s is None else iter_s * 1e3,
+        "agg_ms": None if agg_s is None else agg_s * 1e3,
+        "comm_ms": None if comm_s is None else comm_s * 1e3,
+        "net_ms": None if net_s is None else net_s * 1e3,
+        "encode_ms": _median([r["encode_s"] * 1e3 for r in meas]),
+        "decode_ms": _median([r["decode_s"] * 1e3 for r in meas]),
+        "dense_bytes": dense_bytes, "sent_bytes": sent_bytes,
+        "dense_over_sent": dense_bytes / sent_bytes if dense_bytes and sent_bytes else None,
+        # Aggregation throughput: dense-gradient bytes per second of aggregation
+        # (network rounds only, net_ms: agg_network_gbps; with encode/decode and
+        # waiting for the slowest worker, agg_ms: agg_gbps).
+        "agg_gbps": dense_bytes * 8 / agg_s / 1e9 if dense_bytes and agg_s else None,
+        "agg_network_gbps": dense_bytes * 8 / net_s / 1e9 if dense_bytes and net_s else None,
+        "union": _median([r.get("union") for r in meas]), "rows": _median([r.get("rows") for r in meas]),
+        "core_values": _median([r.get("core_values") for r in meas]),
+        "sketch_values": _median([r.get("sketch_values") for r in meas]),
+        "support_values": _median([r.get("support_values") for r in meas]),
+        "peeled_share": (float(np.mean([bool(r.get("peeled")) for r in meas]))
+                         if meas and "peeled" in meas[0] else None),
+        "rel_err": _median([r.get("rel_err") for r in checked]),
+        "retransmissions": sum(int(((s or {}).get("collective_stats") or {}).get("retransmissions", 0))
+                               for s in sums.values()),
+        "tdf": tdf, "valid": all(((s or {}).get("device") or {}).get("valid", True) for s in sums.values()),
+    }
+
+
+def fidelity_records(wl: LhcWorkload, work_dir: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The fidelity monitor's verdict and the projection at the point's worker count
+    (testbed.fidelity's shared functions; compute nodes keep their modeled time)."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.monitor import fidelity_report, load_traces  # noqa: PLC0415
+    from testbed.fidelity.projector import project_world  # noqa: PLC0415
+
+    try:
+        traces = load_traces(work_dir)
+    except ValueError as e:
+        summary.update(valid=False, invalid_reasons=[f"no traces: {e}"])
+        return [{"type": "fidelity", "valid": False, "reasons": [f"no traces: {e}"]}]
+    profile = load_profile(wl.hardware)
+    report = fidelity_report(traces, profile, summary["tdf"], max_overrun_share=0.05)
+    fid = {"type": "fidelity", **report.to_dict()}
+    device_ok = summary.get("valid", True)
+    summary["valid"] = fid["valid"] = bool(report.valid and device_ok)
+    summary["invalid_reasons"] = fid["reasons"] = (
+        ([] if device_ok else ["device model exceeded"]) + list(report.reasons))
+    summary["net_slowdown_p50"] = report.net_slowdown_p50
+    out = [fid]
+    try:
+        proj = project_world(traces, len(traces), profile, max_nodes=600)
+        iters = max(1, summary.get("iterations") or 1)
+        out.append({"type": "projection", "workload": "lhc", "workers": len(traces), "emulated": True,
+                    "algorithm": wl.algorithm, "profile": profile.label(), "hw_run_s": proj.makespan_s,
+                    "hw_iter_ms": proj.makespan_s / iters * 1e3, "truncated": bool(proj.truncated)})
+        summary["projected_hw_iter_ms"] = proj.makespan_s / iters * 1e3
+    except (ValueError, KeyError) as e:       # e.g. top-k's allgather is not traced
+        summary["projected_hw_iter_ms"] = None
+        out.append({"type": "projection", "workload": "lhc", "error": str(e)})
+    return out
+
+
+def summary_row(s: dict[str, Any]) -> dict[str, Any]:
+    def r(v, nd=3):
+        return None if v is None else round(v, nd)
+    return {"algorithm": s["algorithm"], "workers": s["workers"], "n": s["n"],
+            "iter_ms": r(s["iter_ms"]), "agg_ms": r(s["agg_ms"]), "net_ms": r(s["net_ms"]),
+            "net_gbps": r(s["agg_network_gbps"], 4), "dense_over_sent": r(s["dense_over_sent"], 2),
+            "union": s["union"], "core": s["core_values"], "decode_errors": s["decode_errors"],
+            "exact": s["exact"], "valid": s["valid"]}

@@ -1,0 +1,35 @@
+"""LHC workload's host algorithms on loopback (no switch): lhc_ring, top-k, PS and
+ring, 3 workers, each point exact against rank 0's reference every iteration."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.local, pytest.mark.timeout(240)]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_host_algorithms_exact_on_loopback(tmp_path):
+    argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "lhc" / "throughput.yaml"),
+            "--quick", "--net", "local", "--no-plot", "--out", str(tmp_path),
+            "--set", "topology.workers=3", "--set", "links.bandwidth_mbps=null",
+            "--set", "sweep.quick.grid.workload.algorithm=[lhc_ring, topk_ring, dense_ps, dense_ring]"]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=230)
+    assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    (run_dir,) = [m.parent for m in tmp_path.glob("*/*/manifest.json")]
+    points = [json.loads(line) for line in (run_dir / "points.jsonl").read_text().splitlines()]
+    assert [pt["status"] for pt in points] == ["ok"] * 4, [pt.get("error") for pt in points]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    sums = {m["algorithm"]: m for m in metrics if m["type"] == "lhc_summary"}
+    assert sorted(sums) == ["dense_ps", "dense_ring", "lhc_ring", "topk_ring"]
+    for algo, s in sums.items():
+        assert s["decode_errors"] == 0 and s["exact"] and s["checked_iterations"] >= 3, (algo, s)
+    lhc, dense = sums["lhc_ring"], sums["dense_ring"]
+    assert lhc["sent_bytes"] * 3 < dense["sent_bytes"], (lhc["sent_bytes"], dense["sent_bytes"])
+    assert lhc["rel_err"] < 1e-6                       # lossless (fixed-point rounding only)
+    assert sums["topk_ring"]["rel_err"] > 1e-2         # top-k is lossy by design
