@@ -153,7 +153,7 @@ def test_convergence_names_the_best_lr_and_the_missed_target(tmp_path, drawn):
 def test_scaling_projection_is_dashed_labelled_and_disagreement_noted(tmp_path, drawn):
     fig = drawn(fx.scaling_run(tmp_path), ["p4sgd_scaling"])["p4sgd_scaling"]
     ax_t = fig.axes[0]
-    dashed = [ln for ln in _data_lines(ax_t) if ln.get_linestyle() == "--"]
+    dashed = [ln for ln in _data_lines(ax_t) if ln.get_marker() == "x"]   # projected: thin, crosses
     assert {_hex(ln.get_color()) for ln in dashed} == {st.color_of("p4sgd"), st.color_of("dp")}
     assert all(max(ln.get_xdata()) == 256 for ln in dashed)      # projected-only counts included
     labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
@@ -173,7 +173,7 @@ def test_scaling_invalid_point_hollow(tmp_path, drawn):
 
 def test_scaling_without_projection_records_draws_emulated_only(tmp_path, drawn):
     fig = drawn(fx.scaling_run(tmp_path, projection=False), ["p4sgd_scaling"])["p4sgd_scaling"]
-    assert not [ln for ln in _data_lines(fig.axes[0]) if ln.get_linestyle() == "--"]
+    assert not [ln for ln in _data_lines(fig.axes[0]) if ln.get_marker() == "x"]
     text = st.caption_of(fig)
     assert "projected" not in text.lower() and "DISAGREE" not in text
 
