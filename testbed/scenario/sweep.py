@@ -22,27 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Iterator, Union, overload
 
-from testbed.scenario.loader import PathError, Problem, ScenarioError, set_path, validate_raw
+from testbed.scenario.point import Point, PointError  # noqa: F401 (re-exported)
+from testbed.scenario.validate import PathError, Problem, ScenarioError, set_path, validate_raw
 from testbed.scenario.models import DEFAULT_MAX_POINTS, Case, Loc, Scenario, format_loc  # noqa: F401
-
-
-@dataclass(frozen=True)
-class Point:
-    index: int
-    label: str               # short, filesystem-safe, unique within the sweep
-    case: str
-    params: dict[str, Any]   # the grid values of this point, by dotted path
-    repeat: int
-    seed: int
-    scenario: Scenario       # fully resolved for this point
-
-
-class PointError(Exception):
-    """A combination of case and grid values that does not validate."""
-
-    def __init__(self, label: str, problems: list[tuple[Loc, str]]):
-        self.label, self.problems = label, problems
-        super().__init__("; ".join(f"{format_loc(loc)}: {msg}" for loc, msg in problems))
 
 
 def raw_of(scenario: Scenario) -> dict[str, Any]:
