@@ -345,14 +345,17 @@ def _lr(res: Resolution, s: dict[str, Any]) -> float | None:
     return float(v) if v is not None else None
 
 
-def _pick_best(by_lr: dict[float, list[dict[str, Any]]]) -> tuple[float, str]:
+def _pick_best(by_lr: dict[float, list[dict[str, Any]]], scale=lambda s, t: t,
+               unit: str = "s") -> tuple[float, str]:
     """The grid's best lr: lowest median time to target among lrs whose every repeat
-    reached it; if none did, the lowest median final loss."""
-    reached = {lr: float(np.median([s["time_to_target_s"] for s in ss])) for lr, ss in by_lr.items()
-               if all(s.get("time_to_target_s") is not None for s in ss)}
+    reached it; if none did, the lowest median final loss. `scale` turns a point's
+    emulated time into the figure's time (hardware: / its own TDF, which differs per
+    point, so emulated times of different points are not comparable)."""
+    reached = {lr: float(np.median([scale(s, s["time_to_target_s"]) for s in ss]))
+               for lr, ss in by_lr.items() if all(s.get("time_to_target_s") is not None for s in ss)}
     if reached:
         best = min(reached, key=reached.get)
-        return best, f"fastest to the target ({reached[best]:.3g} s)"
+        return best, f"fastest to the target ({reached[best]:.3g} {unit})"
     finals = {lr: float(np.median([s["final_loss"] for s in ss if s.get("final_loss") is not None] or [np.inf]))
               for lr, ss in by_lr.items()}
     best = min(finals, key=finals.get)
@@ -399,7 +402,8 @@ def convergence(run: Run, out_dir: Path) -> list[Path]:
         system, batch, coll, workers = key
         color, ls = st.color_of(system), styles[key]
         lrs = sorted(by_lr, key=lambda v: (v is None, v))
-        best, why = _pick_best(by_lr) if len(lrs) > 1 else (lrs[0], "")
+        best, why = (_pick_best(by_lr, scale, "hardware s" if hw else "emulated s") if len(lrs) > 1
+                     else (lrs[0], ""))
         if len(lrs) > 1:
             grid_notes.append(f"{st.label_of(system)} B={batch} lr grid {{{values_text(lrs, lambda v: f'{v:g}')}}}: "
                               f"best lr {best:g}, {why}")
