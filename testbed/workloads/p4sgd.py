@@ -424,7 +424,7 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
     at its worker count, and the same trace shape at PROJECTED_WORKERS."""
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
     from testbed.fidelity.monitor import fidelity_report, load_traces  # noqa: PLC0415
-    from testbed.fidelity.projector import project_world  # noqa: PLC0415
+    from testbed.fidelity.projector import project, project_world  # noqa: PLC0415
 
     wl: P4sgdWorkload = scenario.workload
     try:
@@ -450,7 +450,10 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
     records = []
     for n in (world, *[w for w in PROJECTED_WORKERS if w > world]):
         cap = PROJECT_MAX_NODES if n == world else max(40, PROJECT_MAX_NODES * 4 // n)
-        proj = project_world(traces, n, profile, compute_time=compute_time, max_nodes=cap)
+        # At the emulated count every rank's own trace (a straggler stays a straggler);
+        # beyond it, rank 0's program replicated.
+        proj = (project(traces, profile, compute_time=compute_time, max_nodes=cap) if n == world
+                else project_world(traces, n, profile, compute_time=compute_time, max_nodes=cap))
         # Bands at the emulated count and the largest projected one (each band costs
         # ~10 projections; the counts between follow the same constants).
         band = (_sensitivity_band(traces, n, profile, wl, cap) if n in (world, PROJECTED_WORKERS[-1])
