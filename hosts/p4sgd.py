@@ -628,7 +628,9 @@ class Worker:
             elif cfg.network_dilation is not None and self.device.base_scale is not None:
                 # A fixed TDF dilates the network too (no barrier needed: no allreduce
                 # completes before rank 0, which waits for the switch, joins it).
-                self._dilate_network(1, self.dilation)
+                from hosts.common.calibration import Calibrator
+                Calibrator(0.0, self.dilation, cfg.network_dilation, cfg.rank,
+                           self.comm.expect_delay).dilate(self.dilation)
             self.train()
         finally:
             self.comm.close()
@@ -653,46 +655,20 @@ class Worker:
         round 0 measures the undilated emulator and picks TDF with headroom;
         later rounds run on the dilated network and tune the delay line's
         compensation. Elsewhere TDF follows the network's own slowdown."""
-        from hosts.common import calibration as cal
+        from hosts.common.calibration import Calibrator
 
-        cc, nd = self.cfg.calibration, self.cfg.network_dilation
-        rounds: list[dict[str, Any]] = []
-        comp, version = 0.0, 0
-        for r in range(cc["rounds"]):
+        cc = self.cfg.calibration
+        cal = Calibrator(cc["hw_op_s"], self.dilation, self.cfg.network_dilation, self.cfg.rank,
+                         self.comm.expect_delay)
+        for _ in range(cc["rounds"]):
             measured, why, lat, ratio = self._calibration_round(cc)
-            entry = {"round": r, "tdf_in": self.dilation, "tdf_measured": measured,
-                     "op_p50_s": float(np.median(lat)) if lat else None, "ops": len(lat),
-                     "my_compute_ratio": ratio, "network_dilated": nd is not None and r > 0, **why}
-            if nd is None:
-                tdf = measured if r == 0 else cal.damped(self.dilation, measured)
-            else:
-                if r == 0:
-                    tdf = cal.dilated_tdf(why["tdf_net"], why["tdf_cmp"], nd["headroom"], self.dilation)
-                else:
-                    tdf = self.dilation
-                    entry["net_ratio"] = why["tdf_net"] / tdf if why["tdf_net"] else None
-                    cap = 0.9 * tdf * nd["hardware"]["latency_s"]
-                    comp = cal.compensation(comp, why["tdf_net"], tdf, cc["hw_op_s"], cap)
-                version += 1
-                self._dilate_network(version, tdf, comp)
-                entry["compensate_s"] = comp
-            entry["tdf_out"] = tdf
-            rounds.append(entry)
+            tdf = cal.after_round(measured, why, op_p50_s=float(np.median(lat)) if lat else None,
+                                  ops=len(lat), my_compute_ratio=ratio)
             if self.device.base_scale is not None:
                 self.dilation = tdf
             self.device = self._new_device(self.dilation)
             self._attach()
-        if nd is None:
-            prev = rounds[-2]["tdf_out"] if len(rounds) > 1 else rounds[-1]["tdf_in"]
-            converged = abs(self.dilation / prev - 1) <= 0.1 if prev else False
-        else:
-            # Converged when the last dilated round's network ran at TDF (within 10 %).
-            last = rounds[-1].get("net_ratio")
-            converged = last is not None and abs(last - 1) <= 0.1
-        self.calibration = {"type": "calibration", "host": self.cfg.host, "rounds": rounds,
-                            "hw_op_s": cc["hw_op_s"], "tdf": self.dilation, "converged": converged,
-                            "network_dilated": nd is not None, "compensate_s": comp if nd else None,
-                            "headroom": nd["headroom"] if nd else None}
+        self.calibration = cal.record(self.cfg.host)
         self.writer.write(self.calibration)
         self.x = np.zeros_like(self.x)          # training starts from scratch
         if self.trace is not None:
@@ -722,20 +698,6 @@ class Worker:
         measured, why = cal.decide(summed, len(spans), self.cfg.world, cc["hw_op_s"],
                                    fallback=self.dilation)
         return measured, why, lat, ratio
-
-    def _dilate_network(self, version: int, tdf: float, compensate_s: float = 0.0) -> None:
-        """Rank 0 asks every soft switch for the dilated network and waits until it is in
-        place; the other workers' next allreduce cannot complete before rank 0 joins it."""
-        from hosts.common.network_dilation import request
-
-        nd = self.cfg.network_dilation
-        if nd is None:
-            return
-        # Every worker's transport must wait out the dilated operation before resending.
-        self.comm.expect_delay(tdf * nd["hw_op_s"])
-        if self.cfg.rank == 0:
-            request(nd["control"], {"version": version, "tdf": tdf, "compensate_s": compensate_s,
-                                    **nd["hardware"]})
 
     def train(self) -> None:
         from hosts.glm.training import epoch_order, minibatches

@@ -137,3 +137,75 @@ def _round_sig(x: float, digits: int) -> float:
     if x <= 0:
         return x
     return round(x, -int(math.floor(math.log10(x))) + digits - 1)
+
+
+class Calibrator:
+    """The dilation decisions of a calibration, round by round, for any workload.
+
+    A workload runs a round of its own work, measures it and agrees with the other
+    workers (`encode`/`decide`), then calls `after_round`; that returns the TDF
+    for the next round and, on a network the soft switch can dilate
+    (`network_dilation`, hosts.common.network_dilation), asks for the dilated
+    network (rank 0) and keeps every worker's transport timers above a dilated
+    operation (`expect_delay`). `record(host)` is the calibration record.
+
+    Undilated network: TDF follows the network's own slowdown (damped rounds).
+    Dilated: round 0 runs undilated and sets TDF with headroom (`dilated_tdf`);
+    later rounds run dilated and tune the delay line's compensation.
+    """
+
+    def __init__(self, hw_op_s: float, tdf: float, network_dilation: dict | None, rank: int,
+                 expect_delay=lambda seconds: None):
+        self.hw_op_s, self.tdf, self.nd, self.rank = hw_op_s, float(tdf), network_dilation, rank
+        self.expect_delay = expect_delay
+        self.comp, self.version = 0.0, 0
+        self.rounds: list[dict] = []
+
+    def after_round(self, measured: float, why: dict, **extra) -> float:
+        r, nd = len(self.rounds), self.nd
+        entry = {"round": r, "tdf_in": self.tdf, "tdf_measured": measured,
+                 "network_dilated": nd is not None and r > 0, **extra, **why}
+        if nd is None:
+            tdf = measured if r == 0 else damped(self.tdf, measured)
+        else:
+            if r == 0:
+                tdf = dilated_tdf(why.get("tdf_net"), why.get("tdf_cmp"), nd["headroom"], self.tdf)
+            else:
+                tdf = self.tdf
+                entry["net_ratio"] = why["tdf_net"] / tdf if why.get("tdf_net") else None
+                cap = 0.9 * tdf * nd["hardware"]["latency_s"]
+                self.comp = compensation(self.comp, why.get("tdf_net"), tdf, self.hw_op_s, cap)
+            self.dilate(tdf)
+            entry["compensate_s"] = self.comp
+        entry["tdf_out"] = tdf
+        self.rounds.append(entry)
+        self.tdf = tdf
+        return tdf
+
+    def dilate(self, tdf: float) -> None:
+        """Dilate the network to `tdf` (no-op where it cannot be): every worker's
+        transport learns how long a dilated operation may take; rank 0 asks the
+        switches and waits until they applied it (no worker's next collective can
+        complete before rank 0 joins it, so no barrier is needed)."""
+        from hosts.common.network_dilation import request  # noqa: PLC0415
+
+        if self.nd is None:
+            return
+        self.expect_delay(tdf * self.nd["hw_op_s"])
+        if self.rank == 0:
+            self.version += 1
+            request(self.nd["control"], {"version": self.version, "tdf": tdf,
+                                         "compensate_s": self.comp, **self.nd["hardware"]})
+
+    def record(self, host: str) -> dict:
+        if self.nd is None:
+            prev = self.rounds[-2]["tdf_out"] if len(self.rounds) > 1 else self.rounds[-1]["tdf_in"]
+            converged = abs(self.tdf / prev - 1) <= 0.1 if prev else False
+        else:
+            # Converged when the last dilated round's network ran at TDF (within 10 %).
+            last = self.rounds[-1].get("net_ratio")
+            converged = last is not None and abs(last - 1) <= 0.1
+        nd = self.nd
+        return {"type": "calibration", "host": host, "rounds": self.rounds, "hw_op_s": self.hw_op_s,
+                "tdf": self.tdf, "converged": converged, "network_dilated": nd is not None,
+                "compensate_s": self.comp if nd else None, "headroom": nd["headroom"] if nd else None}
