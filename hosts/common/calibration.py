@@ -37,6 +37,11 @@ MIN_TDF, MAX_TDF = 1.0, 1e6
 
 
 MAX_OPS = 64   # ops per round sent in the agreement vector (bounds its size)
+# Times in the agreement vector are in units of 0.1 s: a dilated calibration round
+# lasts up to a few tens of seconds, and P4SGD's fixed point (2^16, |x| < 2^11 at
+# 8 workers) carries at most ~200 s at a resolution of 1.5 us (ms units overflowed
+# at TDF ~20000 on the wide model).
+TIME_UNIT_S = 0.1
 
 
 def agreement_size(n_ops: int, world: int) -> int:
@@ -48,7 +53,7 @@ def encode(t0s: Sequence[float], t1s: Sequence[float], compute_ratio: float | No
            rank: int, world: int) -> np.ndarray:
     """This worker's part of the agreement vector (zeros elsewhere; a SUM fills it in).
 
-    Per op: submit and completion times in ms relative to this worker's first
+    Per op: submit and completion times in TIME_UNIT_S relative to this worker's first
     completion. Completions of one collective reach every worker at nearly the
     same moment (one multicast, one ring step), so that reference lines the
     workers' clocks up without sharing absolute times (large numbers that fixed
@@ -57,9 +62,9 @@ def encode(t0s: Sequence[float], t1s: Sequence[float], compute_ratio: float | No
     v = np.zeros(agreement_size(n, world), dtype=np.float64)
     if n:
         ref = t1s[0]
-        v[rank * n:(rank + 1) * n] = (np.asarray(t0s[:n]) - ref) * 1e3
+        v[rank * n:(rank + 1) * n] = (np.asarray(t0s[:n]) - ref) / TIME_UNIT_S
         off = n * world
-        v[off + rank * n:off + (rank + 1) * n] = (np.asarray(t1s[:n]) - ref) * 1e3
+        v[off + rank * n:off + (rank + 1) * n] = (np.asarray(t1s[:n]) - ref) / TIME_UNIT_S
     if compute_ratio is not None and compute_ratio > 0:
         off = 2 * n * world
         v[off + rank] = math.log2(compute_ratio * COMPUTE_HEADROOM)
@@ -79,7 +84,7 @@ def decide(summed: np.ndarray, n_ops: int, world: int, hw_op_s: float,
     if n and hw_op_s > 0:
         submit = s[:n * world].reshape(world, n)
         done = s[n * world:2 * n * world].reshape(world, n)
-        net_s = np.clip(np.median(done, axis=0) - submit.max(axis=0), 0, None) / 1e3
+        net_s = np.clip(np.median(done, axis=0) - submit.max(axis=0), 0, None) * TIME_UNIT_S
         if np.any(net_s > 0):
             tdf_net = float(np.median(net_s[net_s > 0]) / hw_op_s)
     off = 2 * n * world

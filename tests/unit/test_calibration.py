@@ -1,0 +1,57 @@
+"""Calibration: the agreement vector survives the switch's fixed point, and the
+Calibrator's decisions on a dilatable network."""
+import numpy as np
+import pytest
+
+from hosts.common import calibration as cal
+from hosts.ina import fixed_point as fp
+
+pytestmark = pytest.mark.unit
+
+
+def _through_the_switch(vectors, scale_exp=16):
+    """What P4SGD's in-switch SUM does to the agreement vectors (fixed 2^16)."""
+    n = len(vectors)
+    total = sum(fp.quantize(v, scale_exp, n, "raise")[0].astype(np.int64) for v in vectors)
+    return fp.from_fixed(total, scale_exp, np.float64)
+
+
+def test_a_long_dilated_round_fits_the_fixed_point_and_decides_the_op_time():
+    world, n_ops, hw_op = 8, 64, 2e-6
+    tdf, start = 20000.0, 1000.0                     # a 40 ms dilated op, round of ~40 s wall
+    vectors = []
+    for rank in range(world):
+        t0 = start + np.arange(n_ops) * 0.6 + rank * 1e-4   # workers submit a little apart
+        t1 = start + np.arange(n_ops) * 0.6 + 7e-4 + tdf * hw_op
+        vectors.append(cal.encode(list(t0), list(t1), 100.0, rank, world))
+    summed = _through_the_switch(vectors)            # raises FixedPointOverflow if too big
+    measured, why = cal.decide(summed, n_ops, world, hw_op, fallback=1.0)
+    # network time = completion - last submit = 7e-4 - 7e-4 + tdf * hw_op
+    assert why["tdf_net"] == pytest.approx(tdf, rel=0.01)
+    assert why["tdf_cmp"] == pytest.approx(100.0 * cal.COMPUTE_HEADROOM, rel=0.01)
+
+
+def test_calibrator_on_a_dilatable_network_sets_headroom_then_compensation():
+    asked, delays = [], []
+    nd = {"control": [], "hardware": {"latency_s": 1.83e-6, "link_rate_bps": 100e9},
+          "headroom": 16.0, "hw_op_s": 2e-6}
+    c = cal.Calibrator(2e-6, 500.0, nd, rank=1, expect_delay=delays.append)  # rank 1 writes nothing
+    tdf = c.after_round(300.0, {"tdf_net": 300.0, "tdf_cmp": 400.0})
+    assert tdf == 4800.0                                 # 16 x 300 > 2 x 400
+    assert delays == [pytest.approx(4800 * 2e-6)]
+    tdf = c.after_round(5400.0, {"tdf_net": 5400.0, "tdf_cmp": 400.0})  # dilated: 12.5 % over
+    assert tdf == 4800.0
+    assert c.comp == pytest.approx((5400 - 4800) * 2e-6)
+    rec = c.record("w2")
+    assert rec["network_dilated"] and rec["tdf"] == 4800.0 and not rec["converged"]
+    assert rec["rounds"][1]["net_ratio"] == pytest.approx(1.125)
+    # compensation never exceeds 0.9 of the dilated fixed latency it is taken from
+    c.after_round(1e6, {"tdf_net": 1e6, "tdf_cmp": 1.0})
+    assert c.comp == pytest.approx(0.9 * 4800 * 1.83e-6)
+
+
+def test_calibrator_without_a_dilatable_network_follows_the_slowdown():
+    c = cal.Calibrator(2e-6, 500.0, None, rank=0)
+    assert c.after_round(300.0, {"tdf_net": 300.0, "tdf_cmp": 10.0}) == 300.0
+    assert c.after_round(400.0, {"tdf_net": 400.0, "tdf_cmp": 10.0}) == pytest.approx(346.0)
+    assert c.record("w1")["network_dilated"] is False
