@@ -62,3 +62,4 @@ def seal_registry() -> dict[str, type[BaseModel]]:
 from testbed.workloads import allreduce  # noqa: E402,F401
 from testbed.workloads import p4sgd  # noqa: E402,F401
 from testbed.workloads import torch  # noqa: E402,F401
+from testbed.workloads import easgd  # noqa: E402,F401
