@@ -376,6 +376,11 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
     summary["projected_hw_train_s"] = own["hw_train_s"]
     summary["projected_comm_share"] = own["comm_share"]
     summary["projected_eff_256"] = records[-1]["weak_scaling_eff"]
+    # Time to target on the hardware model: the same fraction of the projected run as of
+    # the emulated one (exact for the sync variants' lockstep; for the asynchronous ones
+    # it assumes progress per emulated second is even over the run).
+    if summary.get("wall_s") and summary.get("time_to_target_s") is not None:
+        summary["projected_time_to_target_s"] = own["hw_train_s"] * summary["time_to_target_s"] / summary["wall_s"]
     if summary.get("wall_s") and own["hw_train_s"]:
         fid["emulated_vs_projected"] = summary["emulated_vs_projected"] = \
             summary["wall_s"] / wl.time_scale / own["hw_train_s"]
@@ -389,6 +394,7 @@ def summary_row(r: dict[str, Any]) -> dict[str, Any]:
         return None if x is None else round(x, k)
     return {"variant": r["variant"], "workers": r["workers"], "tau": r["tau"], "via": r["collective"],
             "final_acc": rnd(r["final_acc"]), "t_target_s": rnd(r["time_to_target_s"], 2),
+            "proj_t_target_ms": rnd(r.get("projected_time_to_target_s") and r["projected_time_to_target_s"] * 1e3, 2),
             "wall_s": rnd(r["wall_s"], 2), "comm_share": rnd(r["comm_share"]),
             "proj_comm_share": rnd(r.get("projected_comm_share")),
             "exch_match": r["exchanges_match"], "device_valid": r["device_valid"],
