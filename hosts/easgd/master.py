@@ -176,10 +176,12 @@ def _ready(pending: dict[int, RecvOp], conns: dict[int, Conn], active: list[int]
 
 
 class Snapshots:
-    """The centre every `every_s` seconds (and at start and end), for accuracy vs time."""
+    """The centre every `every_s` seconds (and at start and end), for accuracy vs time.
+    Times are time.perf_counter() (CLOCK_MONOTONIC, one clock for every process of
+    the machine), so the collector puts them on the workers' training clock."""
 
-    def __init__(self, every_s: float, t0: float):
-        self.every_s, self.t0 = every_s, t0
+    def __init__(self, every_s: float):
+        self.every_s = every_s
         self.times: list[float] = []
         self.values: list[np.ndarray] = []
         self.last = -1e18
@@ -187,12 +189,12 @@ class Snapshots:
     def maybe(self, c: torch.Tensor, force: bool = False) -> None:
         now = time.perf_counter()
         if force or now - self.last >= self.every_s:
-            self.times.append(now - self.t0)
+            self.times.append(now)
             self.values.append(c.numpy().copy())
             self.last = now
 
     def save(self, path: str) -> None:
-        np.savez(path, t_s=np.asarray(self.times), centre=np.stack(self.values))
+        np.savez(path, t_perf=np.asarray(self.times), centre=np.stack(self.values))
 
 
 # -- one process (round robin, fcfs) ------------------------------------------------
@@ -205,7 +207,7 @@ def run_single(cfg: MasterConfig, settings: EasgdSettings, ident: dict, writer: 
         server.close()
     log.info("all %d workers connected; serving %s", len(conns), serving(settings.variant))
     t0 = time.perf_counter()
-    snap = Snapshots(settings.snapshot_every_s, t0)
+    snap = Snapshots(settings.snapshot_every_s)
     snap.maybe(centre.c, force=True)
     try:
         records, counts = serve(conns, centre, serving(settings.variant), 0, t0, snap)
@@ -266,7 +268,7 @@ def run_hogwild(cfg: MasterConfig, settings: EasgdSettings, ident: dict, writer:
         log.info("%d Hogwild server processes over one shared centre (%d values)", servers, init.size)
         while t0_box.value == 0.0 and any(p.is_alive() for p in procs):
             time.sleep(0.005)
-        snap = Snapshots(settings.snapshot_every_s, t0_box.value or time.perf_counter())
+        snap = Snapshots(settings.snapshot_every_s)
         c_view = torch.from_numpy(shared)
         snap.maybe(c_view, force=True)
         results = []

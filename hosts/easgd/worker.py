@@ -125,7 +125,7 @@ def train(rt, task: Task, s, link: MasterLink | None, snap: Snapshots | None) ->
             snap.maybe(c if var == "sync_easgd" else w)
     if snap is not None:
         snap.maybe(c if var == "sync_easgd" else w, force=True)
-    return {"exchanges": exchanges, "w": w, "c": c}
+    return {"exchanges": exchanges, "w": w, "c": c, "t_end_perf": time.perf_counter()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             timing.allreduce(rt, torch.zeros(1))         # connect and line up every worker
             rt.trace.reset()
             rt._reset_counters()
-        snap = Snapshots(s.snapshot_every_s, time.perf_counter()) if snap_path else None
+        snap = Snapshots(s.snapshot_every_s) if snap_path else None
         if snap is not None:
             snap.maybe(task.weights(), force=True)
         out = train(rt, task, s, link, snap)
@@ -166,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         rt.writer.write({"type": "final", "host": rt.cfg.host, "rank": rt.cfg.rank, "variant": s.variant,
                          "exchanges": out["exchanges"], "w_sha256": digest(out["w"]),
                          "c_sha256": digest(out["c"]) if s.variant == "sync_easgd" else None,
-                         "local_acc": test_accuracy(out["w"], s.seed, s.model)})
+                         "local_acc": test_accuracy(out["w"], s.seed, s.model),
+                         # training clock (perf_counter, shared by the machine's processes)
+                         "t0_perf": rt.t0, "t_end_perf": out["t_end_perf"]})
         return 0
     except (NetError, OSError, ValueError) as e:
         error = f"{type(e).__name__}: {e}"

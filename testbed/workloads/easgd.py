@@ -261,7 +261,8 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
             t = _RENAME.get(r.get("type"))
             if t is not None:
                 out.append(dict(r, type=t, host=h))
-    curve = accuracy_curve(wl, work_dir / "centre.npz")
+    starts = [r["t0_perf"] for r in out if r["type"] == "easgd_final" and r.get("t0_perf") is not None]
+    curve = accuracy_curve(wl, work_dir / "centre.npz", min(starts) if starts else None)
     out.extend(curve)
     summary = point_summary(wl, workers, out, curve)
     out.extend(fidelity_records(scenario, work_dir, summary))
@@ -269,15 +270,16 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def accuracy_curve(wl: EasgdWorkload, path: Path) -> list[dict[str, Any]]:
-    """Test accuracy of every saved centre (the master's, or rank 0's for sync)."""
-    if not path.is_file():
+def accuracy_curve(wl: EasgdWorkload, path: Path, start: float | None) -> list[dict[str, Any]]:
+    """Test accuracy of every saved centre (the master's, or rank 0's for sync), at
+    seconds since the first worker started training (`start`, perf_counter)."""
+    if not path.is_file() or start is None:
         return []
     from hosts.easgd.model import test_accuracy  # noqa: PLC0415 - torch only when collecting
     data = np.load(path)
     widths = wl.model.model_dump()
-    return [{"type": "easgd_curve", "t_s": float(t), "acc": test_accuracy(c, wl.seed, widths)}
-            for t, c in zip(data["t_s"], data["centre"])]
+    return [{"type": "easgd_curve", "t_s": max(0.0, float(t) - start), "acc": test_accuracy(c, wl.seed, widths)}
+            for t, c in zip(data["t_perf"], data["centre"])]
 
 
 def time_to_target(curve: list[dict[str, Any]], target: float) -> float | None:
@@ -293,7 +295,9 @@ def point_summary(wl: EasgdWorkload, workers: list[str], recs: list[dict[str, An
     compute = sum(hosts[h].get("compute_s", 0.0) for h in workers if h in hosts)
     comm = sum(hosts[h].get("comm_s", 0.0) for h in workers if h in hosts)
     validity = [hosts[h].get("validity") or {} for h in workers if h in hosts]
-    wall = max((r["t_s"] for r in recs if r["type"] == "easgd_iter"), default=None)
+    # wall: first worker's training start to the last worker's end (one clock for all)
+    ends = [(r["t0_perf"], r["t_end_perf"]) for r in finals.values() if r.get("t_end_perf") is not None]
+    wall = (max(e for _, e in ends) - min(s for s, _ in ends)) if ends else None
     ok = bool(workers) and all(hosts.get(h, {}).get("ok") for h in workers) and \
         (master is None or bool(master.get("ok")))
     return {
