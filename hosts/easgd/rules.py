@@ -56,7 +56,9 @@ def elastic_exchange(w: Tensor, c: Tensor, alpha: float) -> tuple[Tensor, Tensor
 def add_into(c: Tensor, delta: Tensor) -> None:
     """C += delta in place: the only write Hogwild's servers make to the shared
     centre, with no lock. Two servers that read C before either wrote both
-    compute their e from the same snapshot, and both additions land."""
+    compute their e from the same snapshot; sequentially both additions land
+    (the unit test), while truly concurrent element-wise read-add-writes may
+    lose one at an element, as Hogwild accepts."""
     c.add_(delta)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from testbed.plots import figure
 from testbed.plots.captions import Resolution, invalid_note, invalid_reasons, per_case, run_mode_text
-from testbed.plots.style import band_description, bound_line, hollow, plot_repeats, plt, save
+from testbed.plots.style import band_description, bound_line, plot_repeats, plt, save
 from testbed.results import Run
 from testbed.scenario import register_figure_names
 from testbed.workloads.easgd import FIGURES, PAPER_WEAK_SCALING, VARIANT_NAMES
