@@ -33,7 +33,7 @@ def summaries(run) -> list[dict]:
     return list(run.metrics_of("easgd_summary"))
 
 
-FAST = ("workload.steps=24", "workload.tau=4", "topology.workers=2")
+FAST = ("workload.steps=24", "workload.tau=4", "topology.workers=2", "sweep.quick.cases=[lan]")
 
 
 def test_sync_easgd_is_bit_identical_across_repeats(tmp_path):
@@ -57,3 +57,14 @@ def test_async_master_counts_every_exchange_and_records_time(tmp_path):
     assert sorted(m["workers"] for m in proj) == [1, 2, 16, 32, 64, 128, 256]
     assert next(m for m in proj if m["workers"] == 1)["weak_scaling_eff"] == pytest.approx(1.0)
     assert (run.path / "figures" / "easgd_accuracy_vs_time.png").is_file()
+    # every easgd figure draws from this run, the weak-scaling one with the paper's line
+    from testbed.plots import draw_figures, style  # noqa: PLC0415
+    drawn: list = []
+    orig = style._close
+    style._close = lambda fig: (drawn.append(style.caption_of(fig)), orig(fig))
+    try:
+        paths = draw_figures(run, ["easgd_time_to_target", "easgd_comm_share", "easgd_weak_scaling"])
+    finally:
+        style._close = orig
+    assert {p.name for p in paths} >= {"easgd_weak_scaling.png", "easgd_comm_share.pdf"}
+    assert "paper: 91.5 %" in drawn[-1] and "tau 4" in drawn[0]
