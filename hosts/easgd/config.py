@@ -55,9 +55,10 @@ class EasgdSettings:
     seed: int
     model: dict              # LeNet widths {c1, c2, hidden}
     snapshot_every_s: float  # the centre is saved this often (emulated seconds)
+    dataset: dict            # hosts/easgd/datasets.py spec: {source, path, limit}
 
     KEYS = frozenset({"variant", "steps", "tau", "lr", "alpha", "momentum", "batch_size", "seed",
-                      "model", "snapshot_every_s"})
+                      "model", "snapshot_every_s", "dataset"})
 
     @classmethod
     def parse(cls, data: Any, where: str) -> "EasgdSettings":
@@ -79,8 +80,11 @@ class EasgdSettings:
             c.error("alpha", f"the moving rate must be < 1, got {alpha}")
         if momentum is not None and momentum >= 1:
             c.error("momentum", f"must be < 1, got {momentum}")
+        dataset = c.data.get("dataset")
+        if not isinstance(dataset, dict) or not isinstance(dataset.get("source"), str):
+            c.error("dataset", f"must be an object with a source, got {dataset!r}")
         c.finish(set(cls.KEYS))
-        return cls(variant, steps, tau, lr, alpha, momentum, batch, seed, dict(model), snap)
+        return cls(variant, steps, tau, lr, alpha, momentum, batch, seed, dict(model), snap, dict(dataset))
 
     def identity(self) -> dict[str, Any]:
         """What master and workers must agree on (checked at the handshake)."""

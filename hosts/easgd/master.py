@@ -199,7 +199,7 @@ class Snapshots:
 
 # -- one process (round robin, fcfs) ------------------------------------------------
 def run_single(cfg: MasterConfig, settings: EasgdSettings, ident: dict, writer: JsonlWriter) -> dict:
-    centre = Centre(initial_weights(settings.seed, settings.model), settings)
+    centre = Centre(initial_weights(settings.seed, settings.model, settings.dataset), settings)
     server = listen(cfg.ip, cfg.port)
     try:
         conns = accept_workers(server, list(range(len(cfg.workers))), cfg, settings, ident)
@@ -251,7 +251,7 @@ def _hogwild_server(s: int, shm_name: str, n: int, cfg: MasterConfig, settings: 
 
 
 def run_hogwild(cfg: MasterConfig, settings: EasgdSettings, ident: dict, writer: JsonlWriter) -> dict:
-    init = initial_weights(settings.seed, settings.model).numpy()
+    init = initial_weights(settings.seed, settings.model, settings.dataset).numpy()
     servers = min(cfg.servers, len(cfg.workers))
     cfg = MasterConfig(**{**cfg.__dict__, "servers": servers})
     shm = shared_memory.SharedMemory(create=True, size=init.nbytes)

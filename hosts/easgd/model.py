@@ -1,37 +1,56 @@
-"""The task every EASGD host shares: LeNet on scikit-learn's digits, with the
-weights as one flat float32 vector (what crosses the network and what the
-rules in hosts/easgd/rules.py update).
+"""The task every EASGD host shares: LeNet on an image data set (scikit-learn's
+digits by default; MNIST / CIFAR-10 files through hosts/easgd/datasets.py),
+with the weights as one flat float32 vector (what crosses the network and what
+the rules in hosts/easgd/rules.py update).
 
 Every host builds the same initial weights from the seed, so the master's
 centre and every worker's W_j start equal without a broadcast.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hosts.dnn.data import batches, shard
-from hosts.dnn.lenet import LeNet, accuracy, digits
+from hosts.dnn.lenet import LeNet, accuracy
+from hosts.easgd.datasets import load
+
+DIGITS = {"source": "digits"}
+DIGITS_SHAPE = (1, 8, 8)
 
 
-def build(seed: int, widths: dict) -> LeNet:
+def build(seed: int, widths: dict, shape: tuple[int, int, int] = DIGITS_SHAPE) -> LeNet:
+    """LeNet for inputs of `shape` (C, H, W): hosts.dnn.lenet's 8x8 one-channel net,
+    its first convolution and first linear layer resized for other inputs."""
     torch.manual_seed(seed)
-    return LeNet(**widths)
+    model = LeNet(**widths)
+    c, h, w = shape
+    if tuple(shape) != DIGITS_SHAPE:
+        model.features[0] = nn.Conv2d(c, widths["c1"], 3, padding=1)
+        model.classifier[1] = nn.Linear(widths["c2"] * (h // 4) * (w // 4), widths["hidden"])
+    return model
 
 
-def initial_weights(seed: int, widths: dict) -> torch.Tensor:
-    return parameters_to_vector(build(seed, widths).parameters()).detach().clone()
+def input_shape(dataset: Any) -> tuple[int, int, int]:
+    return tuple(dataset.x.shape[1:])
+
+
+def initial_weights(seed: int, widths: dict, dataset: dict | None = None) -> torch.Tensor:
+    shape = DIGITS_SHAPE if not dataset or dataset.get("source", "digits") == "digits" \
+        else input_shape(load(dataset, seed)[1])
+    return parameters_to_vector(build(seed, widths, shape).parameters()).detach().clone()
 
 
 class Task:
     """One worker's model, shard and gradient at any flat weight vector."""
 
-    def __init__(self, seed: int, widths: dict, rank: int, world: int, batch_size: int):
-        self.model = build(seed, widths)
-        self.train, self.test = digits(seed)
+    def __init__(self, seed: int, widths: dict, rank: int, world: int, batch_size: int,
+                 dataset: dict | None = None):
+        self.train, self.test = load(dataset or DIGITS, seed)
+        self.model = build(seed, widths, input_shape(self.train))
         self.shard = shard(torch.arange(len(self.train)), rank, world)
         if len(self.shard) < batch_size:
             raise ValueError(f"rank {rank}'s shard has {len(self.shard)} samples, fewer than "
@@ -62,9 +81,13 @@ class Task:
         return g.detach().clone(), float(loss.detach())
 
 
-def test_accuracy(w: torch.Tensor, seed: int, widths: dict) -> float:
-    """Test-set accuracy of flat weights w (the split is the seed's)."""
-    model = build(seed, widths)
-    vector_to_parameters(torch.as_tensor(w, dtype=torch.float32), model.parameters())
-    _, test = digits(seed)
-    return accuracy(model, test)
+class Evaluator:
+    """Test-set accuracy of flat weights (data set loaded once)."""
+
+    def __init__(self, seed: int, widths: dict, dataset: dict | None = None):
+        _, self.test = load(dataset or DIGITS, seed)
+        self.model = build(seed, widths, input_shape(self.test))
+
+    def __call__(self, w: Any) -> float:
+        vector_to_parameters(torch.as_tensor(w, dtype=torch.float32), self.model.parameters())
+        return accuracy(self.model, self.test)

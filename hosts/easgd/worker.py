@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ident = s.identity() | {"workers": rt.cfg.world}
     link, error, out = None, None, {}
     try:
-        task = Task(s.seed, s.model, rt.cfg.rank, rt.cfg.world, s.batch_size)
+        task = Task(s.seed, s.model, rt.cfg.rank, rt.cfg.world, s.batch_size, s.dataset)
         rt.device.profile(task.model, task.sample())
         if serving(s.variant) is not None:
             if master is None:
@@ -162,11 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         out = train(rt, task, s, link, snap)
         if snap is not None:
             snap.save(snap_path)
-        from hosts.easgd.model import test_accuracy  # noqa: PLC0415
+        from hosts.easgd.model import Evaluator  # noqa: PLC0415
         rt.writer.write({"type": "final", "host": rt.cfg.host, "rank": rt.cfg.rank, "variant": s.variant,
                          "exchanges": out["exchanges"], "w_sha256": digest(out["w"]),
                          "c_sha256": digest(out["c"]) if s.variant == "sync_easgd" else None,
-                         "local_acc": test_accuracy(out["w"], s.seed, s.model),
+                         "local_acc": Evaluator(s.seed, s.model, s.dataset)(out["w"]),
                          # training clock (perf_counter, shared by the machine's processes)
                          "t0_perf": rt.t0, "t_end_perf": out["t_end_perf"]})
         return 0

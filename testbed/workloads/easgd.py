@@ -96,6 +96,11 @@ class EasgdWorkload(BaseModel):
                                          "plain SGD's [A: a momentum run at plain SGD's eta diverged here].")
     batch_size: int = Field(32, ge=1, description="Samples per worker per step (the device model's batch).")
     model: LeNetWidths = Field(default_factory=LeNetWidths, description="LeNet widths.")
+    dataset: dict[str, Any] = Field(
+        default_factory=lambda: {"source": "digits"},
+        description="{source: digits} (scikit-learn's, bundled), {source: mnist, path: DIR} (idx files) or "
+                    "{source: cifar10, path: DIR} (binary batches); limit: first n training samples. "
+                    "Relative paths start at the project root.")
     collective: Literal["ring", "ps", "switch"] = Field("ring", description="The allreduce of the sync variants.")
     hogwild_servers: Optional[int] = Field(None, ge=1, description="Hogwild server processes; null = one per worker.")
     device: dict[str, Any] = Field(default_factory=lambda: {"type": "v100", "time_scale": 100.0},
@@ -133,6 +138,19 @@ class EasgdWorkload(BaseModel):
             raise ValueError(f"device: {e}") from None
         return v
 
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from hosts.easgd.datasets import DatasetError, check  # noqa: PLC0415
+        try:
+            check(_resolved(v))
+        except (DatasetError, OSError) as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    def dataset_spec(self) -> dict[str, Any]:
+        return _resolved(self.dataset)
+
     @field_validator("hardware")
     @classmethod
     def _hardware(cls, v: str) -> str:
@@ -159,6 +177,16 @@ class EasgdWorkload(BaseModel):
         if self.variant not in SYNC:
             return ["master"]
         return ["ps"] if self.collective == "ps" else []
+
+
+def _resolved(spec: dict[str, Any]) -> dict[str, Any]:
+    """The dataset spec with its path made absolute (hosts run from the project root too,
+    but a config should not depend on the working directory)."""
+    from testbed.results import PROJECT_ROOT  # noqa: PLC0415
+    if not spec.get("path"):
+        return dict(spec)
+    p = Path(spec["path"]).expanduser()
+    return {**spec, "path": str(p if p.is_absolute() else PROJECT_ROOT / p)}
 
 
 def workers_of(scenario: Any) -> list[str]:
@@ -188,7 +216,7 @@ class EasgdRuntime(WorkloadRuntime):
         settings = {"variant": wl.variant, "steps": wl.steps, "tau": wl.tau, "lr": wl.lr_for(),
                     "alpha": wl.alpha_for(len(workers)), "momentum": wl.momentum,
                     "batch_size": wl.batch_size, "seed": wl.seed, "model": wl.model.model_dump(),
-                    "snapshot_every_s": wl.snapshot_every_s}
+                    "snapshot_every_s": wl.snapshot_every_s, "dataset": wl.dataset_spec()}
         peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in workers]
         coll = wl.collective if sync else "gloo"      # async workers never open a collective
         ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if sync and wl.collective == "ps" else None
@@ -275,10 +303,10 @@ def accuracy_curve(wl: EasgdWorkload, path: Path, start: float | None) -> list[d
     seconds since the first worker started training (`start`, perf_counter)."""
     if not path.is_file() or start is None:
         return []
-    from hosts.easgd.model import test_accuracy  # noqa: PLC0415 - torch only when collecting
+    from hosts.easgd.model import Evaluator  # noqa: PLC0415 - torch only when collecting
     data = np.load(path)
-    widths = wl.model.model_dump()
-    return [{"type": "easgd_curve", "t_s": max(0.0, float(t) - start), "acc": test_accuracy(c, wl.seed, widths)}
+    acc = Evaluator(wl.seed, wl.model.model_dump(), wl.dataset_spec())
+    return [{"type": "easgd_curve", "t_s": max(0.0, float(t) - start), "acc": acc(c)}
             for t, c in zip(data["t_perf"], data["centre"])]
 
 

@@ -68,3 +68,16 @@ def test_async_master_counts_every_exchange_and_records_time(tmp_path):
         style._close = orig
     assert {p.name for p in paths} >= {"easgd_weak_scaling.png", "easgd_comm_share.pdf"}
     assert "paper: 91.5 %" in drawn[-1] and "tau 4" in drawn[0]
+
+
+def test_mnist_format_files_train_end_to_end(tmp_path):
+    # tiny synthetic MNIST idx files (tests/unit/test_easgd_datasets.py writes them):
+    # the loader, the resized LeNet and the master all agree on the 28x28 model
+    sys.path.insert(0, str(ROOT / "tests" / "unit"))
+    from test_easgd_datasets import write_mnist  # noqa: PLC0415
+    folder = write_mnist(tmp_path / "mnist", n_train=128, n_test=32)
+    run = run_cli(tmp_path / "run", "workload.variant=async_easgd", *FAST,
+                  f"workload.dataset={{source: mnist, path: {folder}}}", "workload.batch_size=16")
+    s = summaries(run)[0]
+    assert s["ok"] and s["exchanges_match"] and s["exchanges_worker"] == {"0": 6, "1": 6}
+    assert s["final_acc"] is not None

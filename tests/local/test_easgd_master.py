@@ -32,7 +32,8 @@ MASTER_IP = "127.0.1.200"
 
 def settings(variant: str, widths: dict) -> dict:
     return {"variant": variant, "steps": 1, "tau": 1, "lr": 0.1, "alpha": 0.45, "momentum": 0.9,
-            "batch_size": 8, "seed": 3, "model": widths, "snapshot_every_s": 0.05}
+            "batch_size": 8, "seed": 3, "model": widths, "snapshot_every_s": 0.05,
+            "dataset": {"source": "digits"}}
 
 
 def start_master(tmp: Path, variant: str, widths: dict, servers: int = 1) -> tuple[subprocess.Popen, int, dict]:
