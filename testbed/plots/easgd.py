@@ -57,6 +57,7 @@ def _caption(run: Run, sums: dict[int, dict[str, Any]], extra: str = "") -> list
         "batch": ("workload.batch_size", lambda v: f"batch {v[0]}/worker"),
         "device": ("workload.device", lambda v: f"{v[0].get('type')} model x{v[0].get('time_scale', 1):g}"),
         "target": ("workload.target_acc", lambda v: f"target acc {v[0]:g}"),
+        "collective": ("workload.collective", lambda v: f"sync variants' allreduce: {'/'.join(v)}"),
         "stragglers": ("stragglers", lambda v: "straggler " + ", ".join(
             f"{s['host']} x{s.get('slowdown', 1):g}" for s in v[0]) if v and v[0] else "no straggler"),
         "loss": ("links.loss_pct", lambda v: f"loss {'/'.join(f'{x:g}' for x in v)} %"),
