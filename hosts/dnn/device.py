@@ -53,8 +53,12 @@ PEAK_FLOPS: dict[str, dict[str, float]] = {
     "v100": {"fp32": 15.7e12, "fp16": 125e12},                     # [D]
     "a100": {"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12},   # [V]
     "h100": {"fp32": 66.9e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12},  # [V]
+    # KNL node (Xeon Phi 7250, as NERSC Cori's): 68 cores x 1.4 GHz x 2 AVX-512 units x
+    # 16 fp32 lanes x 2 (FMA) [D: Intel Xeon Phi 7250 product brief, not re-read here]
+    "knl": {"fp32": 68 * 1.4e9 * 2 * 16 * 2},
 }
-HBM_BPS: dict[str, float] = {"v100": 900e9, "a100": 1.555e12, "h100": 3.35e12}
+HBM_BPS: dict[str, float] = {"v100": 900e9, "a100": 1.555e12, "h100": 3.35e12,
+                             "knl": 400e9}   # knl: 16 GB MCDRAM, ~400+ GB/s [D, not re-read]
 # h100 HBM3 3.35 TB/s: [D: NVIDIA H100 SXM data sheet], not in §5.4
 DEFAULT_EFFICIENCY = 0.4       # [A]
 DEFAULT_HBM_EFFICIENCY = 0.7   # [A]

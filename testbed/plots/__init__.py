@@ -16,7 +16,8 @@ FigureFn = Callable[[Run, Path], list[Path]]
 _FIGURES: dict[str, FigureFn] = {}
 
 # Figure families; each module registers its figures on import.
-_FAMILIES = ("testbed.plots.allreduce", "testbed.plots.p4sgd", "testbed.plots.torch", "testbed.plots.lhc")
+_FAMILIES = ("testbed.plots.allreduce", "testbed.plots.p4sgd", "testbed.plots.torch",
+             "testbed.plots.lhc", "testbed.plots.easgd")
 
 
 def figure(name: str) -> Callable[[FigureFn], FigureFn]:

@@ -1,0 +1,180 @@
+"""Configs of the EASGD host programs (JSON written by testbed/workloads/easgd.py).
+
+A worker's JSON is {"torch": <a hosts.dnn TorchWorkerConfig>, "easgd": <EasgdSettings>}:
+the torch part opens the device model, trace and records exactly as a `kind:
+torch` worker does (hosts/dnn/runtime.py); the easgd part says which variant
+runs. The master's JSON is {"master": <MasterConfig>, "easgd": <EasgdSettings>}.
+Strict like every host config: every key required, unknown keys rejected.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hosts.common.config import Checker, ConfigError, HostAddr, load_json_object
+
+# variant -> (how the master serves, what it applies). Sync variants have no master.
+VARIANTS: dict[str, tuple[str | None, str]] = {
+    "easgd": ("round_robin", "elastic"),          # the original: rank order
+    "async_easgd": ("fcfs", "elastic"),
+    "async_measgd": ("fcfs", "elastic"),          # Nesterov momentum in the local step
+    "hogwild_easgd": ("hogwild", "elastic"),
+    "sync_easgd": (None, "elastic"),              # allreduce every tau steps
+    "async_sgd": ("fcfs", "sgd"),
+    "async_msgd": ("fcfs", "msgd"),
+    "hogwild_sgd": ("hogwild", "sgd"),
+    "sync_sgd": (None, "sgd"),                    # gradient allreduce every step
+}
+EASGD_VARIANTS = ("easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd")
+SGD_VARIANTS = ("async_sgd", "async_msgd", "hogwild_sgd", "sync_sgd")
+MODEL_KEYS = ("c1", "c2", "hidden")
+
+
+def serving(variant: str) -> str | None:
+    return VARIANTS[variant][0]
+
+
+def master_rule(variant: str) -> str:
+    return VARIANTS[variant][1]
+
+
+def local_momentum(variant: str) -> bool:
+    return variant == "async_measgd"
+
+
+@dataclass(frozen=True)
+class EasgdSettings:
+    variant: str
+    steps: int               # local steps per worker
+    tau: int                 # local steps between exchanges (EASGD variants)
+    lr: float                # eta
+    alpha: float             # moving rate alpha = eta rho
+    momentum: float          # delta (async_measgd local, async_msgd at the master)
+    batch_size: int
+    seed: int
+    model: dict              # LeNet widths {c1, c2, hidden}
+    snapshot_every_s: float  # the centre is saved this often (emulated seconds)
+    dataset: dict            # hosts/easgd/datasets.py spec: {source, path, limit}
+
+    KEYS = frozenset({"variant", "steps", "tau", "lr", "alpha", "momentum", "batch_size", "seed",
+                      "model", "snapshot_every_s", "dataset"})
+
+    @classmethod
+    def parse(cls, data: Any, where: str) -> "EasgdSettings":
+        c = Checker(data, where + ": easgd")
+        variant = c.str("variant", tuple(VARIANTS))
+        steps = c.int("steps", lo=1)
+        tau = c.int("tau", lo=1)
+        lr = c.number("lr", positive=True)
+        alpha = c.number("alpha", positive=True)
+        momentum = c.number("momentum", lo=0)
+        batch = c.int("batch_size", lo=1)
+        seed = c.int("seed", lo=0)
+        snap = c.number("snapshot_every_s", positive=True)
+        model = c.data.get("model")
+        if not isinstance(model, dict) or set(model) != set(MODEL_KEYS) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in model.values()):
+            c.error("model", f"must be {{c1, c2, hidden}} of positive integers, got {model!r}")
+        if alpha is not None and alpha >= 1:
+            c.error("alpha", f"the moving rate must be < 1, got {alpha}")
+        if momentum is not None and momentum >= 1:
+            c.error("momentum", f"must be < 1, got {momentum}")
+        dataset = c.data.get("dataset")
+        if not isinstance(dataset, dict) or not isinstance(dataset.get("source"), str):
+            c.error("dataset", f"must be an object with a source, got {dataset!r}")
+        c.finish(set(cls.KEYS))
+        return cls(variant, steps, tau, lr, alpha, momentum, batch, seed, dict(model), snap, dict(dataset))
+
+    def identity(self) -> dict[str, Any]:
+        """What master and workers must agree on (checked at the handshake)."""
+        return {k: getattr(self, k) for k in sorted(self.KEYS)}
+
+
+@dataclass(frozen=True)
+class MasterConfig:
+    host: str
+    ip: str
+    port: int                 # workers connect to port (one server) or port + 1 + s (Hogwild)
+    workers: tuple[HostAddr, ...]
+    servers: int              # Hogwild: server processes over the shared centre
+    connect_timeout_s: float
+    timeout_s: float
+    start_at: float | None
+    out: str                  # JSON lines: exchange log + summary
+    snapshots: str            # .npz of the centre over time
+
+    KEYS = frozenset({"host", "ip", "port", "workers", "servers", "connect_timeout_s", "timeout_s",
+                      "start_at", "out", "snapshots"})
+
+    @classmethod
+    def parse(cls, data: Any, where: str) -> "MasterConfig":
+        c = Checker(data, where + ": master")
+        host = c.str("host")
+        ip = c.str("ip")
+        port = c.int("port", lo=1)
+        servers = c.int("servers", lo=1)
+        raw = c.data.get("workers")
+        workers = []
+        if not isinstance(raw, list) or not raw:
+            c.error("workers", f"must be a non-empty list of {{name, ip}}, got {raw!r}")
+        else:
+            workers = [h for i, x in enumerate(raw) if (h := c.host(x, f"workers[{i}]")) is not None]
+        ct = c.number("connect_timeout_s", positive=True)
+        to = c.number("timeout_s", positive=True)
+        start_at = c.number("start_at", nullable=True)
+        out = c.str("out")
+        snaps = c.str("snapshots")
+        c.finish(set(cls.KEYS))
+        return cls(host, ip, port, tuple(workers), servers, ct, to, start_at, out, snaps)
+
+
+def load(source: str | Path | dict, part: str) -> tuple[Any, EasgdSettings, dict]:
+    """(the `part` section parsed or raw, the easgd settings, the raw JSON) of a config."""
+    data, where = load_json_object(source)
+    if not isinstance(data, dict) or set(data) != {part, "easgd"}:
+        raise ConfigError(f"{where}: expected exactly the keys {part!r} and 'easgd', got "
+                          f"{sorted(data) if isinstance(data, dict) else type(data).__name__}")
+    settings = EasgdSettings.parse(data["easgd"], where)
+    section = MasterConfig.parse(data[part], where) if part == "master" else data[part]
+    return section, settings, data
+
+
+WORKER_KEYS = frozenset({"torch", "master", "servers", "snapshots"})
+
+
+def parse_worker(section: Any, where: str) -> tuple[dict, HostAddr | None, int, int, str | None]:
+    """A worker's own part: (torch config dict, master address, master port, Hogwild
+    servers, snapshot path or None). `torch` is checked by TorchWorkerConfig."""
+    c = Checker(section, where + ": worker")
+    torch_cfg = c.data.get("torch")
+    if not isinstance(torch_cfg, dict):
+        c.error("torch", f"must be a kind-torch worker config object, got {torch_cfg!r}")
+    raw = c.data.get("master")
+    master, port = None, 0
+    if raw is not None:
+        if not isinstance(raw, dict) or set(raw) != {"name", "ip", "port"}:
+            c.error("master", f"must be null or {{name, ip, port}}, got {raw!r}")
+        else:
+            master = c.host({"name": raw["name"], "ip": raw["ip"]}, "master")
+            port = raw["port"] if isinstance(raw["port"], int) and raw["port"] > 0 else 0
+            if not port:
+                c.error("master.port", f"must be a positive integer, got {raw['port']!r}")
+    servers = c.int("servers", lo=1)
+    snaps = c.data.get("snapshots")
+    if snaps is not None and not isinstance(snaps, str):
+        c.error("snapshots", f"must be a path or null, got {snaps!r}")
+    c.finish(set(WORKER_KEYS))
+    return torch_cfg, master, port, servers, snaps
+
+
+def server_port(base: int, server: int) -> int:
+    """Hogwild server s listens on base + 1 + s; the other modes' master on base."""
+    return base + 1 + server
+
+
+def server_of(rank: int, servers: int) -> int:
+    return rank % servers
+
+
+__all__ = ["EasgdSettings", "MasterConfig", "VARIANTS", "ConfigError", "load"]

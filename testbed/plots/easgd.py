@@ -1,0 +1,184 @@
+"""EASGD family figures: the centre's test accuracy vs time (colour = variant),
+time to the target accuracy with repeat bands, the share of time in
+communication (emulated and projected), and weak-scaling efficiency with the
+paper's 91.5 % as a reference line.
+
+Colours: one per variant, an EASGD variant and its SGD counterpart in the same
+hue (EASGD solid / dark, SGD dashed / light), so each pair the paper compares
+reads at a glance. Times are emulated seconds (compute = device model x
+time_scale; the network is this machine's, not dilated: docs/easgd.md).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from testbed.plots import figure
+from testbed.plots.captions import Resolution, invalid_note, invalid_reasons, per_case, run_mode_text
+from testbed.plots.style import band_description, bound_line, plot_repeats, plt, save
+from testbed.results import Run
+from testbed.scenario import register_figure_names
+from testbed.workloads.easgd import FIGURES, PAPER_WEAK_SCALING, VARIANT_NAMES
+
+register_figure_names(*FIGURES)
+
+# pairs: (EASGD variant, its SGD counterpart) share a hue
+COLOURS = {"easgd": "#000000", "async_easgd": "#0072b2", "async_sgd": "#56b4e9",
+           "async_measgd": "#d55e00", "async_msgd": "#e69f00", "hogwild_easgd": "#009e73",
+           "hogwild_sgd": "#7fd4b4", "sync_easgd": "#cc79a7", "sync_sgd": "#e8b6d3"}
+LABELS = {"easgd": "EASGD (original, round robin)", "async_easgd": "Async EASGD", "async_sgd": "Async SGD",
+          "async_measgd": "Async MEASGD", "async_msgd": "Async momentum SGD",
+          "hogwild_easgd": "Hogwild EASGD", "hogwild_sgd": "Hogwild SGD",
+          "sync_easgd": "Sync EASGD", "sync_sgd": "sync SGD (allreduce)"}
+
+
+def _ls(variant: str) -> str:
+    return "--" if variant.endswith("sgd") and "easgd" not in variant else "-"
+
+
+def _summaries(run: Run) -> dict[int, dict[str, Any]]:
+    ok = {p["index"] for p in run.points if p.get("status") == "ok"}
+    return {m["point"]: m for m in run.metrics_of("easgd_summary") if m.get("point") in ok}
+
+
+def _case(run: Run, idx: int) -> str:
+    return next((p.get("case") or "base" for p in run.points if p["index"] == idx), "base")
+
+
+def _caption(run: Run, sums: dict[int, dict[str, Any]], extra: str = "") -> list[str]:
+    res = Resolution(run)
+    what = per_case(res, sums, {
+        "steps": ("workload.steps", lambda v: f"{v[0]} steps/worker"),
+        "tau": ("workload.tau", lambda v: "tau " + "/".join(map(str, v))),
+        "lr": ("workload.lr", lambda v: f"eta {v[0]:g}"),
+        "batch": ("workload.batch_size", lambda v: f"batch {v[0]}/worker"),
+        "device": ("workload.device", lambda v: f"{v[0].get('type')} model x{v[0].get('time_scale', 1):g}"),
+        "target": ("workload.target_acc", lambda v: f"target acc {v[0]:g}"),
+        "collective": ("workload.collective", lambda v: f"sync variants' allreduce: {'/'.join(v)}"),
+        "stragglers": ("stragglers", lambda v: "straggler " + ", ".join(
+            f"{s['host']} x{s.get('slowdown', 1):g}" for s in v[0]) if v and v[0] else "no straggler"),
+        "loss": ("links.loss_pct", lambda v: f"loss {'/'.join(f'{x:g}' for x in v)} %"),
+    })
+    invalid = {i: r for i in sums if (r := invalid_reasons(run, i, sums[i])) is not None}
+    return [f"LeNet on sklearn digits; {what}" + (f"; {extra}" if extra else ""),
+            invalid_note(invalid, len(sums), how="drawn all the same: the emulated network is not "
+                         "dilated like compute, see docs/easgd.md"),
+            run_mode_text(run)]
+
+
+@figure("easgd_accuracy_vs_time")
+def accuracy_vs_time(run: Run, out_dir: Path) -> list[Path]:
+    sums = _summaries(run)
+    curves: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for m in run.metrics_of("easgd_curve"):
+        if m.get("point") in sums:
+            curves[m["point"]].append(m)
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    seen = set()
+    for idx, recs in sorted(curves.items()):
+        v = sums[idx]["variant"]
+        recs.sort(key=lambda r: r["t_s"])
+        ax.plot([r["t_s"] for r in recs], [r["acc"] for r in recs], _ls(v), color=COLOURS.get(v, "0.5"),
+                lw=1.3, alpha=0.9, label=None if v in seen else LABELS.get(v, v))
+        seen.add(v)
+    targets = {s["target_acc"] for s in sums.values()}
+    for t in targets:
+        ax.axhline(t, color="0.5", lw=0.8, ls=":")
+    if not curves:
+        ax.text(0.5, 0.5, "no successful easgd points", ha="center", va="center", transform=ax.transAxes)
+    else:
+        ax.legend(fontsize=7, ncol=2, loc="lower right")
+    ax.set_xlabel("emulated time since training start (s)")
+    ax.set_ylabel("test accuracy of the centre variable")
+    ax.set_ylim(0, 1)
+    ax.set_title("Accuracy vs time: EASGD variants (solid) and SGD counterparts (dashed)", fontsize=9)
+    return save(fig, run, out_dir, "easgd_accuracy_vs_time", _caption(run, sums))
+
+
+@figure("easgd_time_to_target")
+def time_to_target(run: Run, out_dir: Path) -> list[Path]:
+    sums = _summaries(run)
+    groups: dict[tuple[str, str], list[tuple[float, bool]]] = defaultdict(list)
+    missed: dict[tuple[str, str], int] = defaultdict(int)
+    for idx, s in sums.items():
+        key = (s["variant"], _case(run, idx))
+        if s.get("time_to_target_s") is None:
+            missed[key] += 1
+        else:
+            groups[key].append((s["time_to_target_s"], False))
+    keys = sorted(set(groups) | set(missed), key=lambda k: (k[1], VARIANT_NAMES.index(k[0])))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(keys) + 2), 4.6))
+    most = 0
+    for x, key in enumerate(keys):
+        colour = COLOURS.get(key[0], "0.5")
+        if groups.get(key):
+            most = max(most, plot_repeats(ax, {x: groups[key]}, color=colour))
+            vals = [v for v, _ in groups[key]]
+            ax.vlines(x, min(vals), max(vals), color=colour, lw=5, alpha=0.3)
+        if missed.get(key):
+            ax.text(x, 0, f"{missed[key]} not\nreached", ha="center", va="bottom", fontsize=6, color="#b00000")
+    ax.set_xticks(range(len(keys)), [LABELS.get(v, v) + ("" if c == "base" else f"\n({c})") for v, c in keys],
+                  rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("time to target accuracy (emulated s)")
+    ax.set_title("Time to target accuracy (median of repeats, bar = min-max)", fontsize=9)
+    return save(fig, run, out_dir, "easgd_time_to_target", _caption(run, sums, band_description(most)))
+
+
+@figure("easgd_comm_share")
+def comm_share(run: Run, out_dir: Path) -> list[Path]:
+    sums = _summaries(run)
+    rows: dict[tuple[str, str], list[tuple[float, float | None]]] = defaultdict(list)
+    for idx, s in sums.items():
+        if s.get("comm_share") is not None:
+            rows[(s["variant"], _case(run, idx))].append((s["comm_share"], s.get("projected_comm_share")))
+    keys = sorted(rows, key=lambda k: (k[1], VARIANT_NAMES.index(k[0])))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(keys) + 2), 4.6))
+    x = np.arange(len(keys))
+    if keys:
+        emu = [float(np.median([a for a, _ in rows[k]])) for k in keys]
+        proj = [float(np.median([b for _, b in rows[k] if b is not None] or [np.nan])) for k in keys]
+        ax.bar(x - 0.2, emu, 0.4, color=[COLOURS.get(k[0], "0.5") for k in keys], label="emulated")
+        ax.bar(x + 0.2, proj, 0.4, color=[COLOURS.get(k[0], "0.5") for k in keys], alpha=0.4,
+               hatch="//", label="projected (hardware model)")
+        ax.set_xticks(x, [LABELS.get(v, v) + ("" if c == "base" else f"\n({c})") for v, c in keys],
+                      rotation=30, ha="right", fontsize=7)
+        ax.legend(fontsize=7)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("share of worker time in communication")
+    ax.set_title("Communication share per variant (paper: 87 % before codesign, 14 % after)", fontsize=9)
+    return save(fig, run, out_dir, "easgd_comm_share", _caption(run, sums))
+
+
+@figure("easgd_weak_scaling")
+def weak_scaling(run: Run, out_dir: Path) -> list[Path]:
+    sums = _summaries(run)
+    by_var: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for idx, s in sums.items():
+        if s.get("wall_s"):
+            by_var[s["variant"]][s["workers"]].append(s["wall_s"])
+    proj: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for m in run.metrics_of("projection"):
+        if m.get("point") in sums and m.get("workload") == "easgd" and m.get("weak_scaling_eff"):
+            proj[m["variant"]][m["workers"]].append(m["weak_scaling_eff"])
+    fig, ax = plt.subplots(figsize=(7.0, 4.6))
+    for v, per_n in by_var.items():
+        if 1 not in per_n:
+            continue
+        base = float(np.median(per_n[1]))
+        data = {n: [(base / t, False) for t in ts] for n, ts in per_n.items()}
+        plot_repeats(ax, data, color=COLOURS.get(v, "0.5"), label=f"{LABELS.get(v, v)} (emulated)")
+    for v, per_n in proj.items():
+        ns = sorted(per_n)
+        ax.plot(ns, [float(np.median(per_n[n])) for n in ns], ":", marker="s", ms=3.5,
+                color=COLOURS.get(v, "0.5"), label=f"{LABELS.get(v, v)} (projected)")
+    bound_line(ax, PAPER_WEAK_SCALING, color="#b00000", label="paper: 91.5 % on 4253 KNL cores")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, 1.1)
+    ax.set_xlabel("workers (1-8 emulated, 16-256 projected from the traces)")
+    ax.set_ylabel("weak-scaling efficiency T(1) / T(n)")
+    ax.legend(fontsize=7)
+    ax.set_title("Weak scaling: each worker keeps its batch and steps", fontsize=9)
+    return save(fig, run, out_dir, "easgd_weak_scaling", _caption(run, sums))

@@ -1,0 +1,433 @@
+"""EASGD family workload: the five EASGD variants of You, Buluc, Demmel (SC17)
+and the four SGD counterparts, LeNet on scikit-learn's digits.
+
+    workload:
+      kind: easgd
+      variant: async_easgd        # easgd (original, round robin) | async_easgd | async_measgd |
+                                  # hogwild_easgd | sync_easgd | async_sgd | async_msgd |
+                                  # hogwild_sgd | sync_sgd
+      steps: 150                  # local steps per worker
+      tau: 4                      # steps between exchanges (EASGD variants)
+      lr: 0.05
+      alpha: null                 # moving rate; null = 0.9 / workers (Zhang: beta = P alpha = 0.9)
+      collective: ring            # the allreduce of sync_easgd / sync_sgd: ring | ps | switch
+      device: {type: v100, time_scale: 100}   # or knl; cpu = measured CPU time
+      target_acc: 0.9             # time to this test accuracy of the centre variable
+
+Hosts: the asynchronous variants add a `master` host (hosts.easgd.master, the
+centre variable); sync variants with collective ps add `ps` (hosts.dnn.run_script's
+parameter server). Workers run hosts.easgd.worker. Records: `easgd_iter`
+(every worker step), `easgd_exchange` (the master's log), `easgd_curve` (the
+centre's test accuracy over time), `easgd_host`, `easgd_final`, the monitor's
+`fidelity`, `projection` (1..256 workers from the traces) and one
+`easgd_summary` per point.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from testbed.results import read_jsonl
+from testbed.workloads import register_workload
+from testbed.workloads.allreduce import InaParams, straggler_for
+from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime
+
+FIGURES = ("easgd_accuracy_vs_time", "easgd_time_to_target", "easgd_comm_share", "easgd_weak_scaling")
+VARIANT_NAMES = ("easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd",
+                 "async_sgd", "async_msgd", "hogwild_sgd", "sync_sgd")
+SYNC = ("sync_easgd", "sync_sgd")
+EASGD_TCP_PORT = 48000          # master base (+1+s Hogwild servers); collectives at +100
+COLLECTIVE_OFFSET = 100
+DEVICE_KEYS = {"type", "precision", "efficiency", "hbm_efficiency", "launch_s", "time_scale"}
+DEVICE_TYPES = ("cpu", "v100", "a100", "h100", "knl")
+# Paper numbers drawn beside ours (You, Buluc, Demmel SC17; seeds.md 4.3 [V]).
+PAPER_SYNC_VS_ORIGINAL = 5.3
+PAPER_WEAK_SCALING = 0.915
+PROJECTED_WORKERS = (16, 32, 64, 128, 256)
+PROJECT_MAX_NODES = 600
+
+
+def _register_figure_names() -> bool:
+    """As testbed/workloads/torch.py: the schema module may not be loaded yet."""
+    fn = getattr(sys.modules.get("testbed.scenario.models"), "register_figure_names", None)
+    if fn is None:
+        return False
+    fn(*FIGURES)
+    return True
+
+
+_register_figure_names()
+
+
+class LeNetWidths(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    c1: int = Field(16, ge=1, description="First conv layer's channels.")
+    c2: int = Field(32, ge=1, description="Second conv layer's channels.")
+    hidden: int = Field(64, ge=1, description="Hidden fully connected width.")
+
+
+@register_workload
+class EasgdWorkload(BaseModel):
+    """The EASGD family and its SGD counterparts on LeNet / digits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    kind: Literal["easgd"] = Field("easgd", description="Workload type; selects which fields below apply.")
+    variant: Literal[VARIANT_NAMES] = Field(  # type: ignore[valid-type]
+        "async_easgd", description="easgd (original: the master serves workers in rank order), "
+        "async_easgd (first come first served), async_measgd (+ Nesterov momentum locally), "
+        "hogwild_easgd (several server processes, one shared centre, no lock), sync_easgd "
+        "(elastic step through an allreduce every tau steps); counterparts async_sgd, async_msgd, "
+        "hogwild_sgd, sync_sgd.")
+    steps: int = Field(150, ge=1, description="Local steps per worker.")
+    tau: int = Field(4, ge=1, description="Communication period: local steps between exchanges (EASGD variants; "
+                                          "the SGD counterparts communicate every step).")
+    lr: float = Field(0.05, gt=0, description="Learning rate eta.")
+    alpha: Optional[float] = Field(None, gt=0, lt=1, description="Moving rate alpha = eta rho; null = 0.9 / workers "
+                                                                 "(Zhang et al.'s beta = P alpha = 0.9) [I].")
+    momentum: float = Field(0.9, ge=0, lt=1, description="delta: Nesterov (async_measgd) / momentum at the master "
+                                                          "(async_msgd).")
+    momentum_lr: Optional[float] = Field(None, gt=0, description="eta of the momentum variants (async_measgd, "
+                                         "async_msgd); null = lr x (1 - momentum), the same effective step as "
+                                         "plain SGD's [A: a momentum run at plain SGD's eta diverged here].")
+    batch_size: int = Field(32, ge=1, description="Samples per worker per step (the device model's batch).")
+    model: LeNetWidths = Field(default_factory=LeNetWidths, description="LeNet widths.")
+    dataset: dict[str, Any] = Field(
+        default_factory=lambda: {"source": "digits"},
+        description="{source: digits} (scikit-learn's, bundled), {source: mnist, path: DIR} (idx files) or "
+                    "{source: cifar10, path: DIR} (binary batches); limit: first n training samples. "
+                    "Relative paths start at the project root.")
+    collective: Literal["ring", "ps", "switch"] = Field("ring", description="The allreduce of the sync variants.")
+    hogwild_servers: Optional[int] = Field(None, ge=1, description="Hogwild server processes; null = one per worker.")
+    device: dict[str, Any] = Field(default_factory=lambda: {"type": "v100", "time_scale": 100.0},
+                                   description="Device model (hosts/dnn/device.py): {type: v100|a100|h100|knl|cpu, "
+                                               "precision, efficiency, hbm_efficiency, launch_s, time_scale}.")
+    target_acc: float = Field(0.9, gt=0, le=1, description="Test accuracy of the centre whose first time is "
+                                                            "'time to target'.")
+    snapshot_every_s: float = Field(0.05, gt=0, description="The centre is saved this often (emulated s).")
+    hardware: str = Field("tor-100g-host", description="Hardware network profile (testbed/fidelity/profiles) "
+                                                       "for the fidelity monitor and the projection.")
+    seed: int = Field(1, ge=0, description="Model init, data split and batch order.")
+    timeout_s: float = Field(300.0, gt=0, description="A message that makes no progress this long fails.")
+    ina: InaParams = Field(default_factory=InaParams, description="In-switch transport (collective switch).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _figures(cls, data: Any) -> Any:
+        _register_figure_names()
+        return data
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: dict[str, Any]) -> dict[str, Any]:
+        kind = v.get("type", "cpu")
+        if kind not in DEVICE_TYPES:
+            raise ValueError(f"device.type {kind!r}: use one of {', '.join(DEVICE_TYPES)}")
+        bad = sorted(set(v) - (DEVICE_KEYS if kind != "cpu" else {"type"}))
+        if bad:
+            raise ValueError(f"device: unknown key(s) {bad} for type {kind}")
+        try:
+            from hosts.dnn.device import DnnDevice  # noqa: PLC0415 - no torch import there
+            if kind != "cpu":
+                DnnDevice(kind, **{k: x for k, x in v.items() if k != "type"})
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"device: {e}") from None
+        return v
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from hosts.easgd.datasets import DatasetError, check  # noqa: PLC0415
+        try:
+            check(_resolved(v))
+        except (DatasetError, OSError) as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    def dataset_spec(self) -> dict[str, Any]:
+        return _resolved(self.dataset)
+
+    @field_validator("hardware")
+    @classmethod
+    def _hardware(cls, v: str) -> str:
+        from testbed.fidelity.constants import ProfileError, load_profile  # noqa: PLC0415
+        try:
+            load_profile(v)
+        except (ProfileError, OSError) as e:
+            raise ValueError(f"hardware: {e}") from None
+        return v
+
+    @property
+    def time_scale(self) -> float:
+        return float(self.device.get("time_scale", 1.0))
+
+    def lr_for(self) -> float:
+        if self.variant not in ("async_measgd", "async_msgd"):
+            return self.lr
+        return self.momentum_lr if self.momentum_lr is not None else self.lr * (1 - self.momentum)
+
+    def alpha_for(self, workers: int) -> float:
+        return self.alpha if self.alpha is not None else 0.9 / workers
+
+    def extra_hosts(self) -> list[str]:
+        if self.variant not in SYNC:
+            return ["master"]
+        return ["ps"] if self.collective == "ps" else []
+
+
+def _resolved(spec: dict[str, Any]) -> dict[str, Any]:
+    """The dataset spec with its path made absolute (hosts run from the project root too,
+    but a config should not depend on the working directory)."""
+    from testbed.results import PROJECT_ROOT  # noqa: PLC0415
+    if not spec.get("path"):
+        return dict(spec)
+    p = Path(spec["path"]).expanduser()
+    return {**spec, "path": str(p if p.is_absolute() else PROJECT_ROOT / p)}
+
+
+def workers_of(scenario: Any) -> list[str]:
+    return [h for h in scenario.hosts() if h not in scenario.workload.extra_hosts()]
+
+
+# ---------------------------------------------------------------------------
+# Runtime
+# ---------------------------------------------------------------------------
+@register_runtime
+class EasgdRuntime(WorkloadRuntime):
+    kind = "easgd"
+
+    def programs(self, ctx: PointContext) -> list[HostProgram]:
+        from testbed.outcomes import SkipPoint  # noqa: PLC0415
+        from testbed.workloads.p4sgd import ina_settings  # noqa: PLC0415
+
+        scn = ctx.point.scenario
+        wl: EasgdWorkload = scn.workload
+        workers = workers_of(scn)
+        sync = wl.variant in SYNC
+        if sync and wl.collective == "switch" and not ctx.switch:
+            raise SkipPoint(f"collective 'switch' needs the in-network switch, which --net {ctx.net_mode} "
+                            f"does not provide; use --net mininet or collective ring/ps")
+        port = ctx.tcp_port_base(EASGD_TCP_PORT, span=COLLECTIVE_OFFSET + 80)
+        servers = min(wl.hogwild_servers or len(workers), len(workers))
+        settings = {"variant": wl.variant, "steps": wl.steps, "tau": wl.tau, "lr": wl.lr_for(),
+                    "alpha": wl.alpha_for(len(workers)), "momentum": wl.momentum,
+                    "batch_size": wl.batch_size, "seed": wl.seed, "model": wl.model.model_dump(),
+                    "snapshot_every_s": wl.snapshot_every_s, "dataset": wl.dataset_spec()}
+        peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in workers]
+        coll = wl.collective if sync else "gloo"      # async workers never open a collective
+        ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if sync and wl.collective == "ps" else None
+        common = {"world": len(workers), "collective": coll, "peers": peers, "ps": ps,
+                  "port": port + COLLECTIVE_OFFSET, "master_addr": peers[0]["ip"],
+                  "master_port": port + COLLECTIVE_OFFSET + 60,
+                  "script": "hosts/easgd/worker.py", "args": [], "batch_size": wl.batch_size,
+                  "seed": wl.seed, "device": dict(wl.device), "start_at": ctx.start_at,
+                  "connect_timeout_s": 60.0, "timeout_s": wl.timeout_s}
+        progs = []
+        master = None
+        if not sync:
+            master = {"name": "master", "ip": ctx.hosts["master"].ip, "port": port}
+            mcfg = {"master": {"host": "master", "ip": master["ip"], "port": port, "workers": peers,
+                               "servers": servers, "connect_timeout_s": 60.0, "timeout_s": wl.timeout_s,
+                               "start_at": ctx.start_at, "out": str(ctx.work_dir / "master.jsonl"),
+                               "snapshots": str(ctx.work_dir / "centre.npz")},
+                    "easgd": settings}
+            progs.append(HostProgram("master", self.module_argv("hosts.easgd.master",
+                                                                self.write_config(ctx, "master", mcfg)), phase=0))
+        if ps is not None:
+            cfg = dict(common, host="ps", role="ps", rank=-1, ina=None, gloo_ifname=None, trace=None,
+                       straggler=straggler_for(scn, "ps"), out=str(ctx.work_dir / "ps.jsonl"))
+            progs.append(HostProgram("ps", self.module_argv("hosts.dnn.run_script",
+                                                            self.write_config(ctx, "ps", cfg)), phase=0))
+        for rank, h in enumerate(workers):
+            ina = None
+            if sync and wl.collective == "switch":
+                ina = {**ina_settings(ctx.switch, h), "job_id": 1, **wl.ina.model_dump(exclude_none=True)}
+            tcfg = dict(common, host=h, role="worker", rank=rank, ina=ina, gloo_ifname=None,
+                        trace=str(ctx.work_dir / f"{h}.trace.jsonl"), straggler=straggler_for(scn, h),
+                        out=str(ctx.work_dir / f"{h}.jsonl"))
+            cfg = {"worker": {"torch": tcfg, "master": master, "servers": servers,
+                              "snapshots": str(ctx.work_dir / "centre.npz") if sync and rank == 0 else None},
+                   "easgd": settings}
+            progs.append(HostProgram(h, self.module_argv("hosts.easgd.worker",
+                                                         self.write_config(ctx, h, cfg)), phase=1))
+        return progs
+
+    def ina_jobs(self, point: Any) -> list[Any]:
+        from testbed.switch.jobs import JobRequest  # noqa: PLC0415
+        wl = point.scenario.workload
+        if wl.variant in SYNC and wl.collective == "switch":
+            return [JobRequest(1, tuple(workers_of(point.scenario)))]
+        return []
+
+    def timeout_s(self, ctx: PointContext) -> float:
+        return ctx.point.scenario.workload.timeout_s + 60.0
+
+    def collect(self, ctx: PointContext) -> list[dict[str, Any]]:
+        return collect_point(ctx.point.scenario, ctx.work_dir)
+
+    def summarize(self, ctx: PointContext, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [summary_row(r) for r in records if r.get("type") == "easgd_summary"]
+
+
+# ---------------------------------------------------------------------------
+# collect (functions of the hosts' outputs)
+# ---------------------------------------------------------------------------
+_RENAME = {"iteration": "easgd_iter", "final": "easgd_final", "summary": "easgd_host",
+           "exchange": "easgd_exchange"}
+
+
+def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
+    wl: EasgdWorkload = scenario.workload
+    workers = workers_of(scenario)
+    out: list[dict[str, Any]] = []
+    for h in workers + wl.extra_hosts():
+        for r in read_jsonl(work_dir / f"{h}.jsonl"):
+            t = _RENAME.get(r.get("type"))
+            if t is not None:
+                out.append(dict(r, type=t, host=h))
+    starts = [r["t0_perf"] for r in out if r["type"] == "easgd_final" and r.get("t0_perf") is not None]
+    curve = accuracy_curve(wl, work_dir / "centre.npz", min(starts) if starts else None)
+    out.extend(curve)
+    summary = point_summary(wl, workers, out, curve)
+    out.extend(fidelity_records(scenario, work_dir, summary))
+    out.append(summary)
+    return out
+
+
+def accuracy_curve(wl: EasgdWorkload, path: Path, start: float | None) -> list[dict[str, Any]]:
+    """Test accuracy of every saved centre (the master's, or rank 0's for sync), at
+    seconds since the first worker started training (`start`, perf_counter)."""
+    if not path.is_file() or start is None:
+        return []
+    from hosts.easgd.model import Evaluator  # noqa: PLC0415 - torch only when collecting
+    data = np.load(path)
+    acc = Evaluator(wl.seed, wl.model.model_dump(), wl.dataset_spec())
+    return [{"type": "easgd_curve", "t_s": max(0.0, float(t) - start), "acc": acc(c)}
+            for t, c in zip(data["t_perf"], data["centre"])]
+
+
+def time_to_target(curve: list[dict[str, Any]], target: float) -> float | None:
+    return next((r["t_s"] for r in curve if r["acc"] >= target), None)
+
+
+def point_summary(wl: EasgdWorkload, workers: list[str], recs: list[dict[str, Any]],
+                  curve: list[dict[str, Any]]) -> dict[str, Any]:
+    hosts = {r["host"]: r for r in recs if r["type"] == "easgd_host"}
+    finals = {r["host"]: r for r in recs if r["type"] == "easgd_final"}
+    master = hosts.get("master")
+    worker_ex = {str(finals[h]["rank"]): finals[h]["exchanges"] for h in workers if h in finals}
+    compute = sum(hosts[h].get("compute_s", 0.0) for h in workers if h in hosts)
+    comm = sum(hosts[h].get("comm_s", 0.0) for h in workers if h in hosts)
+    validity = [hosts[h].get("validity") or {} for h in workers if h in hosts]
+    # wall: first worker's training start to the last worker's end (one clock for all)
+    ends = [(r["t0_perf"], r["t_end_perf"]) for r in finals.values() if r.get("t_end_perf") is not None]
+    wall = (max(e for _, e in ends) - min(s for s, _ in ends)) if ends else None
+    ok = bool(workers) and all(hosts.get(h, {}).get("ok") for h in workers) and \
+        (master is None or bool(master.get("ok")))
+    return {
+        "type": "easgd_summary", "variant": wl.variant, "workers": len(workers), "tau": wl.tau,
+        "collective": wl.collective if wl.variant in SYNC else "master",
+        "device": wl.device.get("type", "cpu"), "time_scale": wl.time_scale, "ok": ok,
+        "errors": {h: r.get("error") for h, r in hosts.items() if r.get("error")},
+        "steps": wl.steps, "wall_s": wall, "target_acc": wl.target_acc,
+        "time_to_target_s": time_to_target(curve, wl.target_acc),
+        "final_acc": curve[-1]["acc"] if curve else None,
+        "max_acc": max((r["acc"] for r in curve), default=None),
+        "comm_share": comm / (compute + comm) if compute + comm > 0 else None,
+        "compute_s": compute, "comm_s": comm,
+        "exchanges_worker": worker_ex,
+        "exchanges_master": (master or {}).get("exchanges"),
+        "exchanges_match": None if master is None else master.get("exchanges") == worker_ex,
+        "w_sha256": {str(finals[h]["rank"]): finals[h]["w_sha256"] for h in workers if h in finals},
+        "c_sha256": {str(finals[h]["rank"]): finals[h].get("c_sha256") for h in workers if h in finals},
+        "device_valid": all(v.get("valid", True) for v in validity),
+        "device_violations": sum(v.get("violations", 0) for v in validity),
+        "hogwild_overlap": hogwild_overlap([r for r in recs if r["type"] == "easgd_exchange"]),
+    }
+
+
+def hogwild_overlap(exchanges: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """How often two server processes were inside the centre at once: pairs of
+    [t_read, t_write] intervals from different servers that intersect."""
+    servers = {r.get("server", 0) for r in exchanges}
+    if len(servers) < 2:
+        return None
+    ev = sorted(exchanges, key=lambda r: r["t_read"])
+    pairs, overlapped = 0, set()
+    open_: list[dict[str, Any]] = []
+    for r in ev:
+        open_ = [o for o in open_ if o["t_write"] > r["t_read"]]
+        for o in open_:
+            if o["server"] != r["server"]:
+                pairs += 1
+                overlapped.update({(o["rank"], o["seq"]), (r["rank"], r["seq"])})
+        open_.append(r)
+    return {"servers": len(servers), "exchanges": len(ev), "overlapping_pairs": pairs,
+            "exchanges_overlapped": len(overlapped)}
+
+
+def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The fidelity monitor's verdict and the projection at 1..256 workers, with the
+    shared functions of testbed.fidelity (as testbed/workloads/p4sgd.py)."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.monitor import fidelity_report, load_traces  # noqa: PLC0415
+    from testbed.fidelity.projector import project_world  # noqa: PLC0415
+
+    wl: EasgdWorkload = scenario.workload
+    try:
+        traces = load_traces(work_dir)
+    except ValueError as e:
+        summary.update(valid=False, invalid_reasons=[f"no traces: {e}"])
+        return [{"type": "fidelity", "valid": False, "reasons": [f"no traces: {e}"]}]
+    profile = load_profile(wl.hardware)
+    report = fidelity_report(traces, profile, wl.time_scale, max_overrun_share=0.05)
+    fid = {"type": "fidelity", **report.to_dict(), "calibrated": False}
+    summary["valid"] = report.valid and summary["device_valid"]
+    summary["invalid_reasons"] = report.reasons if not report.valid else []
+    world = len(traces)
+    records = []
+    # Weak scaling: every worker keeps its batch and steps, so compute is the recorded hw_s.
+    base = None
+    for n in sorted({1, world, *PROJECTED_WORKERS}):
+        cap = PROJECT_MAX_NODES if n <= world else max(40, PROJECT_MAX_NODES * 4 // n)
+        proj = project_world(traces, n, profile, max_nodes=cap)
+        if n == 1:
+            base = proj.makespan_s
+        comp = float(np.mean(list(proj.compute_s.values()))) if proj.compute_s else 0.0
+        sim = proj.simulated_makespan_s
+        records.append({"type": "projection", "workload": "easgd", "variant": wl.variant, "workers": n,
+                        "emulated": n == world, "profile": profile.label(), "hw_train_s": proj.makespan_s,
+                        "comm_share": (1 - comp / sim) if sim > 0 else None,
+                        "weak_scaling_eff": (base / proj.makespan_s) if base and proj.makespan_s > 0 else None,
+                        "truncated": bool(proj.truncated)})
+    own = next(r for r in records if r["workers"] == world)
+    summary["projected_hw_train_s"] = own["hw_train_s"]
+    summary["projected_comm_share"] = own["comm_share"]
+    summary["projected_eff_256"] = records[-1]["weak_scaling_eff"]
+    # Time to target on the hardware model: the same fraction of the projected run as of
+    # the emulated one (exact for the sync variants' lockstep; for the asynchronous ones
+    # it assumes progress per emulated second is even over the run).
+    if summary.get("wall_s") and summary.get("time_to_target_s") is not None:
+        summary["projected_time_to_target_s"] = own["hw_train_s"] * summary["time_to_target_s"] / summary["wall_s"]
+    if summary.get("wall_s") and own["hw_train_s"]:
+        fid["emulated_vs_projected"] = summary["emulated_vs_projected"] = \
+            summary["wall_s"] / wl.time_scale / own["hw_train_s"]
+    fid["valid"] = summary["valid"]
+    fid["reasons"] = summary["invalid_reasons"] or report.reasons
+    return [fid, *records]
+
+
+def summary_row(r: dict[str, Any]) -> dict[str, Any]:
+    def rnd(x, k=3):
+        return None if x is None else round(x, k)
+    return {"variant": r["variant"], "workers": r["workers"], "tau": r["tau"], "via": r["collective"],
+            "final_acc": rnd(r["final_acc"]), "t_target_s": rnd(r["time_to_target_s"], 2),
+            "proj_t_target_ms": rnd(r.get("projected_time_to_target_s") and r["projected_time_to_target_s"] * 1e3, 2),
+            "wall_s": rnd(r["wall_s"], 2), "comm_share": rnd(r["comm_share"]),
+            "proj_comm_share": rnd(r.get("projected_comm_share")),
+            "exch_match": r["exchanges_match"], "device_valid": r["device_valid"],
+            "valid": r.get("valid"), "ok": r["ok"]}

@@ -1,0 +1,83 @@
+"""EASGD end to end on loopback through `testbed run --net local`: Sync EASGD
+gives the same bits run after run with the same seed (ring allreduce), and an
+asynchronous variant's master counts exactly the exchanges its workers made."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.results import load_run
+
+pytestmark = pytest.mark.local
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(tmp: Path, *sets: str, scenario: str = "variants.yaml") -> object:
+    argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "easgd" / scenario),
+            "--net", "local", "--quick", "--out", str(tmp)]
+    for s in sets:
+        argv += ["--set", s]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=500)
+    assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    runs = sorted(tmp.glob("*/*/manifest.json"))
+    assert len(runs) == 1
+    return load_run(runs[0].parent)
+
+
+def summaries(run) -> list[dict]:
+    assert all(p["status"] == "ok" for p in run.points), [p.get("error") for p in run.points]
+    return list(run.metrics_of("easgd_summary"))
+
+
+FAST = ("workload.steps=24", "workload.tau=4", "topology.workers=2", "sweep.quick.cases=[lan]")
+
+
+def test_sync_easgd_is_bit_identical_across_repeats(tmp_path):
+    a = summaries(run_cli(tmp_path / "a", "workload.variant=sync_easgd", *FAST))[0]
+    b = summaries(run_cli(tmp_path / "b", "workload.variant=sync_easgd", *FAST))[0]
+    assert a["ok"] and b["ok"]
+    # every worker's centre replica is the same bits, and so is every repeat's
+    assert len(set(a["c_sha256"].values())) == 1
+    assert a["c_sha256"] == b["c_sha256"] and a["w_sha256"] == b["w_sha256"]
+    c = summaries(run_cli(tmp_path / "c", "workload.variant=sync_easgd", "workload.seed=2", *FAST))[0]
+    assert c["c_sha256"] != a["c_sha256"]          # the digest does see the weights
+
+
+def test_async_master_counts_every_exchange_and_records_time(tmp_path):
+    run = run_cli(tmp_path, "workload.variant=async_easgd", *FAST)
+    s = summaries(run)[0]
+    assert s["exchanges_worker"] == {"0": 6, "1": 6}          # 24 steps / tau 4
+    assert s["exchanges_master"] == s["exchanges_worker"] and s["exchanges_match"]
+    assert 0 < s["comm_share"] < 1
+    proj = [m for m in run.metrics_of("projection") if m.get("workload") == "easgd"]
+    assert sorted(m["workers"] for m in proj) == [1, 2, 16, 32, 64, 128, 256]
+    assert next(m for m in proj if m["workers"] == 1)["weak_scaling_eff"] == pytest.approx(1.0)
+    assert (run.path / "figures" / "easgd_accuracy_vs_time.png").is_file()
+    # every easgd figure draws from this run, the weak-scaling one with the paper's line
+    from testbed.plots import draw_figures, style  # noqa: PLC0415
+    drawn: list = []
+    orig = style._close
+    style._close = lambda fig: (drawn.append(style.caption_of(fig)), orig(fig))
+    try:
+        paths = draw_figures(run, ["easgd_time_to_target", "easgd_comm_share", "easgd_weak_scaling"])
+    finally:
+        style._close = orig
+    assert {p.name for p in paths} >= {"easgd_weak_scaling.png", "easgd_comm_share.pdf"}
+    assert "paper: 91.5 %" in drawn[-1] and "tau 4" in drawn[0]
+
+
+def test_mnist_format_files_train_end_to_end(tmp_path):
+    # tiny synthetic MNIST idx files (tests/unit/test_easgd_datasets.py writes them):
+    # the loader, the resized LeNet and the master all agree on the 28x28 model
+    sys.path.insert(0, str(ROOT / "tests" / "unit"))
+    from test_easgd_datasets import write_mnist  # noqa: PLC0415
+    folder = write_mnist(tmp_path / "mnist", n_train=128, n_test=32)
+    run = run_cli(tmp_path / "run", "workload.variant=async_easgd", *FAST,
+                  f"workload.dataset={{source: mnist, path: {folder}}}", "workload.batch_size=16")
+    s = summaries(run)[0]
+    assert s["ok"] and s["exchanges_match"] and s["exchanges_worker"] == {"0": 6, "1": 6}
+    assert s["final_acc"] is not None

@@ -1,0 +1,74 @@
+"""The easgd workload's schema, host configs and pure collect helpers."""
+from __future__ import annotations
+
+import pytest
+
+from hosts.easgd.config import ConfigError, EasgdSettings, VARIANTS, parse_worker
+from testbed.scenario import ScenarioError, load_scenario_text
+from testbed.workloads.easgd import (EasgdWorkload, hogwild_overlap, time_to_target)
+
+pytestmark = pytest.mark.unit
+
+BASE = """
+name: t
+topology: {kind: star, workers: 4}
+workload: {kind: easgd, variant: %s}
+"""
+
+
+def test_every_variant_loads_and_names_its_hosts():
+    for v in VARIANTS:
+        scn = load_scenario_text(BASE % v, "t.yaml")
+        extra = scn.workload.extra_hosts()
+        assert extra == ([] if v.startswith("sync") else ["master"])
+        assert scn.hosts()[:4] == ["w1", "w2", "w3", "w4"]
+
+
+def test_bad_variant_is_a_one_line_error_naming_the_field():
+    with pytest.raises(ScenarioError) as e:
+        load_scenario_text(BASE % "async_easdg", "t.yaml")
+    msg = str(e.value)
+    assert "t.yaml" in msg and "variant" in msg and "async_easdg" in msg, msg
+
+
+def test_bad_device_and_profile_fail_before_anything_starts():
+    with pytest.raises(ScenarioError, match="device"):
+        load_scenario_text("name: t\nworkload: {kind: easgd, device: {type: tpu}}\n", "t.yaml")
+    with pytest.raises(ScenarioError, match="hardware"):
+        load_scenario_text("name: t\nworkload: {kind: easgd, hardware: no-such-profile}\n", "t.yaml")
+
+
+def test_defaults_alpha_from_beta_and_momentum_lr():
+    wl = EasgdWorkload(variant="async_measgd", lr=0.2, momentum=0.75)
+    assert wl.alpha_for(4) == pytest.approx(0.225)          # beta = P alpha = 0.9
+    assert wl.lr_for() == pytest.approx(0.05)               # lr (1 - momentum)
+    assert EasgdWorkload(variant="async_easgd", lr=0.2).lr_for() == 0.2
+    assert EasgdWorkload(variant="sync_sgd", collective="ps").extra_hosts() == ["ps"]
+
+
+def test_host_settings_reject_bad_and_unknown_keys():
+    good = {"variant": "easgd", "steps": 1, "tau": 1, "lr": 0.1, "alpha": 0.2, "momentum": 0.0,
+            "batch_size": 4, "seed": 0, "model": {"c1": 1, "c2": 1, "hidden": 1}, "snapshot_every_s": 1.0,
+            "dataset": {"source": "digits"}}
+    assert EasgdSettings.parse(good, "x").variant == "easgd"
+    with pytest.raises(ConfigError) as e:
+        EasgdSettings.parse(dict(good, alpha=1.5, extra=1), "cfg.json")
+    assert "alpha" in str(e.value) and "extra: unknown key" in str(e.value)
+    with pytest.raises(ConfigError, match="master"):
+        parse_worker({"torch": {}, "master": {"name": "m"}, "servers": 1, "snapshots": None}, "w.json")
+
+
+def test_hogwild_overlap_counts_only_pairs_from_different_servers():
+    ex = [{"rank": 0, "seq": 0, "server": 0, "t_read": 0.0, "t_write": 1.0},
+          {"rank": 1, "seq": 0, "server": 1, "t_read": 0.5, "t_write": 1.5},   # overlaps the first
+          {"rank": 0, "seq": 1, "server": 0, "t_read": 1.2, "t_write": 1.3},   # overlaps the second
+          {"rank": 1, "seq": 1, "server": 1, "t_read": 2.0, "t_write": 2.1}]   # alone
+    ov = hogwild_overlap(ex)
+    assert ov == {"servers": 2, "exchanges": 4, "overlapping_pairs": 2, "exchanges_overlapped": 3}
+    assert hogwild_overlap([dict(r, server=0) for r in ex]) is None
+
+
+def test_time_to_target_is_the_first_crossing():
+    curve = [{"t_s": 0.0, "acc": 0.1}, {"t_s": 1.0, "acc": 0.86}, {"t_s": 2.0, "acc": 0.8}]
+    assert time_to_target(curve, 0.85) == 1.0
+    assert time_to_target(curve, 0.9) is None
