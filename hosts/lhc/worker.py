@@ -9,6 +9,8 @@ Algorithms (cfg.algorithm):
                 (the public code's NCCL way)
   dense_switch  the float gradient through in-switch aggregation (SwitchML-style)
   dense_ring    float32 ring allreduce;  dense_ps  a parameter server host
+  dense_fixed_ring  the dense gradient in LHC's fixed point (exponent one-hots, then
+                int32 values) over the host ring: what dense_switch sums, without a switch
   topk_ring     top-k with error feedback; indices + values allgathered over the ring
 Per iteration: barrier (untimed), modeled backward compute, then the timed
 aggregation (device steps paced by the modeled GPU, hosts/lhc/timing.py).
@@ -41,7 +43,7 @@ from hosts.lhc.gradients import make_source
 from hosts.common.network_dilation import parse_network_dilation
 from hosts.lhc.timing import HwTable, LhcDevice, Timeline, calibrate, dilate_fixed
 
-ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_ps", "topk_ring")
+ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring", "dense_ps", "topk_ring")
 EXIT_OK, EXIT_WRONG = 0, 1
 log = logging.getLogger("lhc")
 
@@ -252,6 +254,15 @@ class Worker:
                                    lambda _: {"n": self.n, "k": self.k, "world": W})
             info.update(encode_s=t_enc, decode_s=t_dec, comm_s=t1, values_sent=block.size * (W - 1))
             return y, info
+        if a == "dense_fixed_ring":
+            from hosts.lhc import scale
+            onehot, t0 = tl.comm(lambda: coll.allreduce_int32(scale.exponent_bits(g).astype(np.int32)),
+                                 algo="ring", values=scale.EXP_BITS, phase="exponent")
+            k = scale.scale_for(scale.max_exponent(onehot), W)
+            tot, t1 = tl.comm(lambda: coll.allreduce_int32(scale.quantize(g, k, W)), algo="ring",
+                              values=self.n, phase="dense")
+            info.update(comm_s=t0 + t1, values_sent=scale.EXP_BITS + self.n, int_sum=tot, k=k)
+            return scale.dequantize(tot, k).astype(np.float32), info
         algo = {"dense_switch": "switch", "dense_ring": "ring", "dense_ps": "ps"}[a]
         # Float sums in the switch agree on a fixed-point scale first (a MAX pass): charged.
         y, t1 = tl.comm(lambda: coll.allreduce(g), algo=algo, values=self.n, phase="dense",
@@ -266,7 +277,7 @@ class Worker:
         a, W = self.cfg.algorithm, self.cfg.world
         grads = [self.src.gradient(r, it) for r in range(W)]
         exact = np.sum(np.asarray(grads, dtype=np.float64), axis=0)
-        if a in ("lhc_switch", "lhc_ring", "dense_switch"):
+        if a in ("lhc_switch", "lhc_ring", "dense_switch", "dense_fixed_ring"):
             ref_int, k = rounds.exact_fixed_sum(grads)
             if a != "dense_switch" and not np.array_equal(info["int_sum"].astype(np.int64), ref_int):
                 return False, None
@@ -329,11 +340,13 @@ class Worker:
                 if not ok:
                     self.wrong += 1
                     log.error("iteration %d: the aggregated gradient is NOT the exact sum", it)
+                apply = getattr(self.src, "apply", None)     # a training run: SGD with the sum
+                trained = apply(y, it, cfg.rank) if apply is not None else {}
                 rec = {"type": "iter", "host": cfg.host, "rank": cfg.rank, "algorithm": cfg.algorithm,
                        "iter": it, "warmup": it < cfg.warmup, "iter_s": t_end - t_it, "backward_s": bwd,
                        "agg_s": t_end - t_agg, "ok": ok, "checked": cfg.rank == 0, "rel_err": err,
                        "n": self.n, "digest": hashlib.blake2b(y.tobytes(), digest_size=8).hexdigest(),
-                       **{k: v for k, v in info.items() if k not in ("int_sum",)}}
+                       **trained, **{k: v for k, v in info.items() if k not in ("int_sum",)}}
                 self.writer.write(rec)
                 self.iters.append(rec)
             if cfg.algorithm == "dense_ps":

@@ -30,7 +30,7 @@ from testbed.workloads import register_workload
 from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime
 
 FIGURES = ("lhc_throughput", "lhc_decode", "lhc_iteration", "lhc_loss", "lhc_scaling", "lhc_straggler")
-ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_ps", "topk_ring")
+ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring", "dense_ps", "topk_ring")
 SWITCH_ALGOS = ("lhc_switch", "dense_switch")
 LHC_TCP_PORT = 47800
 # time_scale auto: the first calibration round's TDF (as P4SGD's CALIBRATION_START).
@@ -102,7 +102,8 @@ class InaParams(BaseModel):
 
 
 _GRADIENT_KEYS = {"synthetic": {"kind", "size", "density", "cluster", "overlap", "scale", "seed"},
-                  "profile": {"kind", "model", "size_scale", "overlap", "scale", "seed"}}
+                  "profile": {"kind", "model", "size_scale", "overlap", "scale", "seed"},
+                  "ncf_train": {"kind", "seed", "users", "items", "per_user", "dim", "batch", "lr"}}
 
 
 @register_workload
@@ -112,10 +113,13 @@ class LhcWorkload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     kind: Literal["lhc"] = Field("lhc", description="Workload type; selects which fields below apply.")
-    algorithm: Literal["lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_ps", "topk_ring"] = Field(
+    algorithm: Literal["lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring", "dense_ps",
+                       "topk_ring"] = Field(
         "lhc_switch", description="lhc_switch: support OR + sketch SUM in the switch; lhc_ring: the same over "
-                                  "a host ring; dense_switch/dense_ring/dense_ps: the float gradient; topk_ring: "
-                                  "top-k with error feedback, allgathered.")
+                                  "a host ring; dense_switch/dense_ring/dense_ps: the float gradient; "
+                                  "dense_fixed_ring: the dense gradient in LHC's fixed point over a ring "
+                                  "(dense_switch's sum without a switch); topk_ring: top-k with error "
+                                  "feedback, allgathered.")
     gradient: dict[str, Any] = Field(
         default_factory=lambda: {"kind": "synthetic", "size": 262144, "density": 0.01},
         description="hosts/lhc/gradients.py spec: {kind: synthetic, size, density, cluster, overlap, scale, "
@@ -151,7 +155,7 @@ class LhcWorkload(BaseModel):
     def _check_gradient(cls, spec: dict[str, Any]) -> dict[str, Any]:
         kind = spec.get("kind", "synthetic")
         if kind not in _GRADIENT_KEYS:
-            raise ValueError(f"gradient.kind must be synthetic or profile, got {kind!r}")
+            raise ValueError(f"gradient.kind must be one of {', '.join(_GRADIENT_KEYS)}, got {kind!r}")
         unknown = sorted(set(spec) - _GRADIENT_KEYS[kind])
         if unknown:
             raise ValueError(f"unknown gradient keys {unknown} for kind {kind}; allowed: "
@@ -181,7 +185,7 @@ class LhcWorkload(BaseModel):
 def op_algo(wl: LhcWorkload) -> str | None:
     """The network model's algo of the traced ops (top-k's allgather has none)."""
     return {"lhc_switch": "switch", "dense_switch": "switch", "lhc_ring": "ring", "dense_ring": "ring",
-            "dense_ps": "ps", "topk_ring": None}[wl.algorithm]
+            "dense_fixed_ring": "ring", "dense_ps": "ps", "topk_ring": None}[wl.algorithm]
 
 
 def gradient_size(wl: LhcWorkload) -> int:
@@ -258,7 +262,9 @@ class LhcRuntime(WorkloadRuntime):
         ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if wl.algorithm == "dense_ps" else None
         common = {
             "world": len(workers), "algorithm": wl.algorithm, "peers": peers, "ps": ps,
-            "port": ctx.tcp_port_base(LHC_TCP_PORT), "gradient": dict(wl.gradient),
+            "port": ctx.tcp_port_base(LHC_TCP_PORT), "gradient": (
+                dict(wl.gradient, world=len(workers)) if wl.gradient.get("kind") == "ncf_train"
+                else dict(wl.gradient)),
             "iterations": wl.iterations, "warmup": wl.warmup, "compute_ms": wl.modeled_compute_ms(),
             "topk_ratio": wl.topk_ratio, "sketch": wl.sketch.model_dump(), "device": wl.device.spec(),
             "start_at": ctx.start_at, "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
@@ -319,6 +325,14 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
 def _median(xs) -> float | None:
     xs = [x for x in xs if x is not None]
     return float(np.median(xs)) if xs else None
+
+
+def _training_curve(iters: list[dict[str, Any]]) -> dict[str, Any]:
+    r0 = sorted((r for r in iters if r.get("rank") == 0 and "test_acc" in r), key=lambda r: r["iter"])
+    if not r0:
+        return {}
+    return {"test_acc_curve": [r["test_acc"] for r in r0], "train_loss_curve": [r["train_loss"] for r in r0],
+            "weights_digests": [r["weights_digest"] for r in r0], "final_test_acc": r0[-1]["test_acc"]}
 
 
 def _retx(worker_summary: dict | None, key: str) -> int:
@@ -397,6 +411,8 @@ def point_summary(wl: LhcWorkload, workers: list[str], iters: list[dict[str, Any
         "retransmissions": sum(_retx(s, "collective_stats") - _retx(s, "calibration_stats")
                                for s in sums.values()),
         "calibration_retransmissions": sum(_retx(s, "calibration_stats") for s in sums.values()),
+        # A training run (gradient kind ncf_train): rank 0's curve, every iteration in order.
+        **_training_curve(iters),
         "tdf": tdf, "calibrated": wl.device.calibrated,
         "network_dilated": any(bool((s or {}).get("network_dilated")) for s in sums.values()),
         "valid": all(((s or {}).get("device") or {}).get("valid", True) for s in sums.values()),
