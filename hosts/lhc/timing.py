@@ -85,6 +85,7 @@ class Timeline:
         real and modeled seconds (calibration measures one window per round)."""
         self.spans: list[tuple[float, float, int]] = []
         self.real_s = self.hw_s = 0.0
+        self._after_comm = False
 
     def run_step(self, step: str, fn: Callable[[], Any], work_of: Callable[[Any], dict]) -> tuple[Any, float]:
         t0 = time.perf_counter()
@@ -99,6 +100,7 @@ class Timeline:
             hw = real
         self.real_s += real
         self.hw_s += hw
+        self._after_comm = False
         t1 = time.perf_counter()
         self.trace.compute(t0, t1, hw, real, dict(work, step=step))
         return out, t1 - t0
@@ -110,6 +112,7 @@ class Timeline:
             time.sleep(hw_s * self.device.time_scale)
         t1 = time.perf_counter()
         self.trace.compute(t0, t1, hw_s, 0.0, {"step": step})
+        self._after_comm = False
         return t1 - t0
 
     def comm(self, fn: Callable[[], Any], *, algo: str | None, values: int, phase: str,
@@ -117,9 +120,16 @@ class Timeline:
         """algo None: an exchange the network model has no formula for (allgather): not traced.
         scale_round: a float in-switch sum that first agrees on a scale (one more pass)."""
         t0 = time.perf_counter()
+        if algo is not None and self._after_comm:
+            # Op after op with no compute between (dense algorithms, iteration after
+            # iteration): the host blocked on the previous result before it sent this
+            # one. A zero-time step says so in the trace (trace deps run through compute
+            # nodes); without it the projector overlaps the two ops.
+            self.trace.compute(t0, t0, 0.0, 0.0, {"step": "sync"})
         out = fn()
         t1 = time.perf_counter()
         if algo is not None:
+            self._after_comm = True
             node = self.trace.comm(t0, t1, op="allreduce", algo=algo, values=values, phase=phase,
                                    **({"scale_round": True} if scale_round else {}))
             self.trace.waited(node)
