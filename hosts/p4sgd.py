@@ -59,6 +59,7 @@ from hosts.common.results import JsonlWriter  # noqa: E402
 from hosts.common.tcp import NetError  # noqa: E402
 from hosts.common.trace import TraceRecorder  # noqa: E402
 from hosts.ina.transport import InaError  # noqa: E402
+from hosts.common.network_dilation import parse_network_dilation  # noqa: E402
 
 EXIT_OK, EXIT_TRAINING = 0, 1
 EXIT_CONFIG, EXIT_NET = program.EXIT_CONFIG, program.EXIT_NET
@@ -137,7 +138,7 @@ class P4sgdConfig:
             c.error("trace", f"must be a path or null, got {val!r}")
         v["trace"] = val if ok and isinstance(val, str) else None
         v["calibration"] = _parse_calibration(c)
-        v["network_dilation"] = _parse_network_dilation(c)
+        v["network_dilation"] = parse_network_dilation(c)
         for key in ("dataset", "device"):
             ok, val = c.value(key, False)
             if ok and not isinstance(val, dict):
@@ -188,28 +189,6 @@ class P4sgdConfig:
         return {"world": self.world, "mode": self.mode, "collective": self.collective,
                 "batch": self.batch, "micro_batch": self.micro_batch, "epochs": self.epochs,
                 "seed": self.seed, "dataset": ds, "port": self.port}
-
-
-def _parse_network_dilation(c: Checker) -> dict | None:
-    from hosts.common.network_dilation import DilationSettings
-
-    if "network_dilation" not in c.data:       # optional: only soft-switch networks have it
-        return None
-    ok, val = c.value("network_dilation", True)
-    if not ok or val is None:
-        return None
-    if (not isinstance(val, dict) or set(val) != {"control", "hardware", "headroom", "hw_op_s"}
-            or not isinstance(val["control"], list) or not val["control"]
-            or not isinstance(val["headroom"], (int, float)) or val["headroom"] < 1):
-        c.error("network_dilation", f"must be null or {{control: [paths], hardware: {{...}}, "
-                                    f"headroom >= 1, hw_op_s}}, got {val!r}")
-        return None
-    try:
-        DilationSettings.from_dict({"version": 0, "tdf": 1, **val["hardware"]}, "network_dilation.hardware")
-    except (TypeError, ValueError) as e:
-        c.error("network_dilation", str(e))
-        return None
-    return dict(val)
 
 
 def _parse_calibration(c: Checker) -> dict | None:

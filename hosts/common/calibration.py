@@ -72,21 +72,25 @@ def encode(t0s: Sequence[float], t1s: Sequence[float], compute_ratio: float | No
     return v
 
 
-def decide(summed: np.ndarray, n_ops: int, world: int, hw_op_s: float,
+def decide(summed: np.ndarray, n_ops: int, world: int, hw_op_s: "float | Sequence[float]",
            fallback: float) -> tuple[float, dict]:
     """The common TDF from the summed vector (identical on every worker).
 
     Network time of op k = median over workers of its completion - the last
-    worker's submit (waiting for a late peer is compute, not network)."""
+    worker's submit (waiting for a late peer is compute, not network).
+    hw_op_s: one hardware time for every op, or one per op (ops of different
+    sizes, e.g. LHC's support and sketch rounds); TDF_net is then the median of
+    the ops' own slowdowns."""
     n = min(n_ops, MAX_OPS)
     s = np.asarray(summed, dtype=np.float64)
     tdf_net = None
-    if n and hw_op_s > 0:
+    hw = np.broadcast_to(np.asarray(hw_op_s, dtype=np.float64), (n,)) if n else np.zeros(0)
+    if n and np.all(hw > 0):
         submit = s[:n * world].reshape(world, n)
         done = s[n * world:2 * n * world].reshape(world, n)
         net_s = np.clip(np.median(done, axis=0) - submit.max(axis=0), 0, None) * TIME_UNIT_S
         if np.any(net_s > 0):
-            tdf_net = float(np.median(net_s[net_s > 0]) / hw_op_s)
+            tdf_net = float(np.median(net_s[net_s > 0] / hw[net_s > 0]))
     off = 2 * n * world
     has = s[off + world:off + 2 * world] > 0.5
     cmps = np.exp2(s[off:off + world][has])

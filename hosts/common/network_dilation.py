@@ -109,3 +109,25 @@ def request(paths: list[str | Path], settings: dict[str, Any], timeout_s: float 
                 raise TimeoutError(f"no switch acknowledged network dilation in {timeout_s:g} s "
                                    f"({ack}); is the soft switch running?")
             time.sleep(0.005)
+
+
+def parse_network_dilation(c) -> dict | None:
+    """The hosts' optional `network_dilation` config block (hosts.common.config.Checker `c`):
+    {control: [switch control files], hardware: {DilationSettings keys}, headroom, hw_op_s}."""
+    if "network_dilation" not in c.data:       # optional: only soft-switch networks have it
+        return None
+    ok, val = c.value("network_dilation", True)
+    if not ok or val is None:
+        return None
+    if (not isinstance(val, dict) or set(val) != {"control", "hardware", "headroom", "hw_op_s"}
+            or not isinstance(val["control"], list) or not val["control"]
+            or not isinstance(val["headroom"], (int, float)) or val["headroom"] < 1):
+        c.error("network_dilation", f"must be null or {{control: [paths], hardware: {{...}}, "
+                                    f"headroom >= 1, hw_op_s}}, got {val!r}")
+        return None
+    try:
+        DilationSettings.from_dict({"version": 0, "tdf": 1, **val["hardware"]}, "network_dilation.hardware")
+    except (TypeError, ValueError) as e:
+        c.error("network_dilation", str(e))
+        return None
+    return dict(val)

@@ -109,4 +109,7 @@ def make_source(spec: dict[str, Any]):
         return SyntheticSource(**spec)
     if kind == "profile":
         return ProfileSource(**spec)
-    raise ValueError(f"gradient kind must be synthetic or profile, got {kind!r}")
+    if kind == "ncf_train":                      # a real PyTorch training run (imports torch)
+        from hosts.lhc.train import NcfTrainSource
+        return NcfTrainSource(**spec)
+    raise ValueError(f"gradient kind must be synthetic, profile or ncf_train, got {kind!r}")

@@ -15,11 +15,18 @@ GPU model (NVIDIA V100, as hosts/glm/devices.py's GpuDevice; same constants):
   * top-k: radix select over |g| (4 passes over 4n B) + gather [A].
 Real numpy work always runs; the modeled time x time_scale is slept (PacedDevice).
 `cpu` device: measured numpy time, no model (time_scale 1).
+
+Calibration (`calibrate`, time_scale auto) and network dilation use the shared
+hosts.common.calibration.Calibrator on LHC's own rounds: each aggregation op is
+measured against its hardware time, looked up in `HwTable` (the workload
+evaluates the network model, which hosts cannot import, at a grid of sizes).
 """
 from __future__ import annotations
 
 import time
 from typing import Any, Callable
+
+import numpy as np
 
 from hosts.common.device import PacedDevice
 from hosts.common.trace import TraceRecorder
@@ -71,6 +78,14 @@ class Timeline:
 
     def __init__(self, device: LhcDevice, trace: TraceRecorder):
         self.device, self.trace = device, trace
+        self.begin_window()
+
+    def begin_window(self) -> None:
+        """Start a measuring window: traced ops' (submit, done, values) and the device's
+        real and modeled seconds (calibration measures one window per round)."""
+        self.spans: list[tuple[float, float, int]] = []
+        self.real_s = self.hw_s = 0.0
+        self._after_comm = False
 
     def run_step(self, step: str, fn: Callable[[], Any], work_of: Callable[[Any], dict]) -> tuple[Any, float]:
         t0 = time.perf_counter()
@@ -83,6 +98,9 @@ class Timeline:
             self.device.flush()           # the result is "computed" before it is sent
         else:
             hw = real
+        self.real_s += real
+        self.hw_s += hw
+        self._after_comm = False
         t1 = time.perf_counter()
         self.trace.compute(t0, t1, hw, real, dict(work, step=step))
         return out, t1 - t0
@@ -94,14 +112,89 @@ class Timeline:
             time.sleep(hw_s * self.device.time_scale)
         t1 = time.perf_counter()
         self.trace.compute(t0, t1, hw_s, 0.0, {"step": step})
+        self._after_comm = False
         return t1 - t0
 
-    def comm(self, fn: Callable[[], Any], *, algo: str | None, values: int, phase: str) -> tuple[Any, float]:
-        """algo None: an exchange the network model has no formula for (allgather): not traced."""
+    def comm(self, fn: Callable[[], Any], *, algo: str | None, values: int, phase: str,
+             scale_round: bool = False) -> tuple[Any, float]:
+        """algo None: an exchange the network model has no formula for (allgather): not traced.
+        scale_round: a float in-switch sum that first agrees on a scale (one more pass)."""
         t0 = time.perf_counter()
+        if algo is not None and self._after_comm:
+            # Op after op with no compute between (dense algorithms, iteration after
+            # iteration): the host blocked on the previous result before it sent this
+            # one. A zero-time step says so in the trace (trace deps run through compute
+            # nodes); without it the projector overlaps the two ops.
+            self.trace.compute(t0, t0, 0.0, 0.0, {"step": "sync"})
         out = fn()
         t1 = time.perf_counter()
         if algo is not None:
-            node = self.trace.comm(t0, t1, op="allreduce", algo=algo, values=values, phase=phase)
+            self._after_comm = True
+            node = self.trace.comm(t0, t1, op="allreduce", algo=algo, values=values, phase=phase,
+                                   **({"scale_round": True} if scale_round else {}))
             self.trace.waited(node)
+            self.spans.append((t0, t1, values))
         return out, t1 - t0
+
+
+class HwTable:
+    """Hardware seconds of one aggregation op by its value count: the network model
+    evaluated by the workload at a grid of sizes, interpolated (the model is affine
+    in packets between grid points, so the error is below one packet's time)."""
+
+    def __init__(self, spec: dict[str, list[float]]):
+        self.values = np.asarray(spec["values"], dtype=np.float64)
+        self.hw_s = np.asarray(spec["hw_s"], dtype=np.float64)
+        if self.values.size < 2 or self.values.size != self.hw_s.size or np.any(np.diff(self.values) <= 0):
+            raise ValueError(f"hw_table needs >= 2 increasing sizes with one time each, got {spec!r}")
+
+    def __call__(self, values: int) -> float:
+        if values > self.values[-1]:
+            raise ValueError(f"hw_table covers up to {self.values[-1]:.0f} values, op has {values}")
+        return float(np.interp(values, self.values, self.hw_s))
+
+
+def calibrate(tl: Timeline, cc: dict[str, Any], nd: dict | None, *, host: str, rank: int, world: int,
+              run_once: Callable[[int], None], agree: Callable[[np.ndarray], np.ndarray],
+              expect_delay: Callable[[float], None]) -> tuple[float, dict]:
+    """time_scale auto: `cc["rounds"]` times, run `cc["iterations"]` aggregations
+    (`run_once(i)`) at the current TDF, measure every traced op against its hardware
+    time (`cc["hw_table"]`) and agree on the next TDF with the other workers
+    (`agree`: a float SUM allreduce); hosts.common.calibration.Calibrator decides
+    and, on a dilatable network (`nd`), dilates it. Returns (TDF, calibration record);
+    the device runs at the TDF and the trace is empty afterwards."""
+    from hosts.common import calibration as cal  # noqa: PLC0415
+
+    table = HwTable(cc["hw_table"])
+    gpu = tl.device.type == "gpu"
+    c = cal.Calibrator(0.0, tl.device.time_scale, nd if gpu else None, rank, expect_delay)
+    for _ in range(cc["rounds"]):
+        tl.begin_window()
+        for i in range(cc["iterations"]):
+            run_once(i)
+        spans = tl.spans[:cal.MAX_OPS]
+        hw = [table(v) for _, _, v in spans]
+        ratio = tl.real_s / tl.hw_s if gpu and tl.hw_s > 0 else None
+        summed = agree(cal.encode([a for a, _, _ in spans], [b for _, b, _ in spans], ratio, rank, world))
+        measured, why = cal.decide(summed, len(spans), world, hw or 0.0, fallback=tl.device.time_scale)
+        c.hw_op_s = float(np.median(hw)) if hw else 0.0     # the delay line's compensation per op
+        tdf = c.after_round(measured, why, ops=len(spans), my_compute_ratio=ratio,
+                            op_hw_p50_s=c.hw_op_s or None)
+        if gpu:
+            tl.device.time_scale = tdf
+    # The measured run starts clean: a fresh device (its step statistics are the run's;
+    # round 0 ran far below the final TDF) and an empty trace.
+    d = tl.device
+    tl.device = LhcDevice(d.type, d.time_scale, d.efficiency, d.launch_s, sleep=d.sleep)
+    tl.trace.reset()
+    tl.begin_window()
+    return tl.device.time_scale, c.record(host)
+
+
+def dilate_fixed(tl: Timeline, nd: dict | None, rank: int, expect_delay: Callable[[float], None]) -> None:
+    """A fixed TDF dilates the network too (modeled device only; no barrier needed:
+    no op completes before rank 0, which waits for the switch, joins it)."""
+    from hosts.common.calibration import Calibrator  # noqa: PLC0415
+
+    if nd is not None and tl.device.type == "gpu":
+        Calibrator(0.0, tl.device.time_scale, nd, rank, expect_delay).dilate(tl.device.time_scale)

@@ -9,6 +9,8 @@ Algorithms (cfg.algorithm):
                 (the public code's NCCL way)
   dense_switch  the float gradient through in-switch aggregation (SwitchML-style)
   dense_ring    float32 ring allreduce;  dense_ps  a parameter server host
+  dense_fixed_ring  the dense gradient in LHC's fixed point (exponent one-hots, then
+                int32 values) over the host ring: what dense_switch sums, without a switch
   topk_ring     top-k with error feedback; indices + values allgathered over the ring
 Per iteration: barrier (untimed), modeled backward compute, then the timed
 aggregation (device steps paced by the modeled GPU, hosts/lhc/timing.py).
@@ -38,9 +40,10 @@ from hosts.common.tcp import NetError
 from hosts.common.trace import TraceRecorder
 from hosts.lhc import codec, rounds
 from hosts.lhc.gradients import make_source
-from hosts.lhc.timing import LhcDevice, Timeline
+from hosts.common.network_dilation import parse_network_dilation
+from hosts.lhc.timing import HwTable, LhcDevice, Timeline, calibrate, dilate_fixed
 
-ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_ps", "topk_ring")
+ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring", "dense_ps", "topk_ring")
 EXIT_OK, EXIT_WRONG = 0, 1
 log = logging.getLogger("lhc")
 
@@ -69,6 +72,10 @@ class LhcConfig:
     timeout_s: float
     trace: str | None
     out: str
+    # time_scale auto: {"rounds", "iterations", "hw_table": {"values", "hw_s"}} (hosts/lhc/timing.py)
+    calibration: dict | None = None
+    # the soft switch's delay line (hosts.common.network_dilation), or None
+    network_dilation: dict | None = None
 
     @classmethod
     def from_json(cls, source) -> "LhcConfig":
@@ -101,9 +108,12 @@ class LhcConfig:
         ina = InaSettings.parse(c, "switch" if algo in ("lhc_switch", "dense_switch") else None)
         if algo == "dense_ps" and ps is None:
             c.error("ps", "dense_ps needs the parameter server's {name, ip}")
-        c.finish({*v, "peers", "ps", "ina", "gradient", "sketch", "device", "trace"})
+        calibration = _parse_calibration(c)
+        nd = parse_network_dilation(c)
+        c.finish({*v, "peers", "ps", "ina", "gradient", "sketch", "device", "trace", "calibration",
+                  "network_dilation"})
         return cls(peers=tuple(peers), ps=ps, ina=ina, gradient=data["gradient"], sketch=data["sketch"],
-                   device=data["device"], trace=trace, **v)
+                   device=data["device"], trace=trace, calibration=calibration, network_dilation=nd, **v)
 
     @property
     def my_ip(self) -> str:
@@ -114,6 +124,28 @@ class LhcConfig:
                 "warmup": self.warmup, "gradient": self.gradient, "sketch": self.sketch,
                 "port": self.port, "ina": None if self.ina is None else
                 {"job_id": self.ina.job_id, "window": self.ina.window}}
+
+
+def _parse_calibration(c: Checker) -> dict | None:
+    if "calibration" not in c.data:
+        return None
+    ok, val = c.value("calibration", True)
+    if not ok or val is None:
+        return None
+    good = (isinstance(val, dict) and set(val) == {"rounds", "iterations", "hw_table"}
+            and all(isinstance(val[k], int) and not isinstance(val[k], bool) and val[k] >= 1
+                    for k in ("rounds", "iterations"))
+            and isinstance(val["hw_table"], dict) and set(val["hw_table"]) == {"values", "hw_s"})
+    if not good:
+        c.error("calibration", f"must be null or {{rounds >= 1, iterations >= 1, hw_table: {{values, hw_s}}}}, "
+                               f"got {val!r}")
+        return None
+    try:
+        HwTable(val["hw_table"])
+    except (TypeError, ValueError) as e:
+        c.error("calibration.hw_table", str(e))
+        return None
+    return dict(val)
 
 
 def wait_until(start_at: float | None) -> None:
@@ -222,8 +254,19 @@ class Worker:
                                    lambda _: {"n": self.n, "k": self.k, "world": W})
             info.update(encode_s=t_enc, decode_s=t_dec, comm_s=t1, values_sent=block.size * (W - 1))
             return y, info
+        if a == "dense_fixed_ring":
+            from hosts.lhc import scale
+            onehot, t0 = tl.comm(lambda: coll.allreduce_int32(scale.exponent_bits(g).astype(np.int32)),
+                                 algo="ring", values=scale.EXP_BITS, phase="exponent")
+            k = scale.scale_for(scale.max_exponent(onehot), W)
+            tot, t1 = tl.comm(lambda: coll.allreduce_int32(scale.quantize(g, k, W)), algo="ring",
+                              values=self.n, phase="dense")
+            info.update(comm_s=t0 + t1, values_sent=scale.EXP_BITS + self.n, int_sum=tot, k=k)
+            return scale.dequantize(tot, k).astype(np.float32), info
         algo = {"dense_switch": "switch", "dense_ring": "ring", "dense_ps": "ps"}[a]
-        y, t1 = tl.comm(lambda: coll.allreduce(g), algo=algo, values=self.n, phase="dense")
+        # Float sums in the switch agree on a fixed-point scale first (a MAX pass): charged.
+        y, t1 = tl.comm(lambda: coll.allreduce(g), algo=algo, values=self.n, phase="dense",
+                        scale_round=a == "dense_switch")
         info.update(comm_s=t1, values_sent=self.n)
         return np.asarray(y, dtype=np.float32), info
 
@@ -234,7 +277,7 @@ class Worker:
         a, W = self.cfg.algorithm, self.cfg.world
         grads = [self.src.gradient(r, it) for r in range(W)]
         exact = np.sum(np.asarray(grads, dtype=np.float64), axis=0)
-        if a in ("lhc_switch", "lhc_ring", "dense_switch"):
+        if a in ("lhc_switch", "lhc_ring", "dense_switch", "dense_fixed_ring"):
             ref_int, k = rounds.exact_fixed_sum(grads)
             if a != "dense_switch" and not np.array_equal(info["int_sum"].astype(np.int64), ref_int):
                 return False, None
@@ -283,6 +326,7 @@ class Worker:
         try:
             wait_until(cfg.start_at)
             coll.barrier()
+            self.time_setup(coll)
             self.t0 = time.time()
             for it in range(cfg.warmup + cfg.iterations):
                 g = self.src.gradient(cfg.rank, it)
@@ -296,16 +340,20 @@ class Worker:
                 if not ok:
                     self.wrong += 1
                     log.error("iteration %d: the aggregated gradient is NOT the exact sum", it)
+                apply = getattr(self.src, "apply", None)     # a training run: SGD with the sum
+                trained = apply(y, it, cfg.rank) if apply is not None else {}
                 rec = {"type": "iter", "host": cfg.host, "rank": cfg.rank, "algorithm": cfg.algorithm,
                        "iter": it, "warmup": it < cfg.warmup, "iter_s": t_end - t_it, "backward_s": bwd,
                        "agg_s": t_end - t_agg, "ok": ok, "checked": cfg.rank == 0, "rel_err": err,
                        "n": self.n, "digest": hashlib.blake2b(y.tobytes(), digest_size=8).hexdigest(),
-                       **{k: v for k, v in info.items() if k not in ("int_sum",)}}
+                       **trained, **{k: v for k, v in info.items() if k not in ("int_sum",)}}
                 self.writer.write(rec)
                 self.iters.append(rec)
             if cfg.algorithm == "dense_ps":
                 coll.allreduce(np.zeros(0, np.float32))      # end-of-stream for the PS
         finally:
+            self.tl.trace.set_tdf(self.tdf)
+            self.tl.trace.header["device"] = self.tl.device.describe()      # the TDF it ran at
             self.tl.trace.close()
             coll.close()
         self.summary(None)
@@ -315,13 +363,47 @@ class Worker:
         log.info("done: every checked sum exact" if cfg.rank == 0 else "done")
         return EXIT_OK
 
+    @property
+    def tdf(self) -> float:
+        return self.tl.device.time_scale if self.tl.device.type == "gpu" else 1.0
+
+    def time_setup(self, coll) -> None:
+        """time_scale auto: calibrate on LHC's own aggregations (they use gradients of
+        iterations 0.. but no check; top-k's error feedback starts again after);
+        a fixed TDF on a dilatable network: dilate it."""
+        cfg = self.cfg
+        client = getattr(coll, "client", None)          # the INA client (in-switch algorithms)
+        expect_delay = client.expect_delay if client is not None else (lambda seconds: None)
+        if cfg.calibration is None:
+            dilate_fixed(self.tl, cfg.network_dilation, cfg.rank, expect_delay)
+            return
+
+        def run_once(i: int) -> None:
+            g = self.src.gradient(cfg.rank, i)
+            coll.barrier()
+            self.step(coll, g)
+
+        tdf, rec = calibrate(self.tl, cfg.calibration, cfg.network_dilation, host=cfg.host, rank=cfg.rank,
+                             world=cfg.world, run_once=run_once,
+                             agree=lambda v: np.asarray(coll.allreduce(v.astype(np.float32)), np.float64),
+                             expect_delay=expect_delay)
+        self.residual[:] = 0.0
+        stats = getattr(coll, "stats", None)
+        rec["collective_stats"] = stats() if callable(stats) else None   # the run's = summary's - these
+        self.calibration = rec
+        self.writer.write(rec)
+        log.info("calibrated: TDF %g (%s)", tdf, "network dilated" if rec["network_dilated"] else "undilated")
+
     def summary(self, error: str | None) -> None:
         stats = getattr(getattr(self, "_coll", None), "stats", None)
         self.writer.write({"type": "summary", "host": self.cfg.host, "rank": self.cfg.rank,
                            "algorithm": self.cfg.algorithm, "ok": error is None and not self.wrong,
                            "error": error, "wrong_iterations": self.wrong, "n": self.n,
                            "gradient": self.src.describe(), "device": self.tl.device.validity(),
-                           "collective_stats": stats() if callable(stats) else None})
+                           "tdf": self.tdf, "calibrated": self.cfg.calibration is not None,
+                           "network_dilated": self.cfg.network_dilation is not None and self.tl.device.type == "gpu",
+                           "collective_stats": stats() if callable(stats) else None,
+                           "calibration_stats": (getattr(self, "calibration", None) or {}).get("collective_stats")})
 
 
 def run_ps(cfg: LhcConfig, writer) -> int:
@@ -334,6 +416,12 @@ def run_ps(cfg: LhcConfig, writer) -> int:
     try:
         wait_until(cfg.start_at)
         ps.barrier()
+        cc = cfg.calibration
+        for _ in range(cc["rounds"] if cc else 0):      # the workers' calibration schedule
+            for _ in range(cc["iterations"]):
+                ps.barrier()
+                ps.reduce_next()
+            ps.reduce_next()                           # the agreement
         for _ in range(cfg.warmup + cfg.iterations):
             ps.barrier()
             if ps.reduce_next() == 0:

@@ -3,9 +3,10 @@ line style = case; invalid points (fidelity monitor) hollow; captions from each
 point's resolved parameters (gradient, workers, dilation) and the decode-error
 total, which must be 0.
 
-Times are emulated wall-clock on this machine (modeled GPU steps dilated by the
-point's time_scale; the network as fast as the emulator is): compare
-algorithms side by side within one run, not with hardware numbers.
+Times are hardware-equivalent: emulated wall-clock / the point's TDF (calibrated
+per point, so emulated times of different points do not compare; the soft
+switch dilates the network to the same TDF). Valid points (fidelity monitor)
+are the ones whose network ran at that TDF.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def _caption(run: Run, sums: list[dict[str, Any]]) -> list[str]:
     errors = sum(s["decode_errors"] for s in sums)
     checked = sum(s["checked_iterations"] for s in sums)
     bad = [s for s in sums if s["invalid"]]
-    lines = [f"gradient: {'; '.join(sorted(grads))}", f"workers: {workers}; GPU model dilation x{tdf}; "
+    lines = [f"gradient: {'; '.join(sorted(grads))}", f"workers: {workers}; TDF (GPU model and network) x{tdf}; "
              f"decode errors: {errors} in {checked} checked iterations (every sum compared exactly)"]
     if res.error:
         lines.append(res.error)
@@ -94,7 +95,7 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
     sparsity = lambda s: 100.0 * (1.0 - _density(s))  # noqa: E731
     _lines(a1, sums, sparsity, lambda s: s.get("agg_network_gbps"), styles)
     _lines(a2, sums, sparsity, lambda s: s.get("dense_over_sent"), styles)
-    a1.set_ylabel("aggregation throughput, network rounds\n(Gbit/s of dense gradient)")
+    a1.set_ylabel("aggregation throughput, network rounds\n(hardware-equivalent Gbit/s of dense gradient)")
     a2.set_ylabel("dense bytes / bytes sent per worker")
     for a in (a1, a2):
         a.set_xlabel("gradient sparsity per worker (%)")
@@ -130,7 +131,8 @@ def decode(run: Run, out_dir: Path) -> list[Path]:
 
 
 def _bars(run: Run, out_dir: Path, name: str, group: Callable[[dict], str], title: str,
-          metric: str = "iter_ms", ylabel: str = "time per iteration (ms, slowest worker, median)") -> list[Path]:
+          metric: str = "hw_iter_us",
+          ylabel: str = "time per iteration (hardware-equivalent us, slowest worker, median)") -> list[Path]:
     sums = _summaries(run)
     groups = sorted({group(s) for s in sums})
     algos = sorted({s["algorithm"] for s in sums})
@@ -170,9 +172,9 @@ def loss(run: Run, out_dir: Path) -> list[Path]:
     sums = _summaries(run)
     styles = case_styles(scenario_cases(run))
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    _lines(ax, sums, lambda s: float(s.get("links.loss_pct", 0.0)), lambda s: s.get("agg_ms"), styles)
+    _lines(ax, sums, lambda s: float(s.get("links.loss_pct", 0.0)), lambda s: s.get("hw_agg_us"), styles)
     ax.set_xlabel("packet loss per link and direction (%)")
-    ax.set_ylabel("aggregation time (ms, median)")
+    ax.set_ylabel("aggregation time (hardware-equivalent us, median)")
     ax.set_title("Aggregation time under loss (every sum exact)", fontsize=9)
     if sums:
         ax.legend(fontsize=7)
@@ -186,9 +188,9 @@ def scaling(run: Run, out_dir: Path) -> list[Path]:
     sums = _summaries(run)
     styles = case_styles(scenario_cases(run))
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10.0, 4.2))
-    _lines(a1, sums, lambda s: s["workers"], lambda s: s.get("agg_ms"), styles)
+    _lines(a1, sums, lambda s: s["workers"], lambda s: s.get("hw_agg_us"), styles)
     _lines(a2, sums, lambda s: s["workers"], lambda s: s.get("dense_over_sent"), styles)
-    a1.set_ylabel("aggregation time (ms, median)")
+    a1.set_ylabel("aggregation time (hardware-equivalent us, median)")
     a2.set_ylabel("dense bytes / bytes sent per worker")
     for a in (a1, a2):
         a.set_xlabel("workers")

@@ -10,14 +10,17 @@ Metric records (metrics.jsonl):
                bytes on the wire vs dense, decode errors (must be 0), and the
                fidelity monitor's verdict; `fidelity` and `projection` records
                as for P4SGD (testbed.fidelity, shared functions).
-Times are emulated wall-clock seconds; modeled GPU steps are dilated by
-`device.time_scale`, which every summary carries (`tdf`).
+Times are emulated wall-clock seconds; modeled GPU steps are dilated by the
+point's TDF, which every summary carries (`tdf`): `device.time_scale` fixed, or
+`auto` (default): calibrated by the workers on LHC's own rounds on the built
+network (hosts/lhc/timing.py `calibrate`, hosts.common.calibration). On the soft
+switch the network is dilated to that TDF too (`dilate_network`).
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -27,9 +30,11 @@ from testbed.workloads import register_workload
 from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime
 
 FIGURES = ("lhc_throughput", "lhc_decode", "lhc_iteration", "lhc_loss", "lhc_scaling", "lhc_straggler")
-ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_ps", "topk_ring")
+ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring", "dense_ps", "topk_ring")
 SWITCH_ALGOS = ("lhc_switch", "dense_switch")
 LHC_TCP_PORT = 47800
+# time_scale auto: the first calibration round's TDF (as P4SGD's CALIBRATION_START).
+CALIBRATION_START = 500.0
 
 
 def _register_figure_names() -> bool:
@@ -67,8 +72,26 @@ class DeviceParams(BaseModel):
 
     type: Literal["gpu", "cpu"] = Field("gpu", description="gpu: modeled V100 (hosts/lhc/timing.py); "
                                                            "cpu: measured numpy time.")
-    time_scale: float = Field(200.0, gt=0, description="Dilation (TDF) of the modeled GPU; the fidelity "
-                                                        "monitor checks the network against it.")
+    time_scale: Union[Literal["auto"], float] = Field(
+        "auto", description="Dilation (TDF) of the modeled GPU. auto (default): calibrated on the built "
+                            "network on LHC's own rounds (workload.calibration_rounds); a number: fixed. "
+                            "The fidelity monitor checks the network against it either way.")
+
+    @field_validator("time_scale")
+    @classmethod
+    def _positive(cls, v: Any) -> Any:
+        if v != "auto" and v <= 0:
+            raise ValueError(f"time_scale must be > 0 or auto, got {v}")
+        return v
+
+    @property
+    def calibrated(self) -> bool:
+        return self.type == "gpu" and self.time_scale == "auto"
+
+    def spec(self) -> dict[str, Any]:
+        """The hosts' device block: auto starts calibration at CALIBRATION_START."""
+        ts = self.time_scale if self.time_scale != "auto" else CALIBRATION_START
+        return {"type": self.type, "time_scale": float(ts)}
 
 
 class InaParams(BaseModel):
@@ -79,7 +102,8 @@ class InaParams(BaseModel):
 
 
 _GRADIENT_KEYS = {"synthetic": {"kind", "size", "density", "cluster", "overlap", "scale", "seed"},
-                  "profile": {"kind", "model", "size_scale", "overlap", "scale", "seed"}}
+                  "profile": {"kind", "model", "size_scale", "overlap", "scale", "seed"},
+                  "ncf_train": {"kind", "seed", "users", "items", "per_user", "dim", "batch", "lr"}}
 
 
 @register_workload
@@ -89,10 +113,13 @@ class LhcWorkload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     kind: Literal["lhc"] = Field("lhc", description="Workload type; selects which fields below apply.")
-    algorithm: Literal["lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_ps", "topk_ring"] = Field(
+    algorithm: Literal["lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring", "dense_ps",
+                       "topk_ring"] = Field(
         "lhc_switch", description="lhc_switch: support OR + sketch SUM in the switch; lhc_ring: the same over "
-                                  "a host ring; dense_switch/dense_ring/dense_ps: the float gradient; topk_ring: "
-                                  "top-k with error feedback, allgathered.")
+                                  "a host ring; dense_switch/dense_ring/dense_ps: the float gradient; "
+                                  "dense_fixed_ring: the dense gradient in LHC's fixed point over a ring "
+                                  "(dense_switch's sum without a switch); topk_ring: top-k with error "
+                                  "feedback, allgathered.")
     gradient: dict[str, Any] = Field(
         default_factory=lambda: {"kind": "synthetic", "size": 262144, "density": 0.01},
         description="hosts/lhc/gradients.py spec: {kind: synthetic, size, density, cluster, overlap, scale, "
@@ -108,6 +135,14 @@ class LhcWorkload(BaseModel):
     hardware: str = Field("tofino1-100g", description="Hardware network profile for the fidelity monitor "
                                                       "and projection (testbed/fidelity/profiles/).")
     timeout_s: float = Field(120.0, gt=0, description="A host gives up if one operation stalls this long.")
+    calibration_rounds: int = Field(3, ge=1, le=10, description="time_scale auto: calibration rounds.")
+    calibration_iterations: int = Field(2, ge=1, le=20, description="time_scale auto: aggregations per "
+                                        "calibration round (unchecked; measured iterations follow).")
+    dilate_network: bool = Field(
+        True, description="On the soft switch, slow the network to the point's TDF (docs/time-fidelity.md, "
+                          "network dilation); false: the network runs at the emulator's own speed.")
+    network_headroom: float = Field(16.0, ge=1.0, le=100.0, description="dilate_network with time_scale "
+                                    "auto: TDF = this x the undilated network's slowdown.")
 
     @model_validator(mode="before")
     @classmethod
@@ -120,7 +155,7 @@ class LhcWorkload(BaseModel):
     def _check_gradient(cls, spec: dict[str, Any]) -> dict[str, Any]:
         kind = spec.get("kind", "synthetic")
         if kind not in _GRADIENT_KEYS:
-            raise ValueError(f"gradient.kind must be synthetic or profile, got {kind!r}")
+            raise ValueError(f"gradient.kind must be one of {', '.join(_GRADIENT_KEYS)}, got {kind!r}")
         unknown = sorted(set(spec) - _GRADIENT_KEYS[kind])
         if unknown:
             raise ValueError(f"unknown gradient keys {unknown} for kind {kind}; allowed: "
@@ -142,6 +177,62 @@ class LhcWorkload(BaseModel):
             from hosts.lhc.profiles import get_profile
             return get_profile(self.gradient["model"]).compute_ms
         return 0.0
+
+
+# ---------------------------------------------------------------------------
+# Hardware time of the aggregation ops (calibration, network dilation)
+# ---------------------------------------------------------------------------
+def op_algo(wl: LhcWorkload) -> str | None:
+    """The network model's algo of the traced ops (top-k's allgather has none)."""
+    return {"lhc_switch": "switch", "dense_switch": "switch", "lhc_ring": "ring", "dense_ring": "ring",
+            "dense_fixed_ring": "ring", "dense_ps": "ps", "topk_ring": None}[wl.algorithm]
+
+
+def gradient_size(wl: LhcWorkload) -> int:
+    from hosts.lhc.gradients import make_source  # noqa: PLC0415
+    return int(make_source(dict(wl.gradient)).size)
+
+
+def hw_op_time(wl: LhcWorkload, values: int, workers: int, profile: Any = None) -> float:
+    """Modeled hardware seconds of one op of `values` int32/float32 values. Every LHC
+    round is an in-switch (or ring) op of its own; dense_switch's float sum first
+    agrees a scale (scale_round), as the protocol does."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.network_model import collective_time  # noqa: PLC0415
+    algo = op_algo(wl)
+    if algo is None:
+        return 0.0
+    return collective_time("allreduce", algo, int(values), 4, workers, profile or load_profile(wl.hardware),
+                           scale_round=wl.algorithm == "dense_switch")
+
+
+def hw_table(wl: LhcWorkload, workers: int) -> dict[str, list[float]]:
+    """hw_op_time at 0, 1 and a geometric grid (8 steps per octave) up to the largest op
+    (the sketch round can exceed n: 2-core values + counters), for hosts.lhc.timing.HwTable."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    prof = load_profile(wl.hardware)
+    top = 4 * gradient_size(wl) + 4096
+    sizes, v = [0, 1], 1.0
+    while sizes[-1] < top:
+        v *= 2 ** (1 / 8)
+        if int(v) > sizes[-1]:
+            sizes.append(int(v))
+    return {"values": [float(x) for x in sizes], "hw_s": [hw_op_time(wl, x, workers, prof) for x in sizes]}
+
+
+def network_dilation(wl: LhcWorkload, switch_info: dict[str, Any], workers: int) -> dict[str, Any] | None:
+    """The hosts' network_dilation block (as testbed/workloads/p4sgd.py's): None without a
+    soft switch, on a measured CPU device or with dilate_network false. hw_op_s (the
+    transport's expected op time) is the largest op: the dense gradient's."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.network_model import dilation_hardware  # noqa: PLC0415
+
+    control = switch_info.get("dilation_control")
+    if not control or not wl.dilate_network or wl.device.type == "cpu":
+        return None
+    return {"control": list(control), "hardware": dilation_hardware(load_profile(wl.hardware)),
+            "headroom": wl.network_headroom,
+            "hw_op_s": max(hw_op_time(wl, gradient_size(wl), workers), 1e-6)}
 
 
 def _straggler_for(scenario: Any, host: str) -> dict[str, float] | None:
@@ -171,10 +262,15 @@ class LhcRuntime(WorkloadRuntime):
         ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if wl.algorithm == "dense_ps" else None
         common = {
             "world": len(workers), "algorithm": wl.algorithm, "peers": peers, "ps": ps,
-            "port": ctx.tcp_port_base(LHC_TCP_PORT), "gradient": dict(wl.gradient),
+            "port": ctx.tcp_port_base(LHC_TCP_PORT), "gradient": (
+                dict(wl.gradient, world=len(workers)) if wl.gradient.get("kind") == "ncf_train"
+                else dict(wl.gradient)),
             "iterations": wl.iterations, "warmup": wl.warmup, "compute_ms": wl.modeled_compute_ms(),
-            "topk_ratio": wl.topk_ratio, "sketch": wl.sketch.model_dump(), "device": wl.device.model_dump(),
+            "topk_ratio": wl.topk_ratio, "sketch": wl.sketch.model_dump(), "device": wl.device.spec(),
             "start_at": ctx.start_at, "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
+            "calibration": ({"rounds": wl.calibration_rounds, "iterations": wl.calibration_iterations,
+                             "hw_table": hw_table(wl, len(workers))} if wl.device.calibrated else None),
+            "network_dilation": network_dilation(wl, ctx.switch or {}, len(workers)),
         }
         progs = []
         if ps is not None:
@@ -202,7 +298,8 @@ class LhcRuntime(WorkloadRuntime):
 
     def timeout_s(self, ctx: PointContext) -> float:
         wl = ctx.point.scenario.workload
-        return wl.timeout_s * 2 + 30.0 * (wl.iterations + wl.warmup) + 60.0
+        cal = wl.calibration_rounds * (wl.calibration_iterations + 1) if wl.device.calibrated else 0
+        return wl.timeout_s * 2 + 30.0 * (wl.iterations + wl.warmup + cal) + 60.0
 
     def collect(self, ctx: PointContext) -> list[dict[str, Any]]:
         return collect_point(ctx.point.scenario, ctx.work_dir)
@@ -221,12 +318,25 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
     iters = [dict(r, type="lhc_iter") for h in workers for r in raw[h] if r.get("type") == "iter"]
     sums = {h: next((r for r in raw[h] if r.get("type") == "summary"), None) for h in workers}
     summary = point_summary(wl, workers, iters, sums)
-    return [*iters, *fidelity_records(wl, work_dir, summary), summary]
+    cals = [dict(r, type="calibration") for h in workers for r in raw[h] if r.get("type") == "calibration"]
+    return [*iters, *cals, *fidelity_records(wl, work_dir, summary), summary]
 
 
 def _median(xs) -> float | None:
     xs = [x for x in xs if x is not None]
     return float(np.median(xs)) if xs else None
+
+
+def _training_curve(iters: list[dict[str, Any]]) -> dict[str, Any]:
+    r0 = sorted((r for r in iters if r.get("rank") == 0 and "test_acc" in r), key=lambda r: r["iter"])
+    if not r0:
+        return {}
+    return {"test_acc_curve": [r["test_acc"] for r in r0], "train_loss_curve": [r["train_loss"] for r in r0],
+            "weights_digests": [r["weights_digest"] for r in r0], "final_test_acc": r0[-1]["test_acc"]}
+
+
+def _retx(worker_summary: dict | None, key: str) -> int:
+    return int((((worker_summary or {}).get(key)) or {}).get("retransmissions", 0))
 
 
 def point_summary(wl: LhcWorkload, workers: list[str], iters: list[dict[str, Any]],
@@ -257,7 +367,11 @@ def point_summary(wl: LhcWorkload, workers: list[str], iters: list[dict[str, Any
     dense_bytes = 4 * n if n else None
     sent_bytes = 4 * values_sent if values_sent is not None else None
     ok = all(s is not None and s.get("ok") for s in sums.values())
-    tdf = wl.device.time_scale if wl.device.type == "gpu" else 1.0
+    # The TDF the workers ran at (calibrated or fixed): one value, or the point is wrong.
+    tdfs = {s.get("tdf") for s in sums.values() if s and s.get("tdf") is not None}
+    if len(tdfs) > 1:
+        raise ValueError(f"workers ran at different TDFs {sorted(tdfs)}: calibration did not agree")
+    tdf = tdfs.pop() if tdfs else (wl.device.spec()["time_scale"] if wl.device.type == "gpu" else 1.0)
     return {
         "type": "lhc_summary", "algorithm": wl.algorithm, "workers": world, "n": n,
         "gradient": (next((s for s in sums.values() if s), None) or {}).get("gradient"),
@@ -275,11 +389,16 @@ def point_summary(wl: LhcWorkload, workers: list[str], iters: list[dict[str, Any
         "decode_ms": _median([r["decode_s"] * 1e3 for r in meas]),
         "dense_bytes": dense_bytes, "sent_bytes": sent_bytes,
         "dense_over_sent": dense_bytes / sent_bytes if dense_bytes and sent_bytes else None,
-        # Aggregation throughput: dense-gradient bytes per second of aggregation
-        # (network rounds only, net_ms: agg_network_gbps; with encode/decode and
-        # waiting for the slowest worker, agg_ms: agg_gbps).
-        "agg_gbps": dense_bytes * 8 / agg_s / 1e9 if dense_bytes and agg_s else None,
-        "agg_network_gbps": dense_bytes * 8 / net_s / 1e9 if dense_bytes and net_s else None,
+        # Hardware-equivalent times (emulated / TDF): points' TDFs differ when calibrated,
+        # so only these compare across points.
+        "hw_iter_us": None if iter_s is None else iter_s / tdf * 1e6,
+        "hw_agg_us": None if agg_s is None else agg_s / tdf * 1e6,
+        "hw_net_us": None if net_s is None else net_s / tdf * 1e6,
+        # Aggregation throughput on hardware-equivalent time: dense-gradient bytes per
+        # second of aggregation (network rounds only, net_ms: agg_network_gbps; with
+        # encode/decode and waiting for the slowest worker, agg_ms: agg_gbps).
+        "agg_gbps": dense_bytes * 8 / (agg_s / tdf) / 1e9 if dense_bytes and agg_s else None,
+        "agg_network_gbps": dense_bytes * 8 / (net_s / tdf) / 1e9 if dense_bytes and net_s else None,
         "union": _median([r.get("union") for r in meas]), "rows": _median([r.get("rows") for r in meas]),
         "core_values": _median([r.get("core_values") for r in meas]),
         "sketch_values": _median([r.get("sketch_values") for r in meas]),
@@ -287,9 +406,16 @@ def point_summary(wl: LhcWorkload, workers: list[str], iters: list[dict[str, Any
         "peeled_share": (float(np.mean([bool(r.get("peeled")) for r in meas]))
                          if meas and "peeled" in meas[0] else None),
         "rel_err": _median([r.get("rel_err") for r in checked]),
-        "retransmissions": sum(int(((s or {}).get("collective_stats") or {}).get("retransmissions", 0))
+        # In-switch retransmissions of the measured run (calibration's apart: its first
+        # round runs undilated, before the transport's timers learn the dilated op time).
+        "retransmissions": sum(_retx(s, "collective_stats") - _retx(s, "calibration_stats")
                                for s in sums.values()),
-        "tdf": tdf, "valid": all(((s or {}).get("device") or {}).get("valid", True) for s in sums.values()),
+        "calibration_retransmissions": sum(_retx(s, "calibration_stats") for s in sums.values()),
+        # A training run (gradient kind ncf_train): rank 0's curve, every iteration in order.
+        **_training_curve(iters),
+        "tdf": tdf, "calibrated": wl.device.calibrated,
+        "network_dilated": any(bool((s or {}).get("network_dilated")) for s in sums.values()),
+        "valid": all(((s or {}).get("device") or {}).get("valid", True) for s in sums.values()),
     }
 
 
@@ -313,14 +439,18 @@ def fidelity_records(wl: LhcWorkload, work_dir: Path, summary: dict[str, Any]) -
     summary["invalid_reasons"] = fid["reasons"] = (
         ([] if device_ok else ["device model exceeded"]) + list(report.reasons))
     summary["net_slowdown_p50"] = report.net_slowdown_p50
+    summary["net_ratio_p50"] = report.ratio_p50
     out = [fid]
     try:
         proj = project_world(traces, len(traces), profile, max_nodes=600)
-        iters = max(1, summary.get("iterations") or 1)
+        # The trace holds every iteration, warmup included (calibration is not in it).
+        iters = max(1, (summary.get("iterations") or 0) + wl.warmup)
         out.append({"type": "projection", "workload": "lhc", "workers": len(traces), "emulated": True,
                     "algorithm": wl.algorithm, "profile": profile.label(), "hw_run_s": proj.makespan_s,
                     "hw_iter_ms": proj.makespan_s / iters * 1e3, "truncated": bool(proj.truncated)})
         summary["projected_hw_iter_ms"] = proj.makespan_s / iters * 1e3
+        if summary.get("iter_ms") and summary["tdf"]:        # emulated / projected, both hardware time
+            summary["emulated_over_projected"] = summary["iter_ms"] / summary["tdf"] / summary["projected_hw_iter_ms"]
     except (ValueError, KeyError) as e:       # e.g. top-k's allgather is not traced
         summary["projected_hw_iter_ms"] = None
         out.append({"type": "projection", "workload": "lhc", "error": str(e)})
@@ -332,6 +462,8 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
         return None if v is None else round(v, nd)
     return {"algorithm": s["algorithm"], "workers": s["workers"], "n": s["n"],
             "iter_ms": r(s["iter_ms"]), "agg_ms": r(s["agg_ms"]), "net_ms": r(s["net_ms"]),
+            "hw_iter_us": r(s.get("hw_iter_us"), 2), "hw_net_us": r(s.get("hw_net_us"), 2),
             "net_gbps": r(s["agg_network_gbps"], 4), "dense_over_sent": r(s["dense_over_sent"], 2),
             "union": s["union"], "core": s["core_values"], "decode_errors": s["decode_errors"],
-            "exact": s["exact"], "valid": s["valid"]}
+            "exact": s["exact"], "tdf": s.get("tdf"), "net_ratio": r(s.get("net_ratio_p50"), 2),
+            "emu/proj": r(s.get("emulated_over_projected"), 2), "valid": s["valid"]}

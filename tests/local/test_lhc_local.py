@@ -29,6 +29,13 @@ def test_host_algorithms_exact_on_loopback(tmp_path):
     assert sorted(sums) == ["dense_ps", "dense_ring", "lhc_ring", "topk_ring"]
     for algo, s in sums.items():
         assert s["decode_errors"] == 0 and s["exact"] and s["checked_iterations"] >= 3, (algo, s)
+        # time_scale auto: every worker calibrated (the PS served the calibration's
+        # allreduces too) and all ran at the one agreed TDF.
+        assert s["calibrated"] and s["tdf"] > 1, (algo, s["tdf"])
+    cals = [m for m in metrics if m["type"] == "calibration"]
+    assert len(cals) == 4 * 3
+    assert {c["tdf"] for c in cals} == {s["tdf"] for s in sums.values()}
+    assert all(len(c["rounds"]) == 3 and not c["network_dilated"] for c in cals)   # loopback: no switch
     lhc, dense = sums["lhc_ring"], sums["dense_ring"]
     assert lhc["sent_bytes"] * 3 < dense["sent_bytes"], (lhc["sent_bytes"], dense["sent_bytes"])
     assert lhc["rel_err"] < 1e-6                       # lossless (fixed-point rounding only)

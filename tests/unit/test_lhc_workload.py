@@ -44,12 +44,16 @@ def _iter(rank, it, *, ok=True, digest="a", agg=0.01, comm=0.005, warm=False):
 def test_summary_counts_wrong_sums_and_digest_mismatches():
     from testbed.workloads.lhc import LhcWorkload, point_summary
     wl = LhcWorkload()
-    sums = {"w1": {"ok": True}, "w2": {"ok": True}}
+    sums = {"w1": {"ok": True, "tdf": 250.0}, "w2": {"ok": True, "tdf": 250.0}}
     good = [_iter(r, i) for r in (0, 1) for i in range(3)]
     s = point_summary(wl, ["w1", "w2"], good, sums)
     assert s["decode_errors"] == 0 and s["exact"] and s["checked_iterations"] == 3
     assert s["dense_over_sent"] == pytest.approx(4000 / 400)
-    assert s["agg_network_gbps"] == pytest.approx(4000 * 8 / 0.005 / 1e9)
+    # Throughput on hardware-equivalent time: the workers' (calibrated) TDF divides it out.
+    assert s["tdf"] == 250.0 and s["hw_net_us"] == pytest.approx(5000 / 250)
+    assert s["agg_network_gbps"] == pytest.approx(4000 * 8 / (0.005 / 250) / 1e9)
+    with pytest.raises(ValueError, match="different TDFs"):
+        point_summary(wl, ["w1", "w2"], good, {"w1": {"ok": True, "tdf": 250.0}, "w2": {"ok": True, "tdf": 260.0}})
     skew = [dict(_iter(r, 0), comm_s=0.005 + 0.01 * r) for r in (0, 1)]   # w2 waited for w1
     assert point_summary(wl, ["w1", "w2"], skew, sums)["net_ms"] == pytest.approx(5.0)
     bad = good[:-1] + [_iter(1, 2, digest="b")] + [dict(good[0], iter=3, ok=False)]
