@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.workloads import register_workload
-from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime
+from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime, straggler_for
 
 # ---------------------------------------------------------------------------
 # Params model (validated as `workload:` in scenario files)
@@ -94,13 +94,6 @@ def job_groups(scenario: Any) -> list[list[str]]:
         groups.append(workers[start:end])
         start = end
     return groups
-
-
-def straggler_for(scenario: Any, host: str) -> dict[str, float] | None:
-    for s in scenario.stragglers:
-        if s.host == host:
-            return {"start_s": s.start_s, "slowdown": s.slowdown, "delay_ms": s.delay_ms}
-    return None
 
 
 @register_runtime

@@ -138,3 +138,44 @@ def host_env() -> dict[str, str]:
     env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def register_figures_if_loaded(*names: str) -> bool:
+    """Add a workload's figure names to the scenario schema, if it is loaded yet.
+
+    testbed.scenario.models imports the workloads package before it defines
+    register_figure_names, so at import time it usually is not; each params
+    model's validator calls this again, always before the scenario's figure check."""
+    fn = getattr(sys.modules.get("testbed.scenario.models"), "register_figure_names", None)
+    if fn is None:
+        return False
+    fn(*names)
+    return True
+
+
+def straggler_for(scenario: Any, host: str) -> dict[str, float] | None:
+    """The host program's `straggler` block from the scenario's stragglers (None: none)."""
+    for s in scenario.stragglers:
+        if s.host == host:
+            return {"start_s": s.start_s, "slowdown": s.slowdown, "delay_ms": s.delay_ms}
+    return None
+
+
+_INA_KEYS = ("switch_ip", "switch_port", "switch_mac", "job_id", "worker_port", "window",
+             "retx_timeout_s", "max_retries")
+_INA_ALIASES = {"ip": "switch_ip", "mac": "switch_mac", "ina_port": "switch_port"}
+
+
+def ina_settings(info: dict[str, Any], host: str) -> dict[str, Any]:
+    """The worker's "ina" block (hosts.common.config.InaSettings) from the runner's
+    switch info: InaSettings keys at the top level or under "ina", the
+    Network.switch_info names ip/mac/ina_port, and per-host overrides under
+    workers[host] (e.g. local mode's per-worker UDP endpoint). Missing keys
+    take InaSettings' defaults (the Mininet addresses)."""
+    out: dict[str, Any] = {}
+    for src in (info, info.get("ina") or {}, (info.get("workers") or {}).get(host) or {}):
+        for k, v in src.items():
+            key = _INA_ALIASES.get(k, k)
+            if key in _INA_KEYS and v is not None:
+                out[key] = v
+    return out

@@ -24,7 +24,6 @@ centre's test accuracy over time), `easgd_host`, `easgd_final`, the monitor's
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -33,8 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from testbed.results import read_jsonl
 from testbed.workloads import register_workload
-from testbed.workloads.allreduce import InaParams, straggler_for
-from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime
+from testbed.workloads.allreduce import InaParams
+from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
+                                     register_figures_if_loaded, register_runtime, straggler_for)
 
 FIGURES = ("easgd_accuracy_vs_time", "easgd_time_to_target", "easgd_comm_share", "easgd_weak_scaling")
 VARIANT_NAMES = ("easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd",
@@ -51,16 +51,7 @@ PROJECTED_WORKERS = (16, 32, 64, 128, 256)
 PROJECT_MAX_NODES = 600
 
 
-def _register_figure_names() -> bool:
-    """As testbed/workloads/torch.py: the schema module may not be loaded yet."""
-    fn = getattr(sys.modules.get("testbed.scenario.models"), "register_figure_names", None)
-    if fn is None:
-        return False
-    fn(*FIGURES)
-    return True
-
-
-_register_figure_names()
+register_figures_if_loaded(*FIGURES)
 
 
 class LeNetWidths(BaseModel):
@@ -118,7 +109,7 @@ class EasgdWorkload(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _figures(cls, data: Any) -> Any:
-        _register_figure_names()
+        register_figures_if_loaded(*FIGURES)
         return data
 
     @field_validator("device")
@@ -202,7 +193,6 @@ class EasgdRuntime(WorkloadRuntime):
 
     def programs(self, ctx: PointContext) -> list[HostProgram]:
         from testbed.outcomes import SkipPoint  # noqa: PLC0415
-        from testbed.workloads.p4sgd import ina_settings  # noqa: PLC0415
 
         scn = ctx.point.scenario
         wl: EasgdWorkload = scn.workload

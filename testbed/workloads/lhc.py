@@ -18,7 +18,6 @@ switch the network is dilated to that TDF too (`dilate_network`).
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -27,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from testbed.results import read_jsonl
 from testbed.workloads import register_workload
-from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime
+from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
+                                     register_figures_if_loaded, register_runtime, straggler_for)
 
 FIGURES = ("lhc_throughput", "lhc_decode", "lhc_iteration", "lhc_loss", "lhc_scaling", "lhc_straggler")
 ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring", "dense_ps", "topk_ring")
@@ -37,16 +37,7 @@ LHC_TCP_PORT = 47800
 CALIBRATION_START = 500.0
 
 
-def _register_figure_names() -> bool:
-    """As testbed/workloads/p4sgd.py: the scenario schema may not be loaded yet."""
-    fn = getattr(sys.modules.get("testbed.scenario.models"), "register_figure_names", None)
-    if fn is None:
-        return False
-    fn(*FIGURES)
-    return True
-
-
-_register_figure_names()
+register_figures_if_loaded(*FIGURES)
 
 
 class SketchParams(BaseModel):
@@ -147,7 +138,7 @@ class LhcWorkload(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _figures(cls, data: Any) -> Any:
-        _register_figure_names()
+        register_figures_if_loaded(*FIGURES)
         return data
 
     @field_validator("gradient")
@@ -235,20 +226,12 @@ def network_dilation(wl: LhcWorkload, switch_info: dict[str, Any], workers: int)
             "hw_op_s": max(hw_op_time(wl, gradient_size(wl), workers), 1e-6)}
 
 
-def _straggler_for(scenario: Any, host: str) -> dict[str, float] | None:
-    for s in scenario.stragglers:
-        if s.host == host:
-            return {"start_s": s.start_s, "slowdown": s.slowdown, "delay_ms": s.delay_ms}
-    return None
-
-
 @register_runtime
 class LhcRuntime(WorkloadRuntime):
     kind = "lhc"
 
     def programs(self, ctx: PointContext) -> list[HostProgram]:
         from testbed.outcomes import SkipPoint  # noqa: PLC0415
-        from testbed.workloads.p4sgd import ina_settings  # noqa: PLC0415 - the shared switch-info reader
 
         scn = ctx.point.scenario
         wl: LhcWorkload = scn.workload
@@ -282,7 +265,7 @@ class LhcRuntime(WorkloadRuntime):
             ina = (dict(ina_settings(ctx.switch, h), **wl.ina.model_dump())
                    if wl.algorithm in SWITCH_ALGOS else None)
             cfg = dict(common, host=h, role="worker", rank=rank, ina=ina,
-                       trace=str(ctx.work_dir / f"{h}.trace.jsonl"), straggler=_straggler_for(scn, h),
+                       trace=str(ctx.work_dir / f"{h}.trace.jsonl"), straggler=straggler_for(scn, h),
                        out=str(ctx.work_dir / f"{h}.jsonl"))
             progs.append(HostProgram(h, self.module_argv("hosts.lhc.worker",
                                                          self.write_config(ctx, h, cfg)), phase=1))

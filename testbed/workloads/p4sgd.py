@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -33,7 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from testbed.results import PROJECT_ROOT, read_jsonl
 from testbed.workloads import register_workload
-from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime, switch_job
+from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
+                                     register_figures_if_loaded, register_runtime, straggler_for,
+                                     switch_job)
 
 FIGURES = ("p4sgd_scaling", "p4sgd_convergence", "p4sgd_latency_cdf", "p4sgd_loss",
            "p4sgd_straggler", "p4sgd_pipeline")
@@ -51,21 +52,7 @@ HW_ALLREDUCE_S = 2e-6
 HW_LINK_BPS = 100e9 / 8
 
 
-def _register_figure_names() -> bool:
-    """Add our figure names to the scenario schema, if it is loaded yet.
-
-    testbed.scenario.models imports this package before it defines
-    register_figure_names, so at import time it usually is not; the params
-    model's validator calls this again, which is always before the scenario's
-    figure check runs."""
-    fn = getattr(sys.modules.get("testbed.scenario.models"), "register_figure_names", None)
-    if fn is None:
-        return False
-    fn(*FIGURES)
-    return True
-
-
-_register_figure_names()
+register_figures_if_loaded(*FIGURES)
 
 # ---------------------------------------------------------------------------
 # Params model
@@ -157,7 +144,7 @@ class P4sgdWorkload(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _figures(cls, data: Any) -> Any:
-        _register_figure_names()  # see _register_figure_names: the schema is loaded by now
+        register_figures_if_loaded(*FIGURES)
         return data
 
     @field_validator("dataset")
@@ -285,32 +272,6 @@ def hw_op_time(wl: P4sgdWorkload, workers: int, profile: Any = None) -> float:
 # ---------------------------------------------------------------------------
 # Runtime
 # ---------------------------------------------------------------------------
-def _straggler_for(scenario: Any, host: str) -> dict[str, float] | None:
-    for s in scenario.stragglers:
-        if s.host == host:
-            return {"start_s": s.start_s, "slowdown": s.slowdown, "delay_ms": s.delay_ms}
-    return None
-
-
-_INA_KEYS = ("switch_ip", "switch_port", "switch_mac", "job_id", "worker_port", "window",
-             "retx_timeout_s", "max_retries")
-_INA_ALIASES = {"ip": "switch_ip", "mac": "switch_mac", "ina_port": "switch_port"}
-
-
-def ina_settings(info: dict[str, Any], host: str) -> dict[str, Any]:
-    """The worker's "ina" block (hosts.common.config.InaSettings) from the runner's
-    switch info: InaSettings keys at the top level or under "ina", the
-    Network.switch_info names ip/mac/ina_port, and per-host overrides under
-    workers[host] (e.g. local mode's per-worker UDP endpoint). Missing keys
-    take InaSettings' defaults (the Mininet addresses). scale_exp stays unset:
-    P4SGD passes its fixed scale per submit."""
-    out: dict[str, Any] = {}
-    for src in (info, info.get("ina") or {}, (info.get("workers") or {}).get(host) or {}):
-        for k, v in src.items():
-            key = _INA_ALIASES.get(k, k)
-            if key in _INA_KEYS and v is not None:
-                out[key] = v
-    return out
 
 
 @register_runtime
@@ -346,14 +307,14 @@ class P4sgdRuntime(WorkloadRuntime):
         progs = []
         if ps is not None:
             cfg = dict(common, host="ps", role="ps", rank=-1, ina=None, trace=None,
-                       straggler=_straggler_for(scn, "ps"), out=str(ctx.work_dir / "ps.jsonl"))
+                       straggler=straggler_for(scn, "ps"), out=str(ctx.work_dir / "ps.jsonl"))
             progs.append(HostProgram("ps", self.module_argv("hosts.p4sgd", self.write_config(ctx, "ps", cfg)),
                                      phase=0))
         for rank, h in enumerate(workers):
             ina = ina_settings(ctx.switch, h) if wl.collective == "switch" else None
             cfg = dict(common, host=h, role="worker", rank=rank, ina=ina,
                        trace=str(ctx.work_dir / f"{h}.trace.jsonl"),
-                       straggler=_straggler_for(scn, h), out=str(ctx.work_dir / f"{h}.jsonl"))
+                       straggler=straggler_for(scn, h), out=str(ctx.work_dir / f"{h}.jsonl"))
             progs.append(HostProgram(h, self.module_argv("hosts.p4sgd", self.write_config(ctx, h, cfg)),
                                      phase=1))
         return progs

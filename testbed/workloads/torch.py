@@ -17,7 +17,6 @@ folder (hosts/common/trace.py) for the fidelity monitor and projector.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -26,8 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from testbed.results import PROJECT_ROOT, read_jsonl
 from testbed.workloads import register_workload
-from testbed.workloads.allreduce import InaParams, straggler_for
-from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime, switch_job
+from testbed.workloads.allreduce import InaParams
+from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
+                                     register_figures_if_loaded, register_runtime, straggler_for,
+                                     switch_job)
 
 FIGURES = ("torch_loss_vs_time", "torch_iteration_time")
 TORCH_TCP_PORT = 47800      # ring ranks +1+rank, the PS the base (hosts.common.config)
@@ -36,16 +37,7 @@ DEVICE_TYPES = ("cpu", "v100", "a100", "h100")
 DEVICE_KEYS = {"type", "precision", "efficiency", "hbm_efficiency", "launch_s", "time_scale"}
 
 
-def _register_figure_names() -> bool:
-    """As testbed/workloads/p4sgd.py: the schema module may not be loaded yet."""
-    fn = getattr(sys.modules.get("testbed.scenario.models"), "register_figure_names", None)
-    if fn is None:
-        return False
-    fn(*FIGURES)
-    return True
-
-
-_register_figure_names()
+register_figures_if_loaded(*FIGURES)
 
 
 def resolve_path(path: str) -> Path:
@@ -80,7 +72,7 @@ class TorchWorkload(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _figures(cls, data: Any) -> Any:
-        _register_figure_names()
+        register_figures_if_loaded(*FIGURES)
         return data
 
     @field_validator("script")
@@ -122,7 +114,6 @@ class TorchRuntime(WorkloadRuntime):
 
     def programs(self, ctx: PointContext) -> list[HostProgram]:
         from testbed.outcomes import SkipPoint  # noqa: PLC0415
-        from testbed.workloads.p4sgd import ina_settings  # noqa: PLC0415
 
         scn = ctx.point.scenario
         wl: TorchWorkload = scn.workload
