@@ -23,6 +23,15 @@ File layout (JSON lines):
              "group" (collective group name), "seq" (k-th op of the group on
              this rank: the same seq on every rank is the same collective),
              "values", "value_bytes", "bytes" (payload per rank)
+    point-to-point messages (parameter servers, masters, lookups) are comm
+             nodes too: op "send" on the sender's trace and op "recv" on the
+             receiver's, algo "p2p", group "p2p:<tag>:<src>><dst>" (one group per
+             directed pair and tag), the same seq on both sides (the k-th
+             message of that pair and tag), "peer" (the other host). The send
+             node is the message leaving (t0 = first byte handed to the
+             network); the recv node is the receiver waiting for it (t0 = when
+             it began to wait, t1 = when the whole message was in). Record
+             them with `send()` and `recv()`.
 
 Times t0/t1 are time.perf_counter() seconds (CLOCK_MONOTONIC: one clock for
 every process of the machine), so ranks' traces line up.
@@ -98,6 +107,23 @@ class TraceRecorder:
         self.nodes.append(node)
         return node["id"]
 
+    def send(self, t0: float, t1: float | None, *, peer: str, values: int, value_bytes: int = 4,
+             tag: str = "msg", **attrs: Any) -> int:
+        """A message of `values` x `value_bytes` this host sent to host `peer`."""
+        return self._p2p("send", self.header["host"], peer, t0, t1, peer, values, value_bytes, tag, attrs)
+
+    def recv(self, t0: float, t1: float | None, *, peer: str, values: int, value_bytes: int = 4,
+             tag: str = "msg", **attrs: Any) -> int:
+        """A message from host `peer` this host received (call `waited` if it blocked on it)."""
+        return self._p2p("recv", peer, self.header["host"], t0, t1, peer, values, value_bytes, tag, attrs)
+
+    def _p2p(self, op: str, src: str, dst: str, t0: float, t1: float | None, peer: str,
+             values: int, value_bytes: int, tag: str, attrs: dict[str, Any]) -> int:
+        if not src or not dst or src == dst:
+            raise ValueError(f"a p2p message needs two different hosts, got {src!r} -> {dst!r}")
+        return self.comm(t0, t1, op=op, algo="p2p", values=values, value_bytes=value_bytes,
+                         group=p2p_group(tag, src, dst), peer=peer, **attrs)
+
     def done(self, node_id: int, t1: float) -> None:
         """An asynchronous operation completed at t1 (perf_counter)."""
         self.nodes[node_id]["t1"] = t1
@@ -113,6 +139,11 @@ class TraceRecorder:
             f.write(json.dumps(self.header) + "\n")
             for n in self.nodes:
                 f.write(json.dumps(n) + "\n")
+
+
+def p2p_group(tag: str, src: str, dst: str) -> str:
+    """The trace group of the messages `src` sends `dst` under `tag` (module docstring)."""
+    return f"p2p:{tag}:{src}>{dst}"
 
 
 def now() -> float:

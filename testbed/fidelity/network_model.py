@@ -49,6 +49,15 @@ ps (one parameter server with one NIC, N workers, dedicated server host): all
 
 none / world 1: zero (nothing crosses the network).
 
+message (point to point, `message_cost`): one host sends m payload bytes to
+  another through one switch (a parameter server's push or reply, an embedding
+  lookup): the sender's port serializes the frames back to back, the switch
+  stores and forwards each, so the last byte is in after
+      T_msg = L0 + sum_i s(f_i) + s(f_last)           (the ring's step(m))
+  and the busiest link (either end) is busy sum_i s(f_i). Contention at a busy
+  receiver (N workers pushing to one master) is the projector's business: it
+  queues messages on each host's link.
+
 Ring and PS use one switch hop whatever N (ring neighbours share a leaf; PS is
 bandwidth-bound). `collective_cost` also returns `link_busy_s`, the time the
 busiest link is serializing, which the projector uses to share links between
@@ -208,6 +217,18 @@ def collective_time(op: str, algo: str, values: int, value_bytes: int, world: in
     return collective_cost(op, algo, values, value_bytes, world, profile, scale_round).total_s
 
 
+def message_cost(payload_bytes: int, profile: HardwareProfile) -> CollectiveCost:
+    """One point-to-point message of `payload_bytes` (module docstring: message)."""
+    st = p2p_stream(payload_bytes, profile)
+    busy = st.serialization_s(profile)
+    return CollectiveCost(hop_latency_s(profile) + busy + serialization_s(st.last, profile), busy)
+
+
+def message_time(payload_bytes: int, profile: HardwareProfile) -> float:
+    """Seconds from a message's first byte sent to its last byte received, on the profile's hardware."""
+    return message_cost(payload_bytes, profile).total_s
+
+
 def _switch(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:
     if value_bytes != INA_VALUE_BYTES:
         raise ValueError(f"algo 'switch' carries int32 values (value_bytes 4), got value_bytes {value_bytes}")
@@ -225,9 +246,8 @@ def _switch(values: int, value_bytes: int, world: int, p: HardwareProfile) -> Co
 
 def _ring(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:
     chunk = math.ceil(values / world) * value_bytes
-    st = p2p_stream(chunk, p)
-    big_s = st.serialization_s(p)
-    step = hop_latency_s(p) + big_s + serialization_s(st.last, p)
+    step_cost = message_cost(chunk, p)          # every rank sends one chunk to its neighbour
+    step, big_s = step_cost.total_s, step_cost.link_busy_s
     total = 2 * (world - 1) * step + (world - 1) * chunk / p["reduce_rate"]
     return CollectiveCost(total, 2 * (world - 1) * big_s)
 
