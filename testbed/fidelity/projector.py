@@ -37,12 +37,16 @@ Every rank starts at t = 0 (the recorded start offsets are not replayed: the
 projection is the hardware's, not the emulator's). SimPy times are
 deterministic, so a projection is exactly reproducible.
 
-`project_world(traces, world, profile, compute_time)` synthesizes a trace for
-another worker count: rank `template_rank`'s node list is replicated to `world`
-ranks (comm nodes keep their (group, seq); every group's members become all
-ranks), and each header gets `world` (the projected count) and
-`recorded_world` (the count the trace was recorded at). The workload's scaling
-rule lives in `compute_time`, which sees both: e.g. `linear_compute_scaling`
+`project_world(traces, world, profile, compute_time)` synthesizes the job at
+another worker count: the worker trace of rank `template_rank` is replicated to
+`world` ranks (collective groups keep their (group, seq), "world" has them all;
+point-to-point groups are renamed per replica), and each header gets `world`
+(the projected count) and `recorded_world` (the count the trace was recorded
+at). Server traces (header role "server") are not replayed but replaced by a
+service model built from them: first come first served (or round robin),
+each message costing the server's recorded compute for its tag, then the reply
+(server_model.py states the rule). The workload's scaling rule lives in
+`compute_time`, which sees both counts: e.g. `linear_compute_scaling`
 (hw_s * recorded_world / world) for model-parallel work split by features.
 
 Cost: about 4 SimPy events per node; `max_nodes` bounds the work by simulating
@@ -65,6 +69,8 @@ from testbed.fidelity.constants import HardwareProfile
 from testbed.fidelity.fabric import Fabric, Message
 from testbed.fidelity.projector_checks import (P2P, Trace, check_comm, check_traces, group_members,
                                                is_server, truncate)
+from testbed.fidelity.server_model import (Server, ServiceModel, expected_messages, service_models,
+                                           synthesize_workers)
 
 ComputeTime = Callable[[dict[str, Any], dict[str, Any], int], float]
 
@@ -108,8 +114,10 @@ class Projection:
 
 
 def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: ComputeTime | None = None,
-            *, max_nodes: int | None = None, contention: bool = True) -> Projection:
-    """Replay `traces` on SimPy with `profile`'s network model (see the module docstring)."""
+            *, max_nodes: int | None = None, contention: bool = True,
+            services: Sequence[ServiceModel] = ()) -> Projection:
+    """Replay `traces` on SimPy with `profile`'s network model (see the module docstring).
+    services: servers played by a service model (server_model.py) instead of a trace."""
     compute_time = compute_time or recorded_compute
     ranks = check_traces(traces)
     world = sum(1 for h, _ in traces if not is_server(h))
@@ -119,12 +127,13 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
     members = group_members(traces, cut)
     env = simpy.Environment()
     fabric = Fabric(env, profile, contention)
-    check_comm(traces, cut, members, (), fabric.collective_cost)
+    check_comm(traces, cut, members, [s.host for s in services], fabric.collective_cost)
+    expected = expected_messages(traces, cut, services)
 
     arrived: dict[tuple[str, int], list] = {}   # collective (group, seq) -> [count, done event]
     messages: dict[tuple[str, int], Message] = {}
-    finish = {r: 0.0 for r in ranks}
-    busy = {r: 0.0 for r in ranks}
+    finish = {r: 0.0 for r in [*ranks, *(s.rank for s in services)]}
+    busy = dict(finish)
 
     def message(node: dict[str, Any]) -> Message:
         key = (node["group"], node["seq"])
@@ -181,12 +190,25 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
         if state[0] == len(group):
             env.process(fabric.collective(node, group, state[1]))
 
+    def serve(rank: int, server: Server):
+        yield from server.run()
+        finish[rank], busy[rank] = env.now, server.busy_s
+
     def after(pending: list, then: Callable[[], Any]):
         yield env.all_of(pending)
         then()
 
     procs = {int(h["rank"]): env.process(program(int(h["rank"]), h, nodes))
              for (h, _), nodes in zip(traces, cut)}
+    servers = {}
+    if services:
+        recv_nodes = {(n["group"], n["seq"]): n for nodes in cut for n in nodes
+                      if n["kind"] == "comm" and n["algo"] == P2P and n["op"] == "recv"}
+        order = [str(h["host"]) for h, _ in sorted(traces, key=lambda t: int(t[0]["rank"]))]
+        for s in services:
+            servers[s.host] = Server(env, s, fabric, message, order, expected[s.host], recv_nodes)
+            procs[s.rank] = env.process(serve(s.rank, servers[s.host]))
+        fabric.on_delivered = lambda m, node: (servers[m.dst].arrive(m, node) if m.dst in servers else None)
 
     events = 0
     while True:
@@ -204,23 +226,14 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
     factor = total / simulated if simulated else 1.0
     return Projection(profile=profile.label(), world=world, makespan_s=span * factor,
                       finish_s=finish, compute_s=busy,
-                      comm_exposed_s={r: finish[r] - busy[r] for r in ranks},
+                      comm_exposed_s={r: finish[r] - busy[r] for r in finish},
                       collectives=len(arrived), nodes=simulated, nodes_total=total, events=events,
                       truncated=simulated < total, extrapolation=factor, messages=len(messages))
 
 
 def synthesize_world(traces: Sequence[Trace], world: int, template_rank: int = 0) -> list[Trace]:
-    """`world` ranks, each with the template rank's nodes (shared, read-only)."""
-    if world < 1:
-        raise ValueError(f"world must be >= 1, got {world}")
-    template = next((t for t in traces if int(t[0]["rank"]) == template_rank), None)
-    if template is None:
-        raise ValueError(f"no trace of rank {template_rank} to use as template "
-                         f"(ranks: {sorted(int(h['rank']) for h, _ in traces)})")
-    header, nodes = template
-    recorded = int(header.get("recorded_world", header["world"]))
-    return [({**header, "rank": r, "host": f"projected{r}", "world": world, "recorded_world": recorded},
-             nodes) for r in range(world)]
+    """`world` workers from the template worker's trace (server_model.synthesize_workers)."""
+    return synthesize_workers(traces, world, template_rank)
 
 
 def project_world(traces: Sequence[Trace], world: int, profile: HardwareProfile,
@@ -228,4 +241,4 @@ def project_world(traces: Sequence[Trace], world: int, profile: HardwareProfile,
                   max_nodes: int | None = None, contention: bool = True) -> Projection:
     """Project the traces' program at `world` workers (see the module docstring)."""
     return project(synthesize_world(traces, world, template_rank), profile, compute_time,
-                   max_nodes=max_nodes, contention=contention)
+                   max_nodes=max_nodes, contention=contention, services=service_models(traces, world))
