@@ -117,3 +117,14 @@ def test_mismatched_messages_are_refused_before_running():
     w.send(0, 0, peer="nobody", values=10)
     with pytest.raises(ValueError, match="peer nobody has no trace"):
         project(traces_of(w), TOFINO)
+
+
+def test_an_allgather_is_projected_with_its_ring_time():
+    ws = [host(f"w{k}", k, 4) for k in range(4)]
+    for w in ws:
+        w.compute(0, 0, hw_s=1e-6, real_s=0)
+        w.waited(w.comm(0, 0, op="allgather", algo="ring", values=5000))
+        w.compute(0, 0, hw_s=1e-6, real_s=0)
+    pr = project(traces_of(*ws), TOFINO)
+    assert pr.makespan_s == pytest.approx(2e-6 + collective_time("allgather", "ring", 5000, 4, 4, TOFINO),
+                                          rel=1e-12)
