@@ -144,6 +144,12 @@ def truncate(traces: Sequence[Trace], max_nodes: int) -> list[list[dict]]:
             g = reached.setdefault(n["group"], {})
             g[int(h["rank"])] = max(g.get(int(h["rank"]), 0), n["seq"] + 1)
     full = group_members(traces, [nodes for _, nodes in traces])
+    if WORLD in full:      # a worker without world collectives: an error, not a cut at #0
+        have = {int(h["rank"]) for h, nodes in traces if any(n["kind"] == "comm" and n["group"] == WORLD
+                                                             for n in nodes)}
+        if full[WORLD] - have:
+            raise ValueError(f"collective {WORLD}#0: ranks {sorted(full[WORLD] - have)} never reach it "
+                             f"(truncated or mismatched traces)")
     limit = {g: min(by_rank.values()) if len(by_rank) == len(full[g]) else 0
              for g, by_rank in reached.items()}
     out = []
