@@ -173,10 +173,16 @@ class LhcWorkload(BaseModel):
 # ---------------------------------------------------------------------------
 # Hardware time of the aggregation ops (calibration, network dilation)
 # ---------------------------------------------------------------------------
-def op_algo(wl: LhcWorkload) -> str | None:
-    """The network model's algo of the traced ops (top-k's allgather has none)."""
+def op_algo(wl: LhcWorkload) -> str:
+    """The network model's algo of the traced ops."""
     return {"lhc_switch": "switch", "dense_switch": "switch", "lhc_ring": "ring", "dense_ring": "ring",
-            "dense_fixed_ring": "ring", "dense_ps": "ps", "topk_ring": None}[wl.algorithm]
+            "dense_fixed_ring": "ring", "dense_ps": "ps", "topk_ring": "ring"}[wl.algorithm]
+
+
+def op_kind(wl: LhcWorkload) -> str:
+    """The network model's op: top-k allgathers every rank's (indices, values) block
+    (`values` = one rank's block); everything else is an allreduce."""
+    return "allgather" if wl.algorithm == "topk_ring" else "allreduce"
 
 
 def gradient_size(wl: LhcWorkload) -> int:
@@ -190,11 +196,8 @@ def hw_op_time(wl: LhcWorkload, values: int, workers: int, profile: Any = None) 
     agrees a scale (scale_round), as the protocol does."""
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
     from testbed.fidelity.network_model import collective_time  # noqa: PLC0415
-    algo = op_algo(wl)
-    if algo is None:
-        return 0.0
-    return collective_time("allreduce", algo, int(values), 4, workers, profile or load_profile(wl.hardware),
-                           scale_round=wl.algorithm == "dense_switch")
+    return collective_time(op_kind(wl), op_algo(wl), int(values), 4, workers,
+                           profile or load_profile(wl.hardware), scale_round=wl.algorithm == "dense_switch")
 
 
 def hw_table(wl: LhcWorkload, workers: int) -> dict[str, list[float]]:
