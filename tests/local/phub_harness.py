@@ -46,7 +46,7 @@ def launch(tmp: Path, *, algorithm: str, world: int, model: dict, optimizer: dic
     server = "wide_ps" if algorithm == "wide_ps" else "server"
     if algorithm in ("phub", "wide_ps"):
         cfg = {"host": "ps", "ip": "127.0.0.1", "port": port, "cores": cores if algorithm == "phub" else 1,
-               "jobs": job_specs, "out": str(tmp / "ps.jsonl"), "timeout_s": 60.0,
+               "jobs": job_specs, "out": str(tmp / "ps.jsonl"), "timeout_s": 60.0, "connect_timeout_s": 150.0,
                "trace": str(tmp / "ps.trace.jsonl") if trace else None, "trace_rank": world,
                "trace_world": world + 1}
         (tmp / "ps.config.json").write_text(json.dumps(cfg))
@@ -63,7 +63,7 @@ def launch(tmp: Path, *, algorithm: str, world: int, model: dict, optimizer: dic
                    "peers": [{"name": n, "ip": "127.0.0.1"} for n in js["workers"]],
                    "exit_at": exit_at if (exit_at and r == world - 1) else None,
                    "trace": str(tmp / f"{name}.trace.jsonl") if trace else None, "trace_world": world + 1,
-                   "timeout_s": 60.0}
+                   "timeout_s": 60.0, "connect_timeout_s": 150.0}
             p = tmp / f"{name}.config.json"
             p.write_text(json.dumps(cfg))
             procs[name] = subprocess.Popen([PY, "-m", "hosts.phub.worker", "--config", str(p)],
