@@ -352,8 +352,17 @@ def run(cfg: ServerConfig, writer: JsonlWriter) -> list[dict[str, Any]]:
                                    "without a report") from None
                 continue
             results.append(r)
-            if r.get("error") and error is None:
-                error = f"core {r['core']}: {r['error']}"
+            if r.get("error"):
+                # One dead worker closes every core's link to it, and cores then close
+                # theirs: the others' reports (up to 3 s) name the first cause too.
+                end = time.monotonic() + 3.0
+                while len(results) < len(procs) and time.monotonic() < end:
+                    try:
+                        results.append(q.get(timeout=max(0.05, end - time.monotonic())))
+                    except Exception:  # noqa: BLE001 - queue.Empty
+                        break
+                error = "; ".join(f"core {x['core']}: {x['error']}" for x in sorted(results, key=lambda x: x["core"])
+                                  if x.get("error"))
                 break
     finally:
         for p in procs:
