@@ -170,6 +170,7 @@ def calibrate(tl: Timeline, cc: dict[str, Any], nd: dict | None, *, host: str, r
     table = HwTable(cc["hw_table"])
     gpu = tl.device.type == "gpu"
     c = cal.Calibrator(0.0, tl.device.time_scale, nd if gpu else None, rank, expect_delay)
+    c.start()
     for _ in range(cc["rounds"]):
         tl.begin_window()
         for i in range(cc["iterations"]):
@@ -184,6 +185,7 @@ def calibrate(tl: Timeline, cc: dict[str, Any], nd: dict | None, *, host: str, r
                             op_hw_p50_s=c.hw_op_s or None)
         if gpu:
             tl.device.time_scale = tdf
+    c.finish()
     # The measured run starts clean: a fresh device (its step statistics are the run's;
     # round 0 ran far below the final TDF) and an empty trace.
     d = tl.device
