@@ -76,3 +76,12 @@ def normalized_entropy(p: Tensor, y: Tensor, eps: float = 1e-7) -> float:
         raise ValueError(f"normalized entropy needs both labels; click rate is {pbar}")
     base = -(pbar * math.log(pbar) + (1 - pbar) * math.log(1 - pbar))
     return logloss / base
+
+
+def elastic_difference_into(c: Tensor, w: Tensor, alpha: float) -> Tensor:
+    """The sync PS's half of s_easgd, on its live centre: d = alpha (w - w~);
+    w~ += d in place (no lock: trainers' exchanges may interleave, Hogwild-style).
+    Returns d, which the trainer subtracts from its replica."""
+    d = alpha * (w - c)
+    c.add_(d)
+    return d
