@@ -102,7 +102,7 @@ class ShadowSyncWorkload(BaseModel):
     dataset: dict[str, Any] = Field(default_factory=lambda: {"source": "synthetic"},
                                     description="{source: synthetic} or {source: criteo_tsv, path, limit}.")
     collective: Literal["ring", "switch"] = Field("ring", description="The allreduce of MA / BMUF.")
-    device: dict[str, Any] = Field(default_factory=lambda: {"type": "v100", "time_scale": 300.0},
+    device: dict[str, Any] = Field(default_factory=lambda: {"type": "v100", "time_scale": 400.0},
                                    description="Trainer device model (hosts/dnn/device.py).")
     hardware: str = Field("tor-100g-host", description="Hardware network profile for the fidelity monitor.")
     seed: int = Field(1, ge=0)
@@ -170,14 +170,16 @@ def trainers_of(scenario: Any) -> list[str]:
     return [h for h in scenario.hosts() if h not in scenario.workload.extra_hosts()]
 
 
-def settings_of(wl: ShadowSyncWorkload, trainers: int) -> dict[str, Any]:
-    """The hosts' shared `shadowsync` block (hosts/shadowsync/config.py Settings)."""
+def settings_of(wl: ShadowSyncWorkload, trainers: int, repeat: int = 0) -> dict[str, Any]:
+    """The hosts' shared `shadowsync` block (hosts/shadowsync/config.py Settings).
+    Repeat r runs seed + r (init, data, tables), the same in every case, so S-X
+    and FR-X of one repeat see the same examples and the repeats give the band."""
     return {"algorithm": wl.algorithm, "mode": wl.mode, "k": wl.k, "trainers": trainers,
             "hogwild_workers": wl.hogwild_workers, "embedding_servers": wl.embedding_servers,
             "iterations": wl.iterations, "batch_size": wl.batch_size, "lr_dense": wl.lr_dense,
             "lr_embed": wl.lr_embed, "alpha": wl.alpha, "bmuf_eta": wl.bmuf_eta, "bmuf_zeta": wl.bmuf_zeta,
             "nesterov": wl.nesterov, "shadow_pause_ms": wl.shadow_pause_ms, "eval_examples": wl.eval_examples,
-            "seed": wl.seed, "model": wl.model.resolved(), "dataset": wl.dataset_spec(),
+            "seed": wl.seed + repeat, "model": wl.model.resolved(), "dataset": wl.dataset_spec(),
             "sync_hw_s": sync_hw_s(wl, trainers)}
 
 
@@ -221,7 +223,7 @@ class ShadowSyncRuntime(WorkloadRuntime):
             raise SkipPoint(f"collective 'switch' needs the in-network switch, which --net {ctx.net_mode} "
                             f"does not provide; use --net mininet or collective ring")
         port = ctx.tcp_port_base(SHADOWSYNC_TCP_PORT, span=COLLECTIVE_OFFSET + 80)
-        s = settings_of(wl, len(trainers))
+        s = settings_of(wl, len(trainers), ctx.point.repeat)
         servers = wl.server_hosts() + (["syncps"] if wl.algorithm == "easgd" else [])
         world = len(trainers) + len(servers)
         peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in trainers]
