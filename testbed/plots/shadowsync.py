@@ -93,7 +93,8 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
         ax.text(0.5, 0.5, "no successful shadowsync points", ha="center", va="center", transform=ax.transAxes)
     handles, _ = ax.get_legend_handles_labels()
     handles.append(legend_handle(color="0.3", ls=(0, (1, 3)), label="linear scaling from 1 trainer"))
-    ax.legend(handles=handles, fontsize=7)
+    ax.legend(handles=handles, fontsize=7, handlelength=3.5)
+    ax.set_xticks(sorted({s["trainers"] for s in sums.values()}) or [1])
     ax.set_xlabel("trainers")
     ax.set_ylabel("training throughput (examples / emulated s)")
     ax.set_title("Throughput vs trainers: background (S-*) vs foreground (FR-*) sync", fontsize=9)
@@ -154,7 +155,8 @@ def sync_gap(run: Run, out_dir: Path) -> list[Path]:
                                       marker=markers[emb.index(e) % len(markers)],
                                       label=label + ("" if case == "base" else f" ({case})")))
     if series:
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, handlelength=3.5)
+    ax.set_xticks(sorted({s["trainers"] for s in sums.values()}) or [1])
     ax.set_xlabel("trainers")
     ax.set_ylabel("avg sync gap (worker iterations)")
     ax.set_title("Sync gap: the shadow's staleness vs FR's fixed k x workers", fontsize=9)
