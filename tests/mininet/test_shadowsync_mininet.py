@@ -39,3 +39,23 @@ def test_embedding_ps_applies_every_push_under_five_percent_loss(tmp_path):
     # the switch really dropped frames at 5 % (its per-port counters, in points.jsonl)
     for pt in lossy:
         assert sum((i.get("observed") or {}).get("dropped", 0) for i in pt["impairments"]) > 0
+
+
+def test_model_averaging_through_the_switch(tmp_path):
+    # S-MA and FR-MA with the in-network allreduce: every trainer ends with the same
+    # replica (the switch's sum is the same bits for all), every push applied
+    argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "shadowsync" / "throughput.yaml"),
+            "--quick", "--no-plot", "--out", str(tmp_path), "--set", "workload.iterations=20",
+            "--set", "workload.collective=switch",
+            "--set", "sweep.quick.grid={topology.workers: [2], workload.algorithm: [ma]}"]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=480)
+    assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    (run_dir,) = [m.parent for m in tmp_path.glob("*/*/manifest.json")]
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    sums = {m["label"]: m for m in metrics if m["type"] == "shadowsync_summary"}
+    assert set(sums) == {"S-MA", "FR-MA"}
+    for s in sums.values():
+        assert s["ok"] and s["collective"] == "switch" and s["pushes_match"], s
+        ne = s["eval_ne_per_trainer"]
+        assert len(ne) == 2 and ne[0] == ne[1]
+    assert sums["FR-MA"]["syncs"] == [4, 4]                 # 20 iterations / k 5, per trainer
