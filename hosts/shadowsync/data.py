@@ -51,11 +51,14 @@ def dense_transform(counts: np.ndarray) -> torch.Tensor:
 
 class SyntheticClicks:
     def __init__(self, seed: int, table_sizes: Sequence[int], zipf_a: float = 1.1,
-                 signal_tables: int = 8, base_ctr_logit: float = -1.2):
+                 signal_tables: int = 8, base_ctr_logit: float = -1.2, truth_seed: int | None = None):
+        """`truth_seed` (default: seed) fixes the click model and the eval set; `seed`
+        the training streams, so repeats can draw new examples from one truth."""
         if len(table_sizes) != N_CAT:
             raise DataError(f"the Criteo schema has {N_CAT} categorical features, got {len(table_sizes)} tables")
         self.seed, self.sizes = seed, [int(n) for n in table_sizes]
-        rng = np.random.default_rng([seed, 0])
+        self.truth_seed = seed if truth_seed is None else truth_seed
+        rng = np.random.default_rng([self.truth_seed, 0])
         self._cdf = {}
         for n in set(self.sizes):
             p = 1.0 / np.arange(1, n + 1) ** zipf_a
@@ -89,7 +92,7 @@ class SyntheticClicks:
             yield to_batch(*self.sample(rng, batch_size))
 
     def eval_set(self, n: int) -> Batch:
-        return to_batch(*self.sample(np.random.default_rng([self.seed, 2]), n))
+        return to_batch(*self.sample(np.random.default_rng([self.truth_seed, 2]), n))
 
 
 def to_batch(counts: np.ndarray, ids: np.ndarray, labels: np.ndarray) -> Batch:

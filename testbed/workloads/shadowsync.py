@@ -133,7 +133,8 @@ class ShadowSyncWorkload(BaseModel):
         # A bad file is refused here, before anything starts (file:line in the message).
         from hosts.shadowsync.data import DataError, parse_tsv  # noqa: PLC0415
         src = self.dataset.get("source")
-        bad = sorted(set(self.dataset) - {"source", "path", "limit", "zipf_a", "signal_tables", "base_ctr_logit"})
+        bad = sorted(set(self.dataset) - {"source", "path", "limit", "zipf_a", "signal_tables", "base_ctr_logit",
+                                          "truth_seed"})
         if bad:
             raise ValueError(f"dataset: unknown key(s) {bad}")
         if src == "criteo_tsv":
@@ -172,14 +173,17 @@ def trainers_of(scenario: Any) -> list[str]:
 
 def settings_of(wl: ShadowSyncWorkload, trainers: int, repeat: int = 0) -> dict[str, Any]:
     """The hosts' shared `shadowsync` block (hosts/shadowsync/config.py Settings).
-    Repeat r runs seed + r (init, data, tables), the same in every case, so S-X
-    and FR-X of one repeat see the same examples and the repeats give the band."""
+    Repeat r runs seed + r (init, training streams, tables), the same in every
+    case, so S-X and FR-X of one repeat see the same examples and the repeats
+    give the band; the synthetic click model and eval set stay those of `seed`."""
     return {"algorithm": wl.algorithm, "mode": wl.mode, "k": wl.k, "trainers": trainers,
             "hogwild_workers": wl.hogwild_workers, "embedding_servers": wl.embedding_servers,
             "iterations": wl.iterations, "batch_size": wl.batch_size, "lr_dense": wl.lr_dense,
             "lr_embed": wl.lr_embed, "alpha": wl.alpha, "bmuf_eta": wl.bmuf_eta, "bmuf_zeta": wl.bmuf_zeta,
             "nesterov": wl.nesterov, "shadow_pause_ms": wl.shadow_pause_ms, "eval_examples": wl.eval_examples,
-            "seed": wl.seed + repeat, "model": wl.model.resolved(), "dataset": wl.dataset_spec(),
+            "seed": wl.seed + repeat, "model": wl.model.resolved(),
+            "dataset": {**wl.dataset_spec(), **({"truth_seed": wl.seed} if wl.dataset.get("source") == "synthetic"
+                                                else {})},
             "sync_hw_s": sync_hw_s(wl, trainers)}
 
 

@@ -87,3 +87,11 @@ def test_tsv_bad_line_names_file_and_line(tmp_path, line, msg):
     p.write_text(tsv_line() + "\n" + line + "\n")
     with pytest.raises(data.DataError, match=rf"bad.tsv:2: {msg}"):
         data.parse_tsv(p, SIZES)
+
+
+def test_truth_seed_fixes_the_click_model_and_eval_set_not_the_stream():
+    a = data.SyntheticClicks(1, SIZES, truth_seed=7)
+    b = data.SyntheticClicks(2, SIZES, truth_seed=7)
+    assert np.array_equal(a.row_w[0], b.row_w[0])
+    assert torch.equal(a.eval_set(50).ids, b.eval_set(50).ids)
+    assert not torch.equal(next(a.batches(0, 50)).ids, next(b.batches(0, 50)).ids)
