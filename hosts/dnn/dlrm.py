@@ -93,11 +93,14 @@ def init_table(w: torch.Tensor) -> torch.Tensor:
 def tower_profile(tower: DenseTower, batch: int = 4, n_tables: int | None = None) -> ModelProfile:
     """Forward cost per sample of the dense tower for hosts/dnn/device.py: its
     Linear layers (counted by `profile`) plus the interaction's batched GEMM,
-    which `profile` does not count. The embedding rows are not here: on a
-    ShadowSync trainer they arrive from the embedding PSs."""
+    which `profile` does not count, plus the looked-up embedding rows as
+    memory traffic (T x dim float32 per sample read in forward, their gradient
+    written in backward: memory-bound [A], as nn.Embedding in hosts/dnn/device.py).
+    The tables themselves live on the embedding PSs."""
     n_dense = tower.bottom[0].in_features
     t = tower.interaction.features - 1 if n_tables is None else n_tables
     prof = profile(tower, torch.zeros(batch, n_dense), torch.zeros(batch, t, tower.dim))
     prof.layers.append(LayerCost("interaction", "Interaction",
                                  flops_per_sample=tower.interaction.flops_per_sample(tower.dim)))
+    prof.layers.append(LayerCost("embedding_rows", "EmbeddingRows", bytes_per_sample=4.0 * t * tower.dim))
     return prof

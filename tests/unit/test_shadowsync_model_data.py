@@ -23,6 +23,8 @@ def test_dlrm_shapes_and_interaction_count():
     inter = next(x for x in prof.layers if x.kind == "Interaction")
     assert inter.flops_per_sample == 2 * 27 * 27 * 4
     assert prof.flops_per_sample > inter.flops_per_sample
+    # the looked-up rows: 26 x 4 float32 per sample, memory-bound
+    assert prof.bytes_per_sample == 26 * 4 * 4
 
 
 def test_synthetic_log_is_seeded_zipf_and_criteo_shaped():
