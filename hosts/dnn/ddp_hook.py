@@ -59,8 +59,17 @@ def testbed_hook(state, bucket):
     return fut
 
 
+def bucket_sizes(ddp: torch.nn.parallel.DistributedDataParallel) -> list[int]:
+    """The model's gradient buckets in float32 values (DDP's logging data: bytes,
+    comma-separated); what a time_scale auto probe sends (hosts/dnn/timing.py)."""
+    raw = str(ddp._get_ddp_logging_data().get("bucket_sizes") or "")
+    sizes = [int(x) // 4 for x in raw.split(",") if x.strip().isdigit() and int(x) > 0]
+    return sizes or [sum(p.numel() for p in ddp.module.parameters() if p.requires_grad)]
+
+
 def register(ddp: torch.nn.parallel.DistributedDataParallel) -> None:
     ddp.register_comm_hook(state=None, hook=testbed_hook)
+    collective.current().bucket_sizes = bucket_sizes(ddp)
 
 
 _patched = False

@@ -104,6 +104,7 @@ def run_worker(cfg, config_path: str) -> int:
         _wait_until(cfg.start_at)
         if cfg.collective != "gloo":
             rt.collective.barrier()
+        rt.dilation.dilate_fixed()             # time_scale N: the network runs N x slower too
         rt.t0, rt.t0_wall = time.perf_counter(), time.time()    # until the first compute()
         sys.argv = [cfg.script, *cfg.args]
         try:
