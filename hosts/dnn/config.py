@@ -46,11 +46,14 @@ class TorchWorkerConfig:
     hw_table: dict | None = None
     # the soft switch's delay line (hosts.common.network_dilation), or None
     network_dilation: dict | None = None
+    # False: DDP keeps its own allreduce over gloo (the hook-overhead baseline)
+    ddp_hook: bool = True
 
     KEYS = frozenset({"host", "role", "rank", "world", "collective", "peers", "ps", "port",
                       "master_addr", "master_port", "gloo_ifname", "script", "args", "batch_size",
                       "seed", "device", "straggler", "start_at", "connect_timeout_s", "timeout_s",
-                      "out", "trace", "ina", "calibration", "hw_table", "network_dilation"})
+                      "out", "trace", "ina", "calibration", "hw_table", "network_dilation",
+                      "ddp_hook"})
 
     @classmethod
     def from_json(cls, source: str | Path | dict) -> "TorchWorkerConfig":
@@ -123,6 +126,9 @@ class TorchWorkerConfig:
         if calibration is not None and hw_table is None:
             c.error("hw_table", "calibration (time_scale auto) needs the hardware time table")
         nd = parse_network_dilation(c)
+        ddp_hook = c.data.get("ddp_hook", True)
+        if not isinstance(ddp_hook, bool) or (not ddp_hook and collective != "gloo"):
+            c.error("ddp_hook", f"must be true, or false with collective gloo, got {ddp_hook!r}")
         c.finish(set(cls.KEYS))
         return cls(host=host, role=role, rank=rank, world=world, collective=collective,
                    peers=tuple(peers), ps=ps, port=port, master_addr=master_addr,
@@ -130,7 +136,7 @@ class TorchWorkerConfig:
                    args=tuple(args), batch_size=batch_size, seed=seed, device=device,
                    straggler=straggler, start_at=start_at, connect_timeout_s=connect_timeout_s,
                    timeout_s=timeout_s, out=out, trace=trace, ina=ina, calibration=calibration,
-                   hw_table=hw_table, network_dilation=nd)
+                   hw_table=hw_table, network_dilation=nd, ddp_hook=ddp_hook is not False)
 
     @property
     def my_ip(self) -> str:

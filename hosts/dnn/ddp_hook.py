@@ -75,8 +75,9 @@ def register(ddp: torch.nn.parallel.DistributedDataParallel) -> None:
 _patched = False
 
 
-def patch_ddp() -> None:
-    """Make every DistributedDataParallel built from now on use `testbed_hook`."""
+def patch_ddp(hook: bool = True) -> None:
+    """Make every DistributedDataParallel built from now on use `testbed_hook`
+    (hook False: keep DDP's own allreduce over gloo; only record the bucket sizes)."""
     global _patched
     if _patched:
         return
@@ -85,9 +86,13 @@ def patch_ddp() -> None:
 
     def __init__(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        register(self)
-        log.info("DDP model: gradient buckets go through the testbed collective (%s)",
-                 collective.current().cfg.collective)
+        if hook:
+            register(self)
+            log.info("DDP model: gradient buckets go through the testbed collective (%s)",
+                     collective.current().cfg.collective)
+        else:
+            collective.current().bucket_sizes = bucket_sizes(self)
+            log.info("DDP model: DDP's own allreduce over gloo (no testbed hook)")
 
     cls.__init__ = __init__
     _patched = True

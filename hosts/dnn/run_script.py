@@ -100,7 +100,7 @@ def run_worker(cfg, config_path: str) -> int:
         # Every DDP model's buckets go through testbed_hook, gloo included (there
         # the hook calls gloo's allreduce, as DDP's default hook does), so every
         # collective's communication is timed and traced the same way.
-        ddp_hook.patch_ddp()
+        ddp_hook.patch_ddp(hook=cfg.ddp_hook)
         _wait_until(cfg.start_at)
         if cfg.collective != "gloo":
             rt.collective.barrier()

@@ -208,6 +208,7 @@ class Runtime:
                                "role": self.cfg.role, "collective": self.cfg.collective,
                                "world": self.cfg.world, "ok": ok, "error": error,
                                "iterations": self.iteration, **self.totals, **self.dilation.summary(),
+                               "bucket_sizes": self.bucket_sizes,
                                "device": self.device.describe(), "validity": self.device.validity(),
                                "transport": (self._coll.stats() if self._coll is not None
                                              and hasattr(self._coll, "stats") else None), **extra})

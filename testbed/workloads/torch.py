@@ -82,6 +82,9 @@ class TorchWorkload(BaseModel):
     timeout_s: float = Field(300.0, gt=0, description="A collective call that makes no progress this "
                                                       "long fails; the point fails after this + 60 s.")
     ina: InaParams = Field(default_factory=InaParams, description="In-switch transport (collective switch).")
+    ddp_hook: bool = Field(True, description="DDP's gradient buckets go through the testbed hook (timed and "
+                           "traced). false (collective gloo only): DDP's own allreduce, the hook-overhead "
+                           "baseline; no per-bucket times, no calibration on them.")
     hardware: str = Field("tofino1-100g", description="Hardware network profile (testbed/fidelity/profiles/): "
                                                       "calibration, network dilation, monitor and projection.")
     calibration_rounds: int = Field(3, ge=1, le=10, description="time_scale auto: calibration rounds (the "
@@ -127,6 +130,15 @@ class TorchWorkload(BaseModel):
         except (TypeError, ValueError) as e:
             raise ValueError(f"device: {e}") from None
         return v
+
+    @model_validator(mode="after")
+    def _hook(self) -> "TorchWorkload":
+        if not self.ddp_hook and self.collective != "gloo":
+            raise ValueError(f"ddp_hook false needs collective gloo (DDP's own allreduce), got {self.collective!r}")
+        if not self.ddp_hook and self.calibrated:
+            raise ValueError("ddp_hook false: set device.time_scale to a number (time_scale auto calibrates "
+                             "on the hook's buckets, which DDP's own allreduce does not show)")
+        return self
 
     def extra_hosts(self) -> list[str]:
         return ["ps"] if self.collective == "ps" else []
@@ -218,6 +230,7 @@ class TorchRuntime(WorkloadRuntime):
             "calibration": {"rounds": wl.calibration_rounds} if wl.calibrated else None,
             "hw_table": hw_table(wl, len(workers)) if wl.modeled else None,
             "network_dilation": network_dilation(wl, ctx.switch or {}, len(workers)),
+            "ddp_hook": wl.ddp_hook,
         }
         progs = []
         if ps is not None:
@@ -309,7 +322,8 @@ def point_summary(wl: TorchWorkload, workers: list[str], recs: list[dict[str, An
         "device": wl.device.get("type", "cpu"), "time_scale": tdf,
         "ok": bool(workers) and all(hosts.get(h, {}).get("ok") for h in workers),
         "errors": {h: r.get("error") for h, r in hosts.items() if r.get("error")},
-        "iterations": len(rank0), "calibration_iterations": len(cal_iters),
+        "iterations": len(rank0), "calibration_iterations": len(cal_iters), "ddp_hook": wl.ddp_hook,
+        "bucket_values": next((h.get("bucket_sizes") for h in hosts.values() if h.get("bucket_sizes")), None),
         "calibration_mode": next((h.get("calibration_mode") for h in hosts.values()), None),
         "final_loss": losses[-1] if losses else None,
         "final_acc": float(np.mean(accs)) if accs else None,
