@@ -159,6 +159,18 @@ class TorchWorkload(BaseModel):
         return dict(self.device, time_scale=float(CALIBRATION_START if ts == "auto" else ts))
 
 
+def lossy_calibration(scn: Any) -> str | None:
+    """Why time_scale auto cannot run on this point's links, or None: calibration on a
+    lossy network measures loss recovery (retransmission timeouts), not the network."""
+    wl: TorchWorkload = scn.workload
+    lossy = [scn.links.loss_pct] + [o.loss_pct for o in scn.links.hosts.values() if o.loss_pct]
+    if not (wl.calibrated and any(lossy)):
+        return None
+    return (f"links.loss_pct {max(lossy):g} with workload.device.time_scale auto: calibration on a lossy "
+            f"network measures loss recovery, not the network (a TDF ~20x too high, a run ~20x too long); "
+            f"set workload.device.time_scale to a number (e.g. the lossless points' calibrated TDF)")
+
+
 # ---------------------------------------------------------------------------
 # Hardware time of an allreduce (calibration, network dilation)
 # ---------------------------------------------------------------------------
@@ -218,6 +230,9 @@ class TorchRuntime(WorkloadRuntime):
         if wl.collective == "switch" and not ctx.switch:
             raise SkipPoint(f"collective 'switch' needs the in-network switch, which --net "
                             f"{ctx.net_mode} does not provide; use --net mininet or collective ring/ps/gloo")
+        refusal = lossy_calibration(scn)
+        if refusal:
+            raise ValueError(refusal)
         peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in workers]
         ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if wl.collective == "ps" else None
         port = ctx.tcp_port_base(TORCH_TCP_PORT, span=MASTER_PORT_OFFSET + 2)

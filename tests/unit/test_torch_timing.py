@@ -162,3 +162,19 @@ workload: {kind: torch, script: scenarios/torch/train.py, collective: %s, device
     from testbed.scenario import ScenarioError
     with pytest.raises(ScenarioError, match="time_scale must be auto or a number"):
         load_scenario_text(text % ("ring", "{type: v100, time_scale: fast}"), "t.yaml")
+
+
+def test_time_scale_auto_on_lossy_links_is_refused_with_the_fix():
+    from testbed.scenario import load_scenario_text
+    from testbed.workloads.torch import lossy_calibration
+    text = """
+name: t
+topology: {kind: star, workers: 2}
+links: %s
+workload: {kind: torch, script: scenarios/torch/train.py, device: %s}
+"""
+    assert lossy_calibration(load_scenario_text(text % ("{loss_pct: 0}", "{type: v100}"), "t.yaml")) is None
+    assert lossy_calibration(load_scenario_text(text % ("{loss_pct: 5}", "{type: v100, time_scale: 9000}"),
+                                                "t.yaml")) is None
+    why = lossy_calibration(load_scenario_text(text % ("{hosts: {w2: {loss_pct: 1}}}", "{type: v100}"), "t.yaml"))
+    assert "links.loss_pct 1 with workload.device.time_scale auto" in why and "set workload.device.time_scale" in why
