@@ -130,10 +130,14 @@ def iteration_time(run: Run, out_dir: Path) -> list[Path]:
         x = np.arange(len(rows))
         comp = [s["hw_compute_ms"] for _, s in rows]
         comm = [s.get("hw_comm_ms") or 0.0 for _, s in rows]
-        cols = [COLOURS.get(s["collective"], "k") for _, s in rows]
-        faces = ["none" if s["invalid"] else c for (_, s), c in zip(rows, cols)]
-        ax.bar(x, comp, color=faces, edgecolor=cols, alpha=0.45, label="compute (device model)")
-        ax.bar(x, comm, bottom=comp, color=faces, hatch="//", edgecolor=cols, label="communication")
+        for i, (_, s) in enumerate(rows):
+            c = COLOURS.get(s["collective"], "k")
+            bad = bool(s["invalid"])           # invalid: hollow bars in the collective's colour
+            ax.bar(i, comp[i], facecolor="none" if bad else c, edgecolor=c, alpha=1.0 if bad else 0.45, lw=1.2,
+                   label="compute (device model)" if i == 0 else None)
+            ax.bar(i, comm[i], bottom=comp[i], facecolor="none" if bad else c, hatch="//",
+                   edgecolor=c if bad else "white", lw=1.2 if bad else 0.0,
+                   label="communication (hatched)" if i == 0 else None)
         proj = [(i, s["projected_hw_iter_ms"]) for i, (_, s) in enumerate(rows) if s.get("projected_hw_iter_ms")]
         if proj:
             ax.plot([i for i, _ in proj], [v for _, v in proj], ls="none", marker="x", color="k", ms=7,
@@ -143,6 +147,6 @@ def iteration_time(run: Run, out_dir: Path) -> list[Path]:
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no successful torch points", ha="center", va="center", transform=ax.transAxes)
-    ax.set_ylabel("hardware ms per iteration (mean over workers)")
-    ax.set_title("Time per iteration: compute vs communication (hardware ms)", fontsize=9)
+    ax.set_ylabel("hardware ms / iteration")
+    ax.set_title("Time per iteration (mean over workers): compute vs communication", fontsize=9)
     return save(fig, run, out_dir, "torch_iteration_time", _caption(run, sums))
