@@ -10,8 +10,10 @@ seconds, for compute and communication alike.
 Where the TDF comes from (`calibration` in the worker config, time_scale auto):
 
 * **iterations** (a script that calls `report.compute`, DDP or a plain loop):
-  the first `rounds` `report.iteration()` boundaries each close a calibration
-  round. A round's ops are the collective calls of that iteration (DDP's hook:
+  the first iteration is a warm-up (its one-time costs, DDP's first backward
+  and allocator growth, made the CPU look 5-30x slower than later steps here,
+  and the TDF twice what it needed); the next `rounds` `report.iteration()`
+  boundaries each close a calibration round. A round's ops are the collective calls of that iteration (DDP's hook:
   one per gradient bucket), each measured from submit to completion against
   its hardware time, looked up in the `hw_table` the workload computed with
   testbed.fidelity.network_model.collective_time for the collective (switch,
@@ -51,6 +53,8 @@ from hosts.lhc.timing import HwTable
 
 log = logging.getLogger("dnn.timing")
 
+WARMUP_ITERATIONS = 1     # iterations mode: measured by nothing, before round 0
+
 # The network model's algorithm for each collective (gloo's allreduce is a ring:
 # reduce-scatter + all-gather over TCP pairs, as the model's ring).
 MODEL_ALGO = {"switch": "switch", "ring": "ring", "ps": "ps", "gloo": "ring"}
@@ -75,6 +79,7 @@ class Dilation:
         self.rounds = int(cfg.calibration["rounds"]) if cfg.calibration and modeled else 0
         self.calibrator = cal.Calibrator(0.0, rt.device.time_scale, self.nd, cfg.rank, self._expect_delay)
         self.mode: str | None = None if self.rounds else "fixed"
+        self.warmup_left = WARMUP_ITERATIONS
         self.record: dict | None = None
         self._begin_window()
 
@@ -132,6 +137,10 @@ class Dilation:
         """An iteration boundary; True when this iteration was a calibration round."""
         if not (self.calibrating and self.mode == "iterations"):
             return False
+        if self.warmup_left > 0:
+            self.warmup_left -= 1
+            self._begin_window()
+            return True
         self._close_round()
         return True
 

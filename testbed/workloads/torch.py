@@ -359,7 +359,7 @@ def point_summary(wl: TorchWorkload, workers: list[str], recs: list[dict[str, An
         "hw_comm_ms": comm / tdf * 1e3 if comm is not None else None,
         "valid": (all(v.get("valid", True) for v in validity) and not calibration_incomplete),
         "invalid_reasons": ([f"calibration incomplete on {', '.join(calibration_incomplete)} (the script "
-                             f"reported fewer iterations than calibration_rounds)"]
+                             f"reported fewer iterations than calibration_rounds + 1)"]
                             if calibration_incomplete else []),
     }
 

@@ -69,7 +69,7 @@ def test_the_guide_on_a_new_script_over_the_switch(tmp_path):
     assert len(cals) == 2 and all(c["mode"] == "iterations" and c["network_dilated"] for c in cals)
     assert len({c["tdf"] for c in cals}) == 1 and summ["tdf"] == cals[0]["tdf"] > 1
     assert summ["ok"] and summ["collective"] == "switch" and summ["network_dilated"]
-    assert summ["calibration_iterations"] == 3 and summ["iterations"] > 10
+    assert summ["calibration_iterations"] == 4 and summ["iterations"] > 10
     assert summ["hw_iter_ms"] > 0 and summ["projected_hw_iter_ms"] > 0 and "valid" in summ
     accs = summ["final_acc_per_rank"]
     assert len(accs) == 2 and accs[0] == accs[1] and accs[0] > 0.85, accs    # majority class: 0.63

@@ -64,21 +64,22 @@ def test_auto_calibrates_on_the_first_iterations_then_runs_at_the_agreed_tdf(tmp
     rt = Runtime(cfg(tmp_path))
     coll = rt._coll = SlowSum()
     rt.device.profile(nn.Linear(64, 64), torch.zeros(2, 64))
-    for _ in range(4):
+    for _ in range(5):
         rt.compute(lambda: rt.comm(lambda: coll.allreduce(np.ones(100, np.float32)), 100))
         rt.record_iteration(loss=1.0)
     rt.close(True)
     recs = records(tmp_path)
     its = [r for r in recs if r["type"] == "iteration"]
-    assert [bool(r.get("calibration")) for r in its] == [True, True, False, False]
+    # one warm-up iteration, then one per round
+    assert [bool(r.get("calibration")) for r in its] == [True, True, True, False, False]
     (c,) = [r for r in recs if r["type"] == "calibration"]
     assert c["mode"] == "iterations" and len(c["rounds"]) == 2 and not c["network_dilated"]
     # round 0: the network's own slowdown (op time / hardware time), at least OP_S / HW_S
     r0 = c["rounds"][0]
     assert r0["tdf_net"] >= 0.9 * OP_S / HW_S and r0["ops"] == 1
     assert rt.device.time_scale == c["tdf"] == its[-1]["tdf"]
-    # the agreement vectors went through the collective: 1 op + 1 agreement per round
-    assert coll.sizes[:2] == [100, len(coll.sizes) and coll.sizes[1]] and coll.sizes.count(100) == 4
+    # the agreement vectors went through the collective: 1 op + 1 agreement per round (none in warm-up)
+    assert coll.sizes[:2] == [100, 100] and coll.sizes[2] != 100 and coll.sizes.count(100) == 5
     summ = recs[-1]
     assert summ["calibration_complete"] and summ["tdf"] == c["tdf"] and summ["calibration_mode"] == "iterations"
     header, nodes = read_trace(tmp_path / "w1.trace.jsonl")
