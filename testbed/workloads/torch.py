@@ -46,6 +46,7 @@ DEVICE_TYPES = ("cpu", "v100", "a100", "h100")
 DEVICE_KEYS = {"type", "precision", "efficiency", "hbm_efficiency", "launch_s", "time_scale"}
 # time_scale auto: the TDF of the first (undilated) calibration round, as LHC's CALIBRATION_START
 CALIBRATION_START = 500.0
+AGREEMENT_TOLERANCE = 0.15      # emulated vs projected hardware time (as P4SGD's, docs/time-fidelity.md)
 HW_TABLE_MAX_VALUES = 2 ** 26      # 256 MB buckets: above DDP's 25 MB default cap with room
 
 
@@ -396,7 +397,16 @@ def fidelity_records(wl: TorchWorkload, work_dir: Path, summary: dict[str, Any])
                     "collective": wl.collective, "profile": profile.label(), "hw_run_s": proj.makespan_s,
                     "hw_iter_ms": summary["projected_hw_iter_ms"], "truncated": bool(proj.truncated)})
         if summary.get("hw_iter_ms") and summary["projected_hw_iter_ms"]:
-            summary["emulated_over_projected"] = summary["hw_iter_ms"] / summary["projected_hw_iter_ms"]
+            ratio = summary["emulated_over_projected"] = summary["hw_iter_ms"] / summary["projected_hw_iter_ms"]
+            fid["emulated_vs_projected"] = ratio
+            if abs(ratio - 1) > AGREEMENT_TOLERANCE:
+                # e.g. loss recovery (the projector has no loss model), or host work
+                # between steps (evaluation) that the trace does not hold
+                summary["valid"] = fid["valid"] = False
+                summary["invalid_reasons"] = fid["reasons"] = summary["invalid_reasons"] + [
+                    f"emulated time per iteration is {ratio:.2f}x the projection of its own trace "
+                    f"(tolerance {AGREEMENT_TOLERANCE:.0%})"]
+                fid.setdefault("flags", []).append("projection_disagrees")
     except (ValueError, KeyError) as e:       # e.g. an op the model has no formula for
         summary["projected_hw_iter_ms"] = None
         out.append({"type": "projection", "workload": "torch", "error": f"not modeled: {e}"})

@@ -179,3 +179,46 @@ workload: {kind: torch, script: scenarios/torch/train.py, device: %s}
                                                 "t.yaml")) is None
     why = lossy_calibration(load_scenario_text(text % ("{hosts: {w2: {loss_pct: 1}}}", "{type: v100}"), "t.yaml"))
     assert "links.loss_pct 1 with workload.device.time_scale auto" in why and "set workload.device.time_scale" in why
+
+
+def _point(tmp_path, slow: float):
+    """A 2-worker ring point whose traces follow the hardware model x TDF exactly and
+    whose records' clock says `slow` x that (time the trace does not hold)."""
+    from hosts.common.trace import TraceRecorder
+    from testbed.fidelity.constants import load_profile
+    from testbed.fidelity.network_model import collective_time
+    tdf, hw_c, n, iters = 1000.0, 1e-4, 4096, 4
+    hw_n = collective_time("allreduce", "ring", n, 4, 2, load_profile("tofino1-100g"))
+    for rank, h in enumerate(("w1", "w2")):
+        tr = TraceRecorder(tmp_path / f"{h}.trace.jsonl", host=h, rank=rank, world=2, tdf=tdf, role="worker")
+        t, recs = 0.0, []
+        for i in range(iters):
+            tr.compute(t, t + hw_c * tdf, hw_c, hw_c * 10)
+            t += hw_c * tdf
+            tr.waited(tr.comm(t, t + hw_n * tdf, op="allreduce", algo="ring", values=n))
+            t += hw_n * tdf
+            recs.append({"type": "iteration", "host": h, "rank": rank, "iter": i, "t_s": t * slow, "loss": 1.0,
+                         "compute_s": hw_c * tdf, "comm_s": hw_n * tdf, "comm_bytes": 4 * n, "comm_ops": 1})
+        tr.close()
+        recs.append({"type": "summary", "host": h, "rank": rank, "ok": True, "tdf": tdf, "network_dilated": True,
+                     "validity": {"valid": True}, "calibration_complete": None})
+        (tmp_path / f"{h}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return (hw_c + hw_n) * 1e3
+
+
+@pytest.mark.parametrize("slow", [1.0, 1.5])
+def test_point_summary_has_hardware_time_projection_and_verdict(tmp_path, slow):
+    from testbed.scenario import load_scenario_text
+    from testbed.workloads.torch import collect_point
+    hw_iter_ms = _point(tmp_path, slow)
+    s = load_scenario_text("name: t\ntopology: {kind: star, workers: 2}\nworkload: {kind: torch, script: "
+                           "scenarios/torch/train.py, device: {type: v100, time_scale: 1000}}\n", "t.yaml")
+    recs = collect_point(s, tmp_path)
+    summ = recs[-1]
+    assert {r["type"] for r in recs} >= {"fidelity", "projection", "torch_summary"}
+    assert summ["hw_iter_ms"] == pytest.approx(hw_iter_ms * slow, rel=1e-6)
+    assert summ["projected_hw_iter_ms"] == pytest.approx(hw_iter_ms, rel=0.02)
+    assert summ["emulated_over_projected"] == pytest.approx(slow, rel=0.02)
+    assert summ["valid"] is (slow == 1.0)
+    if slow != 1.0:
+        assert "emulated time per iteration is 1.50x the projection" in summ["invalid_reasons"][-1]
