@@ -23,7 +23,7 @@ import numpy as np
 
 from testbed.plots import figure
 from testbed.plots.captions import Resolution, invalid_note, invalid_reasons, run_mode_text, values_text
-from testbed.plots.style import hollow, legend_handle, plt, save
+from testbed.plots.style import legend_handle, plt, save
 from testbed.results import Run
 from testbed.scenario import register_figure_names
 from testbed.workloads.torch import FIGURES
@@ -62,8 +62,11 @@ def _caption(run: Run, sums: dict[int, dict[str, Any]]) -> list[str]:
     tdfs = values_text((s.get("tdf") or s.get("time_scale") for s in sums.values()), lambda v: f"{v:g}")
     workers = values_text((s["workers"] for s in sums.values()))
     dilated = [s for s in sums.values() if s.get("network_dilated")]
-    lines = [f"{workers} workers that ran; device model {devs}; TDF {tdfs} "
-             f"({'calibrated on the script' if any(s.get('calibrated') for s in sums.values()) else 'fixed'}); "
+    cal = {bool(s.get("calibrated")) for s in sums.values()}
+    how = ("calibrated on the script" if cal == {True} else "fixed" if cal == {False}
+           else f"calibrated on the script for {sum(bool(s.get('calibrated')) for s in sums.values())} point(s), "
+                f"fixed for the others")
+    lines = [f"{workers} workers that ran; device model {devs}; TDF {tdfs} ({how}); "
              f"script args: {values_text((' '.join(map(str, res.get(i, 'workload.args', []))) for i in idx))}."]
     if len(dilated) == len(sums) and sums:
         lines.append("Hardware time = emulated / TDF: compute (device model) and network (soft switch delay "
@@ -98,8 +101,9 @@ def loss_vs_time(run: Run, out_dir: Path) -> list[Path]:
         colour, ls = COLOURS.get(s["collective"], "k"), styles.get(s["case"], "-")
         xs = np.array([r["t_s"] for r in recs]) / tdf
         ys = np.array([r["loss"] for r in recs])
-        if s["invalid"]:
-            hollow(ax, xs, ys, color=colour, label=f"{_label(s)} (invalid)")
+        if s["invalid"]:   # hollow markers, not joined (many steps: smaller than style.hollow's)
+            ax.plot(xs, ys, ls="none", marker="o", markerfacecolor="none", markeredgecolor=colour, ms=4,
+                    markeredgewidth=1.0, label=f"{_label(s)} (invalid)")
         else:
             ax.plot(xs, ys, ls, color=colour, lw=1.4, label=_label(s))
         proj = s.get("projected_hw_iter_ms")
