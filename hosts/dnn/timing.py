@@ -116,6 +116,7 @@ class Dilation:
         probe if that is the mode, and keep the transport's timers above the op."""
         if self.calibrating and self.mode is None:
             self.mode = "iterations" if self.rt._started else "probe"
+            self.calibrator.start()      # the switch holds its impairments off until _finish
             log.info("time_scale auto: calibrating on %s", "the script's iterations" if self.mode == "iterations"
                      else "a probe of the model's bucket sizes")
             if self.mode == "probe":
@@ -181,6 +182,7 @@ class Dilation:
         """The measured run starts clean: fresh device statistics at the final TDF, an
         empty trace, the clock of records restarted."""
         rt = self.rt
+        self.calibrator.finish()         # impairments back on, at the final TDF
         rt.device._reset_stats()
         rt.device.debt_s = 0.0
         rt.trace.reset()

@@ -161,15 +161,18 @@ class TorchWorkload(BaseModel):
 
 
 def lossy_calibration(scn: Any) -> str | None:
-    """Why time_scale auto cannot run on this point's links, or None: calibration on a
-    lossy network measures loss recovery (retransmission timeouts), not the network."""
+    """Why time_scale auto cannot run on this point's links, or None. On a dilated
+    network calibration holds the switch's loss off (Calibrator.start/finish);
+    undilated (dilate_network false) it would measure loss recovery (retransmission
+    timeouts), not the network."""
     wl: TorchWorkload = scn.workload
     lossy = [scn.links.loss_pct] + [o.loss_pct for o in scn.links.hosts.values() if o.loss_pct]
-    if not (wl.calibrated and any(lossy)):
+    if not (wl.calibrated and any(lossy)) or wl.dilate_network:
         return None
-    return (f"links.loss_pct {max(lossy):g} with workload.device.time_scale auto: calibration on a lossy "
-            f"network measures loss recovery, not the network (a TDF ~20x too high, a run ~20x too long); "
-            f"set workload.device.time_scale to a number (e.g. the lossless points' calibrated TDF)")
+    return (f"links.loss_pct {max(lossy):g} with workload.device.time_scale auto and dilate_network false: "
+            f"calibration on a lossy undilated network measures loss recovery, not the network (a TDF "
+            f"~20x too high, a run ~20x too long); set dilate_network true (the switch then holds the "
+            f"loss off while calibrating) or workload.device.time_scale to a number")
 
 
 # ---------------------------------------------------------------------------

@@ -165,20 +165,25 @@ workload: {kind: torch, script: scenarios/torch/train.py, collective: %s, device
         load_scenario_text(text % ("ring", "{type: v100, time_scale: fast}"), "t.yaml")
 
 
-def test_time_scale_auto_on_lossy_links_is_refused_with_the_fix():
+def test_time_scale_auto_on_lossy_links_is_refused_only_when_the_network_is_not_dilated():
+    """Dilated, calibration holds the switch's loss off (Calibrator.start/finish);
+    undilated it would measure retransmission timeouts: refused with the fix."""
     from testbed.scenario import load_scenario_text
     from testbed.workloads.torch import lossy_calibration
     text = """
 name: t
 topology: {kind: star, workers: 2}
 links: %s
-workload: {kind: torch, script: scenarios/torch/train.py, device: %s}
+workload: {kind: torch, script: scenarios/torch/train.py, device: %s%s}
 """
-    assert lossy_calibration(load_scenario_text(text % ("{loss_pct: 0}", "{type: v100}"), "t.yaml")) is None
-    assert lossy_calibration(load_scenario_text(text % ("{loss_pct: 5}", "{type: v100, time_scale: 9000}"),
-                                                "t.yaml")) is None
-    why = lossy_calibration(load_scenario_text(text % ("{hosts: {w2: {loss_pct: 1}}}", "{type: v100}"), "t.yaml"))
-    assert "links.loss_pct 1 with workload.device.time_scale auto" in why and "set workload.device.time_scale" in why
+    def why(links, device, extra=""):
+        return lossy_calibration(load_scenario_text(text % (links, device, extra), "t.yaml"))
+    assert why("{loss_pct: 0}", "{type: v100}") is None
+    assert why("{loss_pct: 5}", "{type: v100}") is None                      # dilated (default)
+    assert why("{loss_pct: 5}", "{type: v100, time_scale: 9000}", ", dilate_network: false") is None
+    msg = why("{hosts: {w2: {loss_pct: 1}}}", "{type: v100}", ", dilate_network: false")
+    assert "links.loss_pct 1 with workload.device.time_scale auto and dilate_network false" in msg
+    assert "set dilate_network true" in msg
 
 
 def _point(tmp_path, slow: float):
