@@ -119,7 +119,7 @@ class TorchWorkerConfig:
         hw_table = c.data.get("hw_table")
         if hw_table is not None:
             try:
-                from hosts.lhc.timing import HwTable  # noqa: PLC0415
+                from hosts.common.hw_table import HwTable  # noqa: PLC0415
                 HwTable(hw_table)
             except (TypeError, ValueError, KeyError) as e:
                 c.error("hw_table", str(e))

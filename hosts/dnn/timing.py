@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from hosts.common import calibration as cal
-from hosts.lhc.timing import HwTable
+from hosts.common.hw_table import HwTable
 
 log = logging.getLogger("dnn.timing")
 

@@ -30,6 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hosts.common.device import PacedDevice
+from hosts.common.hw_table import HwTable
 from hosts.common.trace import TraceRecorder
 from hosts.glm.devices import V100_HBM_PEAK_BPS
 
@@ -137,23 +138,6 @@ class Timeline:
             self.trace.waited(node)
             self.spans.append((t0, t1, values))
         return out, t1 - t0
-
-
-class HwTable:
-    """Hardware seconds of one aggregation op by its value count: the network model
-    evaluated by the workload at a grid of sizes, interpolated (the model is affine
-    in packets between grid points, so the error is below one packet's time)."""
-
-    def __init__(self, spec: dict[str, list[float]]):
-        self.values = np.asarray(spec["values"], dtype=np.float64)
-        self.hw_s = np.asarray(spec["hw_s"], dtype=np.float64)
-        if self.values.size < 2 or self.values.size != self.hw_s.size or np.any(np.diff(self.values) <= 0):
-            raise ValueError(f"hw_table needs >= 2 increasing sizes with one time each, got {spec!r}")
-
-    def __call__(self, values: int) -> float:
-        if values > self.values[-1]:
-            raise ValueError(f"hw_table covers up to {self.values[-1]:.0f} values, op has {values}")
-        return float(np.interp(values, self.values, self.hw_s))
 
 
 def calibrate(tl: Timeline, cc: dict[str, Any], nd: dict | None, *, host: str, rank: int, world: int,
