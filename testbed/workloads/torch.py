@@ -46,7 +46,6 @@ DEVICE_TYPES = ("cpu", "v100", "a100", "h100")
 DEVICE_KEYS = {"type", "precision", "efficiency", "hbm_efficiency", "launch_s", "time_scale"}
 # time_scale auto: the TDF of the first (undilated) calibration round, as LHC's CALIBRATION_START
 CALIBRATION_START = 500.0
-AGREEMENT_TOLERANCE = 0.15      # emulated vs projected hardware time (as P4SGD's, docs/time-fidelity.md)
 HW_TABLE_MAX_VALUES = 2 ** 26      # 256 MB buckets: above DDP's 25 MB default cap with room
 
 
@@ -370,50 +369,16 @@ def point_summary(wl: TorchWorkload, workers: list[str], recs: list[dict[str, An
 
 def fidelity_records(wl: TorchWorkload, work_dir: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The fidelity monitor's verdict and the projection of the point's own trace
-    (testbed.fidelity's shared functions, as testbed/workloads/lhc.py; the one place
-    this workload uses them, so a shared helper can replace it)."""
-    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
-    from testbed.fidelity.monitor import fidelity_report, load_traces  # noqa: PLC0415
-    from testbed.fidelity.projector import project_world  # noqa: PLC0415
+    (testbed.fidelity.records, shared by every workload; its agreement rule: the
+    emulated hardware time per iteration within 15 % of the projection)."""
+    from testbed.fidelity.records import fidelity_and_projection  # noqa: PLC0415
 
-    try:
-        traces = load_traces(work_dir)
-    except ValueError as e:
-        summary.update(valid=False, invalid_reasons=[*summary["invalid_reasons"], f"no traces: {e}"])
-        return [{"type": "fidelity", "valid": False, "reasons": [f"no traces: {e}"]}]
-    profile = load_profile(wl.hardware)
-    report = fidelity_report(traces, profile, summary["tdf"], max_overrun_share=0.05)
-    fid = {"type": "fidelity", **report.to_dict()}
-    device_ok = summary["device_valid"]
-    reasons = list(summary["invalid_reasons"]) + ([] if device_ok else ["device model exceeded"])
-    reasons += list(report.reasons)
-    summary["valid"] = fid["valid"] = bool(report.valid and summary["valid"])
-    summary["invalid_reasons"] = fid["reasons"] = reasons
-    summary["net_slowdown_p50"] = report.net_slowdown_p50
-    summary["net_ratio_p50"] = report.ratio_p50
-    out = [fid]
-    try:
-        proj = project_world(traces, len(traces), profile, max_nodes=4000)
-        iters = max(1, summary.get("iterations") or 0)
-        summary["projected_hw_iter_ms"] = proj.makespan_s / iters * 1e3
-        out.append({"type": "projection", "workload": "torch", "workers": len(traces), "emulated": True,
-                    "collective": wl.collective, "profile": profile.label(), "hw_run_s": proj.makespan_s,
-                    "hw_iter_ms": summary["projected_hw_iter_ms"], "truncated": bool(proj.truncated)})
-        if summary.get("hw_iter_ms") and summary["projected_hw_iter_ms"]:
-            ratio = summary["emulated_over_projected"] = summary["hw_iter_ms"] / summary["projected_hw_iter_ms"]
-            fid["emulated_vs_projected"] = ratio
-            if abs(ratio - 1) > AGREEMENT_TOLERANCE:
-                # e.g. loss recovery (the projector has no loss model), or host work
-                # between steps (evaluation) that the trace does not hold
-                summary["valid"] = fid["valid"] = False
-                summary["invalid_reasons"] = fid["reasons"] = summary["invalid_reasons"] + [
-                    f"emulated time per iteration is {ratio:.2f}x the projection of its own trace "
-                    f"(tolerance {AGREEMENT_TOLERANCE:.0%})"]
-                fid.setdefault("flags", []).append("projection_disagrees")
-    except (ValueError, KeyError) as e:       # e.g. an op the model has no formula for
-        summary["projected_hw_iter_ms"] = None
-        out.append({"type": "projection", "workload": "torch", "error": f"not modeled: {e}"})
-    return out
+    if not summary["device_valid"]:
+        summary["invalid_reasons"] = [*summary["invalid_reasons"], "device model exceeded"]
+    point = fidelity_and_projection(work_dir, wl.hardware, summary["tdf"], "torch",
+                                    max(1, summary.get("iterations") or 0), summary, max_nodes=4000,
+                                    extra={"collective": wl.collective})
+    return point.records
 
 
 def summary_row(r: dict[str, Any]) -> dict[str, Any]:

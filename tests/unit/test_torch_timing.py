@@ -226,4 +226,4 @@ def test_point_summary_has_hardware_time_projection_and_verdict(tmp_path, slow):
     assert summ["emulated_over_projected"] == pytest.approx(slow, rel=0.02)
     assert summ["valid"] is (slow == 1.0)
     if slow != 1.0:
-        assert "emulated time per iteration is 1.50x the projection" in summ["invalid_reasons"][-1]
+        assert "emulated time is 1.50x the projection" in summ["invalid_reasons"][-1]
