@@ -12,11 +12,21 @@ pytestmark = pytest.mark.unit
 HW = dict(version=1, tdf=1000.0, latency_s=1.83e-6, link_rate_bps=100e9)
 
 
+def through(line, in_port, out_port, frames, now):
+    """Ingress (the sender's uplink), then egress when each frame is fully in."""
+    out = []
+    for t_in, (_, f) in line.uplink(in_port, frames, now):
+        out += line.schedule(out_port, [f], t_in)
+    return out
+
+
 def test_one_frame_leaves_after_dilated_latency_and_two_serializations():
     line = DelayLine(DilationSettings.from_dict(HW))
     frame = b"x" * 90                       # 90 B + FCS = 94 B, + 20 B preamble/IFG = 114 B
     ser = 114 * 8 / 100e9
-    [(due, (port, f))] = line.schedule(3, [frame], now=10.0)
+    [(t_in, (port, f))] = line.uplink(5, [frame], now=10.0)
+    assert port == 5 and f is frame and t_in == pytest.approx(10.0 + 1000 * ser, rel=1e-12)
+    [(due, (port, f))] = line.schedule(3, [frame], now=t_in)
     assert port == 3 and f is frame
     assert due == pytest.approx(10.0 + 1000 * (1.83e-6 + 2 * ser), rel=1e-12)
 
@@ -24,23 +34,40 @@ def test_one_frame_leaves_after_dilated_latency_and_two_serializations():
 def test_back_to_back_frames_are_paced_at_the_dilated_link_rate():
     line = DelayLine(DilationSettings.from_dict(HW))
     frames = [b"y" * 1476] * 5              # 1500 B on the wire with FCS + preamble/IFG
-    dues = [d for d, _ in line.schedule(1, frames, now=0.0)]
+    dues = [d for d, _ in through(line, 7, 1, frames, now=0.0)]
     gap = 1000 * 1500 * 8 / 100e9
     assert [b - a for a, b in zip(dues, dues[1:])] == pytest.approx([gap] * 4)
-    # another port is independent; the same port continues after its last frame
-    assert line.schedule(2, frames[:1], now=0.0)[0][0] == pytest.approx(dues[0])
+    # the same egress port continues after its last frame
     assert line.schedule(1, frames[:1], now=0.0)[0][0] == pytest.approx(dues[-1] + gap)
+
+
+def test_a_sender_to_many_is_limited_by_its_uplink_and_many_to_one_by_the_downlink():
+    """A parameter server replying to 4 workers: its uplink serializes the 4 replies
+    one after another, although they leave by 4 different egress ports."""
+    frame = b"y" * 1476
+    gap = 1000 * 1500 * 8 / 100e9
+    line = DelayLine(DilationSettings.from_dict(HW))
+    t_in = [t for t, _ in line.uplink(0, [frame] * 4, now=0.0)]
+    assert t_in == pytest.approx([gap * (k + 1) for k in range(4)])
+    dues = [line.schedule(k + 1, [frame], t)[0][0] for k, t in enumerate(t_in)]
+    assert dues[-1] - dues[0] == pytest.approx(3 * gap)
+    # 4 workers pushing to one server: parallel uplinks, one downlink
+    line = DelayLine(DilationSettings.from_dict(HW))
+    ins = [line.uplink(k + 1, [frame], now=0.0)[0][0] for k in range(4)]
+    assert ins == pytest.approx([gap] * 4)
+    dues = [line.schedule(0, [frame], t)[0][0] for t in ins]
+    assert [b - a for a, b in zip(dues, dues[1:])] == pytest.approx([gap] * 3)
 
 
 def test_minimum_frame_and_compensation():
     s = DilationSettings.from_dict({**HW, "compensate_s": 1e-3})
-    [(due, _)] = DelayLine(s).schedule(0, [b"z" * 10], now=0.0)
+    [(due, _)] = through(DelayLine(s), 2, 0, [b"z" * 10], now=0.0)
     ser = 84 * 8 / 100e9                    # padded to 64 B + 20 B
     assert due == pytest.approx(1000 * (1.83e-6 + 2 * ser) - 1e-3)
     # compensation never makes a frame leave before it arrived
     s = DilationSettings.from_dict({**HW, "compensate_s": 1.0})
-    [(due, _)] = DelayLine(s).schedule(0, [b"z" * 10], now=5.0)
-    assert 5.0 <= due < 5.0 + 1e-5
+    [(due, _)] = through(DelayLine(s), 2, 0, [b"z" * 10], now=5.0)
+    assert 5.0 + 2 * 1000 * ser <= due < 5.0 + 2e-5     # only the two serializations remain
 
 
 @pytest.mark.parametrize("bad, words", [

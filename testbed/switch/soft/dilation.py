@@ -6,15 +6,22 @@ TDF. The network must be slowed by the same factor, but the emulator's own speed
 setting. So the switch holds every frame it sends until the modeled hardware,
 TDF times slower, would have delivered it:
 
-    ready   = arrival + TDF * (L0 + s(f)) - compensate
-    send_at = max(ready, port_free) + TDF * s(f);   port_free = send_at
+    in_at   = max(arrival, up_free) + TDF * s(f);   up_free = in_at    (per ingress port)
+    ready   = in_at + TDF * L0 - compensate
+    send_at = max(ready, port_free) + TDF * s(f);   port_free = send_at (per egress port)
 
-per egress port, with L0 the hop's fixed latency (host stack, NICs, cables,
-pipeline; testbed.fidelity.network_model.hop_latency_s), s(f) a frame's
-serialization at the link rate (the uplink copy, then the downlink one: a store
-and forward hop) and `compensate` the emulator's own time in series with the
-delay (host send and receive paths), measured by calibration so that it is not
-counted twice. The emulator is then a lower bound: when it is slower than the
+with L0 the hop's fixed latency (host stack, NICs, cables, pipeline;
+testbed.fidelity.network_model.hop_latency_s), s(f) a frame's serialization at
+the link rate and `compensate` the emulator's own time in series with the delay
+(host send and receive paths), measured by calibration so that it is not
+counted twice. A frame is serialized twice, store and forward: on its sender's
+uplink (the switch holds it at ingress until `in_at`, so the pipeline sees it
+when the hardware would: an aggregation completes when the last contribution
+would have arrived) and on the receiver's downlink. Both queue: a host that
+sends to many (a parameter server's replies) is limited by its one uplink, and
+many hosts sending to one by its one downlink. (Uplinks were once a fixed
+s(f) with no queue: a PS's N replies left in parallel and the PS ran at 0.65x
+its model.) The emulator is then a lower bound: when it is slower than the
 dilated hardware, frames leave late and the fidelity monitor says so.
 
 The settings arrive while the switch runs (calibration picks TDF on the built
@@ -47,18 +54,32 @@ class DelayLine:
     def __init__(self, settings: DilationSettings, header_bytes: int = 0):
         self.settings = settings
         self.header_bytes = header_bytes      # added to every frame's length (UDP mode)
-        self._port_free: dict[int, float] = {}
+        self._port_free: dict[int, float] = {}   # egress: the receiver's downlink
+        self._up_free: dict[int, float] = {}     # ingress: the sender's uplink
         self.frames = 0
         self.max_hold_s = 0.0
 
+    def uplink(self, port: int, frames: list[bytes], now: float) -> list[tuple[float, tuple[int, bytes]]]:
+        """When each frame received on `port` is fully in on the dilated hardware: the
+        sender's uplink serializes its frames one after another."""
+        s = self.settings
+        free = self._up_free.get(port, 0.0)
+        out = []
+        for f in frames:
+            free = max(now, free) + s.tdf * s.serialization_s(len(f) + self.header_bytes)
+            out.append((free, (port, f)))
+        self._up_free[port] = free
+        return out
+
     def schedule(self, port: int, frames: list[bytes], now: float) -> list[tuple[float, tuple[int, bytes]]]:
+        """When each frame leaves egress `port`; `now` is when it was fully in (`uplink`)."""
         s = self.settings
         tdf, fixed = s.tdf, s.tdf * s.latency_s - s.compensate_s
         free = self._port_free.get(port, 0.0)
         out = []
         for f in frames:
             ser = tdf * s.serialization_s(len(f) + self.header_bytes)
-            ready = now + max(0.0, fixed + ser)
+            ready = now + max(0.0, fixed)
             free = max(ready, free) + ser
             out.append((free, (port, f)))
         self._port_free[port] = free

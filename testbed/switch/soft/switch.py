@@ -265,6 +265,10 @@ class SoftSwitch:
                         got, later = imp.split(got, now)
                         if later:
                             iq.push_many([(d, (no, f)) for d, f in later])
+                    if line is not None and got:
+                        # Dilated: held until the sender's uplink would have delivered it.
+                        iq.push_many(line.uplink(no, got, now))
+                        continue
                     frames.extend(got)
                     in_ports.extend([no] * len(got))
 
