@@ -168,8 +168,8 @@ def parse_worker_timing(section: dict, where: str) -> tuple[dict | None, dict | 
     cal = c.data.get("calibration")
     if cal is not None and not (isinstance(cal, dict) and set(cal) == {"rounds", "iterations", "hw_op_s"}
                                 and all(isinstance(cal[k], int) and cal[k] >= 1 for k in ("rounds", "iterations"))
-                                and _positive(cal["hw_op_s"])):
-        c.error("calibration", f"must be null or {{rounds >= 1, iterations >= 1, hw_op_s > 0}}, got {cal!r}")
+                                and (cal["hw_op_s"] == 0 or _positive(cal["hw_op_s"]))):
+        c.error("calibration", f"must be null or {{rounds >= 1, iterations >= 1, hw_op_s >= 0}}, got {cal!r}")
     nd = parse_network_dilation(c)
     c.finish({"calibration", "network_dilation"})
     return (dict(cal) if cal else None), nd

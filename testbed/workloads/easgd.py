@@ -280,7 +280,7 @@ class EasgdRuntime(WorkloadRuntime):
         ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if sync and wl.collective == "ps" else None
         values = model_values(wl)
         op_s = hw_op_s(wl, values, len(workers)) if len(workers) > 1 or not sync else 0.0
-        calibrate = wl.calibrated and op_s > 0
+        calibrate = wl.calibrated          # one sync worker: compute only (no op crosses the network)
         nd = network_dilation(wl, ctx.switch or {}, op_s)
         wtiming = {"calibration": ({"rounds": wl.calibration_rounds, "iterations": wl.calibration_iterations,
                                     "hw_op_s": op_s} if calibrate else None),
