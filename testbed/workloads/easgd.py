@@ -484,7 +484,7 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
     overruns of every host, and the calibration's own measurement of the round trips."""
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
     from testbed.fidelity.monitor import fidelity_report, load_traces  # noqa: PLC0415
-    from testbed.fidelity.projector import project_world  # noqa: PLC0415
+    from testbed.fidelity.projector import project, project_world  # noqa: PLC0415
 
     wl: EasgdWorkload = scenario.workload
     try:
@@ -517,7 +517,10 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
     try:
         for n in sorted({1, world, *PROJECTED_WORKERS}):
             cap = PROJECT_MAX_NODES if n <= world else max(40, PROJECT_MAX_NODES * 4 // n)
-            proj = project_world(traces, n, profile, max_nodes=cap)
+            # at the emulated count every rank's own trace (a straggler stays in it); other
+            # counts replicate rank 0's program (project_world)
+            proj = (project(traces, profile, max_nodes=cap) if n == world
+                    else project_world(traces, n, profile, max_nodes=cap))
             if n == 1:
                 base = proj.makespan_s
             comp = float(np.mean(list(proj.compute_s.values()))) if proj.compute_s else 0.0
