@@ -146,6 +146,15 @@ def p2p_group(tag: str, src: str, dst: str) -> str:
     return f"p2p:{tag}:{src}>{dst}"
 
 
+def parse_p2p_group(group: str) -> tuple[str, str, str]:
+    """(tag, src, dst) of a `p2p_group` name; ValueError for anything else."""
+    head, _, pair = group.rpartition(":")
+    src, sep, dst = pair.partition(">")
+    if not head.startswith("p2p:") or not sep or not src or not dst:
+        raise ValueError(f"{group!r} is not a p2p group (p2p:<tag>:<src>><dst>)")
+    return head[len("p2p:"):], src, dst
+
+
 def now() -> float:
     return time.perf_counter()
 

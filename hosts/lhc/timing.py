@@ -12,7 +12,8 @@ GPU model (NVIDIA V100, as hosts/glm/devices.py's GpuDevice; same constants):
     one thread per position per round].
   * decode: 1 kernel per peeling round + 1 to scatter; per round the alive
     positions' 3 counters (3 x 8 B) [A: we charge every round with |U|]; writes 4n B.
-  * top-k: radix select over |g| (4 passes over 4n B) + gather [A].
+  * top-k: radix select over |g| (4 passes over 4n B) + gather [A]; its (indices,
+    values) blocks are allgathered over the ring (traced as op allgather).
 Real numpy work always runs; the modeled time x time_scale is slept (PacedDevice).
 `cpu` device: measured numpy time, no model (time_scale 1).
 
@@ -116,8 +117,9 @@ class Timeline:
         return t1 - t0
 
     def comm(self, fn: Callable[[], Any], *, algo: str | None, values: int, phase: str,
-             scale_round: bool = False) -> tuple[Any, float]:
-        """algo None: an exchange the network model has no formula for (allgather): not traced.
+             scale_round: bool = False, op: str = "allreduce") -> tuple[Any, float]:
+        """algo None: an exchange the network model has no formula for: not traced.
+        op: allreduce, or allgather (`values` = one rank's block).
         scale_round: a float in-switch sum that first agrees on a scale (one more pass)."""
         t0 = time.perf_counter()
         if algo is not None and self._after_comm:
@@ -130,7 +132,7 @@ class Timeline:
         t1 = time.perf_counter()
         if algo is not None:
             self._after_comm = True
-            node = self.trace.comm(t0, t1, op="allreduce", algo=algo, values=values, phase=phase,
+            node = self.trace.comm(t0, t1, op=op, algo=algo, values=values, phase=phase,
                                    **({"scale_round": True} if scale_round else {}))
             self.trace.waited(node)
             self.spans.append((t0, t1, values))
@@ -168,6 +170,7 @@ def calibrate(tl: Timeline, cc: dict[str, Any], nd: dict | None, *, host: str, r
     table = HwTable(cc["hw_table"])
     gpu = tl.device.type == "gpu"
     c = cal.Calibrator(0.0, tl.device.time_scale, nd if gpu else None, rank, expect_delay)
+    c.start()
     for _ in range(cc["rounds"]):
         tl.begin_window()
         for i in range(cc["iterations"]):
@@ -182,6 +185,7 @@ def calibrate(tl: Timeline, cc: dict[str, Any], nd: dict | None, *, host: str, r
                             op_hw_p50_s=c.hw_op_s or None)
         if gpu:
             tl.device.time_scale = tdf
+    c.finish()
     # The measured run starts clean: a fresh device (its step statistics are the run's;
     # round 0 ran far below the final TDF) and an empty trace.
     d = tl.device

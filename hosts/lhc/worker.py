@@ -249,7 +249,8 @@ class Worker:
             self.residual = acc.copy()
             self.residual[idx] = 0.0
             block = np.concatenate([idx, vals.view(np.int32)])
-            blocks, t1 = tl.comm(lambda: coll.allgather(block), algo=None, values=block.size, phase="allgather")
+            blocks, t1 = tl.comm(lambda: coll.allgather(block), algo="ring", values=block.size, phase="allgather",
+                                 op="allgather")
             y, t_dec = tl.run_step("topk_sum", lambda: sum_topk(blocks, self.k, self.n),
                                    lambda _: {"n": self.n, "k": self.k, "world": W})
             info.update(encode_s=t_enc, decode_s=t_dec, comm_s=t1, values_sent=block.size * (W - 1))

@@ -6,16 +6,22 @@ Pieces (pure Python, no sockets; SimPy for the projector):
                 load_profile(name_or_path) -> HardwareProfile; profile[name] is SI;
                 profile.with_overrides({name: value_in_file_unit}).
   network_model collective_time(op, algo, values, value_bytes, world, profile) -> s
-                for algo switch (in-network aggregation, testbed.wire format),
-                ring, ps, none; packet_count(values), wire_bytes(values, profile).
+                for allreduce (switch: in-network aggregation, testbed.wire format;
+                ring, ps, none) and allgather (ring, ps); message_time(bytes,
+                profile) for one point-to-point message; packet_count(values),
+                wire_bytes(values, profile).
   monitor       fidelity_report(traces | folder, profile, tdf=None, band=(0.8, 1.25))
                 -> FidelityReport (network slowdown vs the compute dilation, overruns,
                 valid + reasons); calibrate_tdf(measured_op_s, modeled_op_s);
                 converged(prev, new, tol).
   projector     project(traces, profile, compute_time=None) -> Projection: replays
                 recorded traces (hosts.common.trace) on SimPy with the hardware
-                models; project_world(traces, world, profile, compute_time=None)
-                synthesizes `world` ranks from rank 0's template.
+                models (p2p messages queue on hosts' links, fabric.py);
+                project_world(traces, world, profile, compute_time=None)
+                synthesizes `world` workers from rank 0's template and replaces
+                server traces by service models (server_model.py).
+  records       fidelity_and_projection(work_dir, profile_name, tdf, workload,
+                iterations, summary, ...): a point's fidelity and projection records.
   sensitivity   sensitivity(fn, profile) -> SensitivityBand over the A/I ranges;
                 projection_sensitivity(traces, profile, world=None, ...).
 """

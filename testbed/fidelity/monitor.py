@@ -7,8 +7,20 @@ for every communication op of the traces (one per rank and collective)
     measured = t1 - max over ranks of t0 (perf_counter seconds, wall: from the
                                          last participant's arrival, so a late peer's
                                          compute is not counted as network time)
-    modeled  = network_model.collective_time(op, algo, values, value_bytes, world, profile)
+    modeled  = network_model.collective_time(op, algo, values, value_bytes, members, profile)
+               (members: the ranks whose traces have that collective)
     slowdown = measured / modeled
+
+Point-to-point messages (send/recv, hosts/common/trace.py) count once, on the
+receiver's recv node, against its sender's send node (same group and seq):
+
+    measured = recv.t1 - max(send.t0, recv.t0)   (from when both were there)
+    modeled  = network_model.message_time(bytes, profile)
+
+A message whose receiver began waiting after its sender had finished sending
+(recv.t0 >= send.t1) was buffered: the bytes were already in, so the wait
+measures nothing of the network. It is counted (`p2p_buffered`) and left out of
+the statistics. A recv whose sender has no trace is skipped (`comm_ops_skipped`).
 
 and the point is valid when `ratio_p50 = median(slowdown) / tdf` lies in the band
 (default [0.8, 1.25], issue 8). The tail is checked too: `ratio_p99 =
@@ -46,7 +58,7 @@ import numpy as np
 
 from hosts.common.trace import read_trace
 from testbed.fidelity.constants import HardwareProfile
-from testbed.fidelity.network_model import collective_time
+from testbed.fidelity.network_model import collective_time, message_time
 
 Trace = tuple[dict[str, Any], list[dict[str, Any]]]
 DEFAULT_BAND = (0.8, 1.25)
@@ -64,6 +76,8 @@ class FidelityReport:
     comm_ops: int = 0                  # ops with a slowdown (modeled > 0, completed)
     comm_ops_skipped: int = 0          # world 1 / algo none: nothing to compare with
     comm_ops_incomplete: int = 0       # t1 missing: never completed
+    p2p_messages: int = 0              # messages with a slowdown (in comm_ops)
+    p2p_buffered: int = 0              # messages the receiver found already in: not measured
     net_slowdown_p50: float | None = None
     net_slowdown_p90: float | None = None
     net_slowdown_p99: float | None = None
@@ -121,22 +135,29 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
 
     rep = FidelityReport(tdf=tdf, profile=profile.label(), band=(lo, hi), valid=True)
     slowdowns, dilations, overruns = [], [], 0
-    last_arrival = _last_arrivals(traces)
+    last_arrival, members = _arrivals(traces)
+    sends = {(n["group"], n["seq"]): n for _, nodes in traces for n in nodes
+             if n["kind"] == "comm" and n["op"] == "send" and n["algo"] == "p2p"}
     for header, nodes in traces:
-        world = int(header["world"])
         for n in nodes:
             if n["kind"] == "comm":
                 if n.get("t1") is None:
                     rep.comm_ops_incomplete += 1
                     continue
+                if n["algo"] == "p2p":
+                    slowdown = _message_slowdown(n, sends, profile, rep)
+                    if slowdown is not None:
+                        slowdowns.append(slowdown)
+                    continue
+                key = (n["group"], n["seq"])
                 modeled = collective_time(n["op"], n["algo"], int(n["values"]), int(n["value_bytes"]),
-                                          world, profile, bool(n.get("scale_round")))
+                                          members[key], profile, bool(n.get("scale_round")))
                 if modeled <= 0:
                     rep.comm_ops_skipped += 1
                     continue
                 # From the last participant's arrival: waiting for a late peer is the
                 # peers' compute (which the device model paces), not the network.
-                start = max(n["t0"], last_arrival.get((n["group"], n["seq"]), n["t0"]))
+                start = max(n["t0"], last_arrival[key])
                 slowdowns.append(max(0.0, n["t1"] - start) / modeled)
             elif n["kind"] == "compute":
                 rep.compute_nodes += 1
@@ -165,7 +186,8 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
 
     rep.comm_ops = len(slowdowns)
     if not slowdowns:
-        rep.reasons.append("no communication op with a modeled time: network fidelity not checked")
+        rep.reasons.append("no communication op with a modeled time: network fidelity not checked"
+                           + (f" ({rep.p2p_buffered} messages were buffered)" if rep.p2p_buffered else ""))
         rep.flags.append("no_comm_ops")
         return rep
     sd = np.asarray(slowdowns)
@@ -197,18 +219,38 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
     return rep
 
 
-def _last_arrivals(traces: Sequence[Trace]) -> dict[tuple[str, int], float]:
-    """(group, seq) -> the latest t0 of that collective over the ranks that took part.
+def _arrivals(traces: Sequence[Trace]) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], int]]:
+    """(group, seq) -> the latest t0 of that collective over the ranks that took part,
+    and how many ranks took part.
 
     Every host's times are time.perf_counter() (CLOCK_MONOTONIC, one clock for the
     machine), so arrivals of different ranks compare directly."""
-    out: dict[tuple[str, int], float] = {}
+    last: dict[tuple[str, int], float] = {}
+    count: dict[tuple[str, int], int] = {}
     for _, nodes in traces:
         for n in nodes:
-            if n["kind"] == "comm":
+            if n["kind"] == "comm" and n["algo"] != "p2p":
                 key = (n["group"], n["seq"])
-                out[key] = max(out.get(key, n["t0"]), n["t0"])
-    return out
+                last[key] = max(last.get(key, n["t0"]), n["t0"])
+                count[key] = count.get(key, 0) + 1
+    return last, count
+
+
+def _message_slowdown(recv: dict[str, Any], sends: dict[tuple[str, int], dict[str, Any]],
+                      profile: HardwareProfile, rep: FidelityReport) -> float | None:
+    """A recv node's slowdown against its send (module docstring); None when not measured."""
+    if recv["op"] != "recv":
+        return None                      # the send side: measured on its recv
+    send = sends.get((recv["group"], recv["seq"]))
+    if send is None or send.get("t1") is None:
+        rep.comm_ops_skipped += 1        # the sender is not traced (or never finished: counted there)
+        return None
+    if recv["t0"] >= send["t1"]:
+        rep.p2p_buffered += 1
+        return None
+    rep.p2p_messages += 1
+    modeled = message_time(int(recv["values"]) * int(recv["value_bytes"]), profile)
+    return max(0.0, recv["t1"] - max(send["t0"], recv["t0"])) / modeled
 
 
 def calibrate_tdf(measured_op_s: Iterable[float], modeled_op_s: float) -> float:

@@ -47,6 +47,17 @@ ps (one parameter server with one NIC, N workers, dedicated server host): all
       T_ps = 2 L0 + s(f_1) + 2 N S + s(f_last) + max(0, N n / gamma - N S) + f_last_payload / gamma
   Large n: T -> 2 N n_wire / B.
 
+allgather (op "allgather": every rank contributes a block of `values` values,
+  b = values * value_bytes bytes, and ends with all N blocks; no reduction):
+  ring: N - 1 steps, each rank passing one rank's block to its neighbour:
+      T_ag_ring = (N - 1) step(b),        busiest link (N - 1) S_b
+  ps: the server gathers the N blocks on its port (N S_b), then sends every
+      worker all N blocks as one message of N b bytes (N S_Nb out of its port):
+      T_ag_ps = 2 L0 + s(f_1 of b) + N S_b + N S_Nb + s(f_last of N b)
+      busiest link (the server's, both directions) N S_b + N S_Nb
+  where S_m = sum_i s(f_i) of a message of m bytes. switch: not modeled (the
+  INA wire format sums). Large n: ring -> (N-1) n_wire / B, ps -> N (N+1) n_wire / B.
+
 none / world 1: zero (nothing crosses the network).
 
 message (point to point, `message_cost`): one host sends m payload bytes to
@@ -73,7 +84,8 @@ from testbed.wire import (ETH_HLEN, IPV4_HLEN, MAX_VALUES_PER_PACKET, UDP_HLEN,
                           VALUES_OFFSET)
 
 ALGOS = ("switch", "ring", "ps", "none")
-OPS = ("allreduce",)
+OPS = ("allreduce", "allgather")
+ALLGATHER_ALGOS = ("ring", "ps", "none")
 INA_VALUE_BYTES = 4                      # the INA wire format carries int32
 P2P_HEADER_BYTES = ETH_HLEN + IPV4_HLEN + UDP_HLEN   # 42: ring/PS datagrams
 
@@ -200,10 +212,14 @@ def collective_cost(op: str, algo: str, values: int, value_bytes: int, world: in
         raise ValueError(f"world must be >= 1, got {world}")
     if value_bytes <= 0:
         raise ValueError(f"value_bytes must be positive, got {value_bytes}")
+    if op == "allgather" and algo not in ALLGATHER_ALGOS:
+        raise ValueError(f"allgather algo {algo!r} is not modeled (modeled: {', '.join(ALLGATHER_ALGOS)})")
     if world == 1:
         return CollectiveCost(0.0, 0.0)
     if algo == "none":
         raise ValueError(f"algo 'none' means no communication, but world is {world}")
+    if op == "allgather":
+        return _allgather(algo, values * value_bytes, world, profile)
     if algo == "switch":
         return _switch(values, value_bytes, world, profile)
     if algo == "ring":
@@ -261,6 +277,17 @@ def _ps(values: int, value_bytes: int, world: int, p: HardwareProfile) -> Collec
     total = (2 * hop_latency_s(p) + serialization_s(st.first, p) + 2 * world * big_s
              + serialization_s(st.last, p) + reduce_tail)
     return CollectiveCost(total, 2 * world * big_s)
+
+
+def _allgather(algo: str, block: int, world: int, p: HardwareProfile) -> CollectiveCost:
+    if algo == "ring":
+        step = message_cost(block, p)           # every rank passes one block to its neighbour
+        return CollectiveCost((world - 1) * step.total_s, (world - 1) * step.link_busy_s)
+    gather, scatter = p2p_stream(block, p), p2p_stream(world * block, p)
+    busy = world * gather.serialization_s(p) + world * scatter.serialization_s(p)
+    total = (2 * hop_latency_s(p) + serialization_s(gather.first, p) + busy
+             + serialization_s(scatter.last, p))
+    return CollectiveCost(total, busy)
 
 
 def _check_count(name: str, v: int) -> None:

@@ -173,10 +173,16 @@ class LhcWorkload(BaseModel):
 # ---------------------------------------------------------------------------
 # Hardware time of the aggregation ops (calibration, network dilation)
 # ---------------------------------------------------------------------------
-def op_algo(wl: LhcWorkload) -> str | None:
-    """The network model's algo of the traced ops (top-k's allgather has none)."""
+def op_algo(wl: LhcWorkload) -> str:
+    """The network model's algo of the traced ops."""
     return {"lhc_switch": "switch", "dense_switch": "switch", "lhc_ring": "ring", "dense_ring": "ring",
-            "dense_fixed_ring": "ring", "dense_ps": "ps", "topk_ring": None}[wl.algorithm]
+            "dense_fixed_ring": "ring", "dense_ps": "ps", "topk_ring": "ring"}[wl.algorithm]
+
+
+def op_kind(wl: LhcWorkload) -> str:
+    """The network model's op: top-k allgathers every rank's (indices, values) block
+    (`values` = one rank's block); everything else is an allreduce."""
+    return "allgather" if wl.algorithm == "topk_ring" else "allreduce"
 
 
 def gradient_size(wl: LhcWorkload) -> int:
@@ -190,11 +196,8 @@ def hw_op_time(wl: LhcWorkload, values: int, workers: int, profile: Any = None) 
     agrees a scale (scale_round), as the protocol does."""
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
     from testbed.fidelity.network_model import collective_time  # noqa: PLC0415
-    algo = op_algo(wl)
-    if algo is None:
-        return 0.0
-    return collective_time("allreduce", algo, int(values), 4, workers, profile or load_profile(wl.hardware),
-                           scale_round=wl.algorithm == "dense_switch")
+    return collective_time(op_kind(wl), op_algo(wl), int(values), 4, workers,
+                           profile or load_profile(wl.hardware), scale_round=wl.algorithm == "dense_switch")
 
 
 def hw_table(wl: LhcWorkload, workers: int) -> dict[str, list[float]]:
@@ -404,40 +407,13 @@ def point_summary(wl: LhcWorkload, workers: list[str], iters: list[dict[str, Any
 
 def fidelity_records(wl: LhcWorkload, work_dir: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The fidelity monitor's verdict and the projection at the point's worker count
-    (testbed.fidelity's shared functions; compute nodes keep their modeled time)."""
-    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
-    from testbed.fidelity.monitor import fidelity_report, load_traces  # noqa: PLC0415
-    from testbed.fidelity.projector import project_world  # noqa: PLC0415
+    (testbed.fidelity.records; compute nodes keep their modeled time)."""
+    from testbed.fidelity.records import fidelity_and_projection  # noqa: PLC0415
 
-    try:
-        traces = load_traces(work_dir)
-    except ValueError as e:
-        summary.update(valid=False, invalid_reasons=[f"no traces: {e}"])
-        return [{"type": "fidelity", "valid": False, "reasons": [f"no traces: {e}"]}]
-    profile = load_profile(wl.hardware)
-    report = fidelity_report(traces, profile, summary["tdf"], max_overrun_share=0.05)
-    fid = {"type": "fidelity", **report.to_dict()}
-    device_ok = summary.get("valid", True)
-    summary["valid"] = fid["valid"] = bool(report.valid and device_ok)
-    summary["invalid_reasons"] = fid["reasons"] = (
-        ([] if device_ok else ["device model exceeded"]) + list(report.reasons))
-    summary["net_slowdown_p50"] = report.net_slowdown_p50
-    summary["net_ratio_p50"] = report.ratio_p50
-    out = [fid]
-    try:
-        proj = project_world(traces, len(traces), profile, max_nodes=600)
-        # The trace holds every iteration, warmup included (calibration is not in it).
-        iters = max(1, (summary.get("iterations") or 0) + wl.warmup)
-        out.append({"type": "projection", "workload": "lhc", "workers": len(traces), "emulated": True,
-                    "algorithm": wl.algorithm, "profile": profile.label(), "hw_run_s": proj.makespan_s,
-                    "hw_iter_ms": proj.makespan_s / iters * 1e3, "truncated": bool(proj.truncated)})
-        summary["projected_hw_iter_ms"] = proj.makespan_s / iters * 1e3
-        if summary.get("iter_ms") and summary["tdf"]:        # emulated / projected, both hardware time
-            summary["emulated_over_projected"] = summary["iter_ms"] / summary["tdf"] / summary["projected_hw_iter_ms"]
-    except (ValueError, KeyError) as e:       # e.g. top-k's allgather is not traced
-        summary["projected_hw_iter_ms"] = None
-        out.append({"type": "projection", "workload": "lhc", "error": str(e)})
-    return out
+    # The trace holds every iteration, warmup included (calibration is not in it).
+    iters = max(1, (summary.get("iterations") or 0) + wl.warmup)
+    return fidelity_and_projection(work_dir, wl.hardware, summary["tdf"], "lhc", iters, summary,
+                                   extra={"algorithm": wl.algorithm}).records
 
 
 def summary_row(s: dict[str, Any]) -> dict[str, Any]:

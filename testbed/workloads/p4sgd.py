@@ -383,44 +383,37 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
     returns a `fidelity` record (the runner copies it into points.jsonl) and
     `projection` records: the point's own trace replayed on the hardware model
     at its worker count, and the same trace shape at PROJECTED_WORKERS."""
-    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
-    from testbed.fidelity.monitor import fidelity_report, load_traces  # noqa: PLC0415
-    from testbed.fidelity.projector import project, project_world  # noqa: PLC0415
+    from testbed.fidelity.projector import project_world  # noqa: PLC0415
+    from testbed.fidelity.records import fidelity_and_projection  # noqa: PLC0415
 
     wl: P4sgdWorkload = scenario.workload
-    try:
-        traces = load_traces(work_dir)
-    except ValueError as e:          # a failed worker wrote none: say so, don't invent one
-        summary.update(valid=False, invalid_reasons=[f"no traces: {e}"])
-        return [{"type": "fidelity", "valid": False, "reasons": [f"no traces: {e}"]}]
-    profile = load_profile(wl.hardware)
+    compute_time = p4sgd_compute_time(wl)
     # A modeled device carries a sleep debt (hosts/glm/devices.py): single steps over
     # budget are absorbed; the device validity check (5 % of steps) is the same bound.
-    report = fidelity_report(traces, profile, summary["tdf"], max_overrun_share=0.05)
-    fid = {"type": "fidelity", **report.to_dict(), "calibrated": wl.calibrated}
-    device_ok = summary.get("valid", True)
-    summary["valid"] = report.valid and device_ok
-    summary["invalid_reasons"] = ([] if device_ok else ["device model exceeded (see validity records)"]) \
-        + (report.reasons if not report.valid else [])
-    fid["valid"] = summary["valid"]
-    fid["reasons"] = summary["invalid_reasons"] or report.reasons
-
-    world = len(traces)
-    compute_time = p4sgd_compute_time(wl)
+    point = fidelity_and_projection(work_dir, wl.hardware, summary["tdf"], "p4sgd", summary.get("iterations"),
+                                    summary, compute_time, max_nodes=PROJECT_MAX_NODES,
+                                    device_reason="device model exceeded (see validity records)")
+    fid = point.fidelity
+    fid["calibrated"] = wl.calibrated
+    if point.projected is None:      # no traces, or the projector refused them (named in the record)
+        return point.records
+    traces, profile = point.traces, point.profile
+    world = point.projected.world
     samples = summary.get("samples") or 0
     records = []
     for n in (world, *[w for w in PROJECTED_WORKERS if w > world]):
         cap = PROJECT_MAX_NODES if n == world else max(40, PROJECT_MAX_NODES * 4 // n)
-        # At the emulated count every rank's own trace (a straggler stays a straggler);
-        # beyond it, rank 0's program replicated.
-        proj = (project(traces, profile, compute_time=compute_time, max_nodes=cap) if n == world
+        # At the emulated count every rank's own trace (a straggler stays a straggler,
+        # records.py); beyond it, rank 0's program replicated.
+        proj = (point.projected if n == world
                 else project_world(traces, n, profile, compute_time=compute_time, max_nodes=cap))
         # Bands at the emulated count and the largest projected one (each band costs
         # ~10 projections; the counts between follow the same constants).
         band = (_sensitivity_band(traces, n, profile, wl, cap) if n in (world, PROJECTED_WORKERS[-1])
                 else {"lo_s": proj.makespan_s, "hi_s": proj.makespan_s, "swept": [], "not_computed": True})
-        records.append({"type": "projection", "workload": "p4sgd", "workers": n, "emulated": n == world,
-                        "mode": wl.mode, "collective": wl.collective, "profile": profile.label(),
+        base = point.projection if n == world else {"type": "projection", "workload": "p4sgd", "workers": n,
+                                                    "emulated": False, "profile": profile.label()}
+        records.append({**base, "mode": wl.mode, "collective": wl.collective,
                         "hw_train_s": proj.makespan_s,
                         "hw_throughput_sps": samples / proj.makespan_s if proj.makespan_s > 0 else None,
                         "band_lo_sps": samples / band["hi_s"] if band["hi_s"] > 0 else None,

@@ -102,3 +102,31 @@ def test_agreed_scale_adds_one_single_value_pass_in_the_switch_only():
     assert collective_time("allreduce", "ring", 8192, 4, 4, p, scale_round=True) == \
         collective_time("allreduce", "ring", 8192, 4, 4, p)
     assert collective_time("allreduce", "switch", 8192, 4, 1, p, scale_round=True) == 0.0
+
+
+def test_allgather_by_hand():
+    # tor-100g-host: L0 = 2 us stack + 2 x 600 ns NIC + 2 x 3 m x 5 ns/m + 600 ns pipeline = 3.83 us.
+    # A 1000 B block is one datagram: 42 + 1000 B + 4 FCS + 20 preamble/IFG = 1066 B on the wire.
+    from testbed.fidelity.network_model import collective_cost
+    s_block = 1066 * 8 / 100e9
+    ring = collective_cost("allgather", "ring", 250, 4, 4, HOST)
+    assert ring.total_s == pytest.approx(3 * (3.83e-6 + 2 * s_block), rel=1e-12)
+    assert ring.link_busy_s == pytest.approx(3 * s_block, rel=1e-12)
+    # ps: the 4 blocks in, then 4 messages of 4000 B out: 1472 + 1472 + 1056 B of payload,
+    # 2 x 1538 + 1122 B on the wire; the last frame (1122 B) crosses the worker's link too.
+    s_all = (2 * 1538 + 1122) * 8 / 100e9
+    ps = collective_cost("allgather", "ps", 250, 4, 4, HOST)
+    assert ps.total_s == pytest.approx(2 * 3.83e-6 + s_block + 4 * s_block + 4 * s_all + 1122 * 8 / 100e9,
+                                       rel=1e-12)
+    assert ps.link_busy_s == pytest.approx(4 * s_block + 4 * s_all, rel=1e-12)
+    assert collective_time("allgather", "ring", 250, 4, 1, HOST) == 0
+
+
+def test_allgather_scales_as_its_closed_forms_and_refuses_the_switch():
+    n = 1 << 20                                            # 4 MiB blocks
+    wire = p2p_wire_bytes(4 * n, HOST) * 8 / 100e9
+    for world in (4, 16):
+        assert collective_time("allgather", "ring", n, 4, world, HOST) == pytest.approx((world - 1) * wire, rel=0.02)
+    assert collective_time("allgather", "ps", n, 4, 8, HOST) == pytest.approx(8 * 9 * wire, rel=0.01)
+    with pytest.raises(ValueError, match="allgather algo 'switch' is not modeled"):
+        collective_time("allgather", "switch", 64, 4, 4, TOFINO)

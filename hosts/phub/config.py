@@ -1,0 +1,145 @@
+"""Configs of the PHub host programs (written by testbed/workloads/phub.py): the
+server's (`load_server`) and a worker's (`load_worker`). Unknown or missing keys
+are errors naming the key."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+from hosts.common.config import ConfigError, HostAddr
+from hosts.phub.optimizer import OptimizerSpec
+
+ALGORITHMS = ("phub", "wide_ps", "ring", "switch")
+
+
+def _take(cls, d: dict[str, Any], where: str, **convert) -> Any:
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: expected an object, got {type(d).__name__}")
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}")
+    kw = {}
+    for f in fields(cls):
+        if f.name in d:
+            v = d[f.name]
+            kw[f.name] = convert[f.name](v, f"{where}.{f.name}") if f.name in convert else v
+    try:
+        return cls(**kw)
+    except TypeError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def _opt(v: Any, where: str) -> OptimizerSpec:
+    try:
+        return OptimizerSpec(**v)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def _addr(v: Any, where: str) -> HostAddr | None:
+    if v is None:
+        return None
+    try:
+        return HostAddr(v["name"], v["ip"])
+    except (TypeError, KeyError):
+        raise ConfigError(f"{where}: expected {{name, ip}}, got {v!r}") from None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One training job the server serves."""
+
+    job: int
+    world: int
+    sizes: list[int]
+    chunk_bytes: int
+    optimizer: OptimizerSpec
+    workers: list[str]
+
+    def identity(self, cores: int) -> dict[str, Any]:
+        """What a worker and the server must agree on (checked in HELLO)."""
+        digest = hashlib.sha1(json.dumps(self.sizes).encode()).hexdigest()[:12]
+        return {"job": self.job, "world": self.world, "keys": len(self.sizes), "sizes_sha1": digest,
+                "chunk_bytes": self.chunk_bytes, "cores": cores, "optimizer": self.optimizer.__dict__}
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str
+    ip: str
+    port: int
+    cores: int
+    jobs: list[JobSpec]
+    out: str
+    trace: str | None = None
+    trace_rank: int = 0
+    trace_world: int = 1
+    tdf: float = 1.0
+    start_at: float | None = None
+    connect_timeout_s: float = 30.0
+    timeout_s: float = 60.0
+
+
+def load_server(path: str) -> ServerConfig:
+    d = _read(path)
+    jobs = [_take(JobSpec, j, f"{path}: jobs[{i}]", optimizer=_opt) for i, j in enumerate(d.pop("jobs", []))]
+    cfg = _take(ServerConfig, dict(d, jobs=jobs), path)
+    if not jobs or cfg.cores < 1:
+        raise ConfigError(f"{path}: needs at least one job and cores >= 1")
+    if len({j.job for j in jobs}) != len(jobs):
+        raise ConfigError(f"{path}: job ids must differ, got {[j.job for j in jobs]}")
+    return cfg
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    host: str
+    ip: str
+    rank: int
+    job: JobSpec
+    algorithm: str
+    model: dict[str, Any]
+    iterations: int
+    warmup: int
+    seed: int
+    batch_size: int
+    device: dict[str, Any]
+    out: str
+    server: HostAddr | None = None       # phub: the PHub server; wide_ps: the PS host
+    port: int = 47900                    # phub: core c listens on port + c; wide_ps: the PS port
+    cores: int = 1
+    peers: list[dict[str, str]] | None = None    # ring: every worker of the job, by rank
+    ina: dict[str, Any] | None = None            # switch: hosts.common.config.InaSettings keys
+    straggler: dict[str, float] | None = None
+    exit_at: dict[str, int] | None = None        # fault injection: {iteration, layers} then exit(1)
+    trace: str | None = None
+    trace_world: int = 1
+    start_at: float | None = None
+    connect_timeout_s: float = 30.0
+    timeout_s: float = 60.0
+
+    def __post_init__(self):
+        if self.algorithm not in ALGORITHMS:
+            raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        if not 0 <= self.rank < self.job.world:
+            raise ConfigError(f"rank {self.rank} outside the job's world {self.job.world}")
+
+
+def load_worker(path: str) -> WorkerConfig:
+    d = _read(path)
+    job = _take(JobSpec, d.pop("job", None), f"{path}: job", optimizer=_opt)
+    return _take(WorkerConfig, dict(d, job=job), path, server=_addr)
+
+
+def _read(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: {e}") from None
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    return d

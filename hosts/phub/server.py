@@ -1,0 +1,419 @@
+"""The PHub server: `cores` processes, each owning a fixed share of every job's
+chunks (chunking.owner), with its own listening port (port + core) and one
+connection per worker: no state is shared between cores, so nothing is locked
+(PHub's core/queue-pair affinity, research/seeds.md §5.2).
+
+    python -m hosts.phub.server --config phub.config.json
+
+Tall aggregation: a chunk is summed as the workers' copies arrive. The sum is
+taken in rank order so that it is the plain PS's bit for bit (hosts/collectives/ps.py
+sums ranks 0, 1, ... in float32): rank r's copy is added as soon as ranks < r
+are in; one that comes earlier waits in a per-chunk slot until then. When the
+chunk has all N copies its optimizer step runs at once (optimizer.step) and the
+new weights go to every worker of the job (UPDATE; no pull requests).
+Several jobs share the server: each message carries its job id.
+
+Output (JSON lines): `core` per core (bytes, messages, seconds per stage:
+receive, aggregate, optimize, send, idle; GB/s of aggregation beside a plain
+numpy sum of the same bytes), and a `summary`. With a trace path, one trace of
+the whole server (role "server"): per message a recv node, a compute node
+(aggregate + optimize, measured: hw_s = real_s) and the update's send nodes.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hosts.collectives import check_hello, make_hello
+from hosts.common import program
+from hosts.common.results import JsonlWriter
+from hosts.common.tcp import Conn, NetError, ProtocolError, accept_one, listen, recv_json, send_json
+from hosts.common.trace import TraceRecorder
+from hosts.phub import protocol as P
+from hosts.phub.chunking import ChunkPlan, owner
+from hosts.phub.config import JobSpec, ServerConfig, load_server
+
+log = logging.getLogger("phub.server")
+
+
+@dataclass
+class Stages:
+    recv_s: float = 0.0
+    agg_s: float = 0.0
+    opt_s: float = 0.0
+    send_s: float = 0.0
+    agg_bytes: int = 0
+    messages_in: int = 0
+    messages_out: int = 0
+    chunks_done: int = 0
+
+
+class JobState:
+    """One job's chunks on one core: weights, momentum, running sums."""
+
+    def __init__(self, spec: JobSpec, core: int, cores: int):
+        self.spec = spec
+        self.plan = ChunkPlan(spec.sizes, spec.chunk_bytes)
+        ids = self.plan.owned(core, cores)
+        self.local: dict[int, slice] = {}
+        off = 0
+        for cid in ids:
+            n = self.plan.chunks[cid].length
+            self.local[cid] = slice(off, off + n)
+            off += n
+        self.values = off
+        self.w = np.zeros(off, np.float32)
+        self.v = np.zeros(off, np.float32) if spec.optimizer.has_state else None
+        self.acc = np.zeros(off, np.float32)
+        self.next_rank = {cid: 0 for cid in ids}
+        self.round = {cid: 0 for cid in ids}
+        self.early: dict[int, dict[int, np.ndarray]] = {cid: {} for cid in ids}
+        self.initialized = False
+        self.ended: set[int] = set()
+
+    def init(self, ids: np.ndarray, payload: np.ndarray) -> None:
+        off = 0
+        for cid in ids.tolist():
+            sl = self._slice(cid)
+            n = sl.stop - sl.start
+            self.w[sl] = payload[off:off + n]
+            off += n
+        self.initialized = True
+
+    def _slice(self, cid: int) -> slice:
+        try:
+            return self.local[cid]
+        except KeyError:
+            raise ProtocolError(f"job {self.spec.job}: chunk {cid} is not owned by this core") from None
+
+    def push(self, rank: int, it: int, ids: np.ndarray, payload: np.ndarray, st: Stages) -> list[int]:
+        """Add rank's copies; the chunks whose sum completed (and were optimized)."""
+        done: list[int] = []
+        off = 0
+        world = self.spec.world
+        for cid in ids.tolist():
+            sl = self._slice(cid)
+            n = sl.stop - sl.start
+            data = payload[off:off + n]
+            off += n
+            if it != self.round[cid]:
+                raise ProtocolError(f"job {self.spec.job} rank {rank} pushed chunk {cid} for iteration {it}, "
+                                    f"the chunk is at iteration {self.round[cid]}")
+            t0 = time.perf_counter()
+            if rank != self.next_rank[cid]:
+                self.early[cid][rank] = data          # waits for the ranks before it (rank-order sum)
+                st.agg_s += time.perf_counter() - t0
+                continue
+            self._add(cid, sl, rank, data, st)
+            while self.next_rank[cid] in self.early[cid]:
+                self._add(cid, sl, self.next_rank[cid], self.early[cid].pop(self.next_rank[cid]), st)
+            st.agg_s += time.perf_counter() - t0
+            if self.next_rank[cid] == world:
+                if not self.initialized:
+                    raise ProtocolError(f"job {self.spec.job}: chunk {cid} complete before rank 0's INIT")
+                t1 = time.perf_counter()
+                from hosts.phub.optimizer import step  # noqa: PLC0415 - light
+                step(self.spec.optimizer, self.w[sl], None if self.v is None else self.v[sl], self.acc[sl], world)
+                st.opt_s += time.perf_counter() - t1
+                self.next_rank[cid] = 0
+                self.round[cid] += 1
+                st.chunks_done += 1
+                done.append(cid)
+        if off != payload.size:
+            raise ProtocolError(f"job {self.spec.job} rank {rank}: payload of {payload.size} values for "
+                                f"chunks holding {off}")
+        return done
+
+    def _add(self, cid: int, sl: slice, rank: int, data: np.ndarray, st: Stages) -> None:
+        if rank == 0:
+            np.copyto(self.acc[sl], data)
+        else:
+            self.acc[sl] += data
+        self.next_rank[cid] = rank + 1
+        st.agg_bytes += data.nbytes
+
+    def incomplete(self) -> str:
+        waiting = [(cid, self.next_rank[cid], sorted(self.early[cid])) for cid in self.next_rank
+                   if self.next_rank[cid] or self.early[cid]]
+        if not waiting:
+            return "no chunk in flight"
+        cid, nxt, early = waiting[0]
+        return (f"{len(waiting)} chunk(s) in flight, e.g. chunk {cid} at iteration {self.round[cid]} "
+                f"waiting for rank {nxt} (ranks {early} already in)")
+
+
+def accept_links(cfg: ServerConfig, core: int) -> dict[tuple[int, int], P.Link]:
+    server = listen(cfg.ip, cfg.port + core)
+    expected = {(j.job, r) for j in cfg.jobs for r in range(j.world)}
+    jobs = {j.job: j for j in cfg.jobs}
+    links: dict[tuple[int, int], P.Link] = {}
+    deadline = time.monotonic() + cfg.connect_timeout_s
+    try:
+        while len(links) < len(expected):
+            missing = sorted(expected - set(links))
+            sock = accept_one(server, waiting_for=f"workers (job, rank) {missing[:6]}",
+                              timeout_s=max(0.5, deadline - time.monotonic()))
+            conn = Conn(sock, "a connecting worker", cfg.timeout_s)
+            theirs = recv_json(conn, timeout_s=max(1.0, deadline - time.monotonic()))
+            run = theirs.get("run") if isinstance(theirs, dict) else None
+            job = jobs.get(run.get("job")) if isinstance(run, dict) else None
+            if job is None:
+                raise ProtocolError(f"a worker sent HELLO for an unknown job: {theirs!r}")
+            mine = make_hello(cfg.host, -1, job.identity(cfg.cores))
+            conn.peer = f"worker {theirs.get('host')} (job {job.job}, rank {theirs.get('rank')})"
+            check_hello(theirs, mine=mine, peer=conn.peer)
+            key = (job.job, theirs["rank"])
+            if key not in expected or key in links:
+                raise ProtocolError(f"unexpected or duplicate {conn.peer}")
+            send_json(conn, mine)
+            links[key] = P.Link(conn)
+    except BaseException:
+        for ln in links.values():
+            ln.conn.close()
+        raise
+    finally:
+        server.close()
+    return links
+
+
+def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
+    """Serve every job's chunks this core owns until every worker sent END."""
+    links = accept_links(cfg, core)
+    states = {j.job: JobState(j, core, cfg.cores) for j in cfg.jobs}
+    st = Stages()
+    nodes: list[dict[str, Any]] = []
+    tr = _CoreTrace(nodes, cfg.host, core) if trace_on else None
+    stall = P.Stall(cfg.timeout_s)
+    t_start = time.perf_counter()
+    by_link = list(links.items())
+    try:
+        while any(len(s.ended) < s.spec.world for s in states.values()):
+            progressed = False
+            for (job, rank), ln in by_link:
+                if rank in states[job].ended:          # END was its last message; it may close now
+                    continue
+                t0 = time.perf_counter()
+                msgs = ln.pump_recv()
+                st.recv_s += time.perf_counter() - t0
+                for hdr, payload, m0, m1 in msgs:
+                    progressed = True
+                    _handle(states[job], links, job, rank, hdr, payload, m0, m1, st, tr, ln.conn.peer)
+            for (job, rank), ln in by_link:
+                if ln.busy:
+                    t0 = time.perf_counter()
+                    progressed |= ln.pump_send()
+                    st.send_s += time.perf_counter() - t0
+            stall.check(progressed, lambda: "; ".join(f"job {j}: {s.incomplete()}" for j, s in states.items()))
+            if not progressed:
+                P.poll_links([ln for (j, r), ln in by_link if r not in states[j].ended or ln.busy], 0.2)
+        # The last updates leave before the links close.
+        while any(ln.busy for _, ln in by_link):
+            t0 = time.perf_counter()
+            moved = any([ln.pump_send() for _, ln in by_link if ln.busy])
+            st.send_s += time.perf_counter() - t0
+            stall.check(moved, lambda: "the last updates to leave")
+            if not moved:
+                P.poll_links([ln for _, ln in by_link], 0.2)
+    except NetError as e:
+        detail = "; ".join(f"job {j}: {s.incomplete()}" for j, s in states.items())
+        raise NetError(f"{e} [{detail}]") from None
+    finally:
+        for ln in links.values():
+            ln.conn.close()
+    wall = time.perf_counter() - t_start
+    values = sum(s.values for s in states.values())
+    worlds = max(s.spec.world for s in states.values())
+    return {"type": "core", "core": core, "wall_s": wall, **st.__dict__,
+            "idle_s": max(0.0, wall - st.recv_s - st.agg_s - st.opt_s - st.send_s),
+            "bytes_in": sum(ln.bytes_in for ln in links.values()),
+            "bytes_out": sum(ln.bytes_out for ln in links.values()),
+            "agg_gbps": st.agg_bytes / st.agg_s / 1e9 if st.agg_s else None,
+            **numpy_sum_reference(values, worlds), "nodes": nodes}
+
+
+def _handle(s: JobState, links, job: int, rank: int, hdr, payload, m0: float, m1: float, st: Stages,
+            tr: "_CoreTrace | None", peer: str) -> None:
+    kind, hjob, it, ids = P.parse(hdr, peer)
+    if hjob != job:
+        raise ProtocolError(f"{peer} sent a message for job {hjob} on its job-{job} connection")
+    st.messages_in += 1
+    if kind == P.INIT:
+        if rank != 0:
+            raise ProtocolError(f"{peer} sent INIT; only rank 0 initializes the weights")
+        s.init(ids, payload)
+        return
+    if kind == P.END:
+        s.ended.add(rank)
+        return
+    if kind != P.PUSH:
+        raise ProtocolError(f"{peer} sent {P.KINDS[kind]}, a server-to-worker message")
+    if tr:
+        tr.recv(m0, m1, peer_rank=(job, rank), values=payload.size, it=it)
+    c0 = time.perf_counter()
+    done = s.push(rank, it, ids, payload, st)
+    if tr:
+        tr.compute(c0, time.perf_counter(), work={"chunks": len(ids), "completed": len(done)})
+    if not done:
+        return
+    t0 = time.perf_counter()
+    out = np.concatenate([s.w[s.local[c]] for c in done])
+    h = P.header(P.UPDATE, job, it, done)
+    for r in range(s.spec.world):
+        cb = tr.send(t0, (job, r), out.size, it) if tr else None
+        links[(job, r)].queue(h, out, cb)
+        st.messages_out += 1
+    st.send_s += time.perf_counter() - t0
+
+
+class _CoreTrace:
+    """One core's trace nodes (merged into the server's trace by the parent)."""
+
+    def __init__(self, nodes: list[dict[str, Any]], host: str, core: int):
+        self.rec = TraceRecorder(None, host=host, rank=0, world=1, tdf=1.0)
+        self.rec.nodes = nodes
+        self.core = core
+
+    def _peer(self, job_rank: tuple[int, int]) -> str:
+        return _worker_names[job_rank]
+
+    def recv(self, t0, t1, *, peer_rank, values, it) -> None:
+        n = self.rec.recv(t0, t1, peer=self._peer(peer_rank), values=values, tag=f"push.c{self.core}",
+                          iteration=it, core=self.core)
+        self.rec.waited(n)
+
+    def compute(self, t0, t1, work) -> None:
+        self.rec.compute(t0, t1, t1 - t0, t1 - t0, dict(work, core=self.core, step="aggregate+optimize"))
+
+    def send(self, t0, peer_rank, values, it):
+        n = self.rec.send(t0, None, peer=self._peer(peer_rank), values=values, tag=f"update.c{self.core}",
+                          iteration=it, core=self.core)
+        return lambda t1: self.rec.done(n, t1)
+
+
+_worker_names: dict[tuple[int, int], str] = {}
+
+
+def numpy_sum_reference(values: int, world: int, repeats: int = 3) -> dict[str, Any]:
+    """A plain numpy sum of `world` arrays of `values` float32 (what one iteration's
+    aggregation on this core adds), timed here: the same bytes, one big op each."""
+    if values == 0:
+        return {"numpy_gbps": None}
+    arrs = [np.full(values, r + 1, np.float32) for r in range(world)]
+    acc = np.empty(values, np.float32)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(acc, arrs[0])
+        for a in arrs[1:]:
+            acc += a
+        best = min(best, time.perf_counter() - t0)
+    return {"numpy_gbps": values * 4 * world / best / 1e9, "numpy_bytes": values * 4 * world}
+
+
+def _core_main(core: int, cfg: ServerConfig, trace_on: bool, q) -> None:
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s %(name)s: %(levelname)s %(message)s")
+    try:
+        q.put(serve_core(core, cfg, trace_on))
+    except (NetError, OSError) as e:
+        q.put({"type": "core", "core": core, "error": f"{type(e).__name__}: {e}"})
+    except Exception as e:  # noqa: BLE001 - any failure is reported to the parent, which fails the run
+        q.put({"type": "core", "core": core, "error": f"{type(e).__name__}: {e}"})
+
+
+def run(cfg: ServerConfig, writer: JsonlWriter) -> list[dict[str, Any]]:
+    """Fork the core processes and wait for all; NetError names the first failure
+    (the other cores are stopped: nothing is left behind)."""
+    for j in cfg.jobs:
+        for r, name in enumerate(j.workers):
+            _worker_names[(j.job, r)] = name
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_core_main, args=(c, cfg, bool(cfg.trace), q), name=f"phub-core-{c}")
+             for c in range(cfg.cores)]
+    for p in procs:
+        p.start()
+    results: list[dict[str, Any]] = []
+    error = None
+    try:
+        while len(results) < len(procs):
+            try:
+                r = q.get(timeout=1.0)
+            except Exception:  # noqa: BLE001 - queue.Empty: check for cores that died silently
+                dead = [p for p in procs if not p.is_alive() and p.exitcode not in (0, None)]
+                if dead and q.empty():
+                    raise NetError(f"server core process {dead[0].name} died (exit {dead[0].exitcode}) "
+                                   "without a report") from None
+                continue
+            results.append(r)
+            if r.get("error"):
+                # One dead worker closes every core's link to it, and cores then close
+                # theirs: the others' reports (up to 3 s) name the first cause too.
+                end = time.monotonic() + 3.0
+                while len(results) < len(procs) and time.monotonic() < end:
+                    try:
+                        results.append(q.get(timeout=max(0.05, end - time.monotonic())))
+                    except Exception:  # noqa: BLE001 - queue.Empty
+                        break
+                error = "; ".join(f"core {x['core']}: {x['error']}" for x in sorted(results, key=lambda x: x["core"])
+                                  if x.get("error"))
+                break
+    finally:
+        for p in procs:
+            if error is not None and p.is_alive():
+                p.terminate()          # our own children: the failed run stops here
+            p.join(10)
+    if error is not None:
+        raise NetError(error)
+    results.sort(key=lambda r: r["core"])
+    return results
+
+
+def write_trace(cfg: ServerConfig, cores: list[dict[str, Any]]) -> None:
+    rec = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.trace_rank, world=cfg.trace_world, tdf=cfg.tdf,
+                        workload="phub", role="server", cores=cfg.cores)
+    for c in cores:
+        base = len(rec.nodes)
+        for n in c.pop("nodes"):
+            rec.nodes.append(dict(n, id=n["id"] + base, deps=[d + base for d in n["deps"]]))
+    rec.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg, writer, log_ = program.start("phub.server", __doc__, _Loader, argv)
+    except program.SetupFailed as e:
+        return e.code
+    if cfg.start_at is not None and cfg.start_at > time.time():
+        time.sleep(cfg.start_at - time.time())
+    error, cores = None, []
+    try:
+        cores = run(cfg, writer)
+        if cfg.trace:
+            write_trace(cfg, cores)
+        for c in cores:
+            c.pop("nodes", None)
+            writer.write(c)
+        return 0
+    except (NetError, OSError) as e:
+        error = f"{type(e).__name__}: {e}"
+        log_.error("%s", error)
+        return program.EXIT_NET
+    finally:
+        writer.write({"type": "summary", "host": cfg.host, "role": "server", "ok": error is None, "error": error,
+                      "cores": cfg.cores, "jobs": [j.job for j in cfg.jobs]})
+        writer.close()
+
+
+class _Loader:
+    from_json = staticmethod(load_server)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""A PHub worker, or a baseline worker on the same network and model.
+
+    python -m hosts.phub.worker --config w0.config.json
+
+Algorithms (config `algorithm`):
+  phub     forward layer by layer, each layer first waiting for its updated
+           weights (so the next forward overlaps the tail of the exchange);
+           backward back to front, each layer's gradient pushed as soon as it is
+           produced (per-parameter post-accumulate-grad hooks for the CNN); the
+           server runs the optimizer (hosts/phub/server.py).
+  wide_ps  the plain parameter server (hosts/collectives/ps.py, served by
+           hosts/phub/wide_ps.py): after backward, each layer's whole gradient is
+           pushed, the PS waits for it from every worker, sums, and every worker
+           receives the sum (its pull), then applies the same optimizer itself.
+  ring     the same with a host ring allreduce; switch: in-switch aggregation.
+Models (config `model`): {kind: profile, name, size_scale} - a layer profile
+(hosts/phub/profiles.py) with real float32 tensors of size_scale x each layer's
+size and compute modeled only (hosts/dnn/device.py's FLOPs model, also scaled);
+{kind: cnn} - the LeNet-class CNN on the digits, trained for real.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from hosts.common import program
+from hosts.common.config import ConfigError, HostAddr
+from hosts.common.tcp import NetError
+from hosts.common.trace import TraceRecorder
+from hosts.phub.config import load_worker, WorkerConfig
+from hosts.phub.optimizer import step as opt_step
+from hosts.phub.model import make_model
+
+log = logging.getLogger("phub.worker")
+
+
+def open_baseline(cfg: WorkerConfig):
+    """The baseline collective (allreduce of one whole tensor) the config names."""
+    from hosts.collectives import make_hello  # noqa: PLC0415
+    kw = dict(connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
+    hello = make_hello(cfg.host, cfg.rank, cfg.job.identity(1))
+    if cfg.algorithm == "wide_ps":
+        from hosts.collectives.ps import PSWorker  # noqa: PLC0415
+        return PSWorker.connect(ps=cfg.server, my_ip=cfg.ip, port_base=cfg.port, hello=hello, **kw)
+    if cfg.algorithm == "ring":
+        from hosts.collectives.ring import RingAllreduce  # noqa: PLC0415
+        peers = tuple(HostAddr(p["name"], p["ip"]) for p in cfg.peers or [])
+        return RingAllreduce.connect(rank=cfg.rank, peers=peers, port_base=cfg.port, hello=hello, **kw)
+    from hosts.collectives.switch import SwitchAllreduce  # noqa: PLC0415
+    from hosts.common.config import InaSettings  # noqa: PLC0415
+    return SwitchAllreduce.connect(rank=cfg.rank, world=cfg.job.world, my_ip=cfg.ip,
+                                   ina=InaSettings(**(cfg.ina or {})), run=cfg.job.identity(1), **kw)
+
+
+def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
+    model = make_model(cfg)
+    rec = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.rank, world=cfg.trace_world,
+                        tdf=model.time_scale, device=model.describe(), workload="phub", role="worker",
+                        algorithm=cfg.algorithm)
+    model.trace = rec
+    spec, world = cfg.job.optimizer, cfg.job.world
+    client = coll = None
+    if cfg.algorithm == "phub":
+        from hosts.phub.client import PHubClient  # noqa: PLC0415
+        client = PHubClient.connect(server=cfg.server, port=cfg.port, cores=cfg.cores, job=cfg.job,
+                                    host=cfg.host, my_ip=cfg.ip, rank=cfg.rank, weights=model.weights,
+                                    trace=rec if cfg.trace else None,
+                                    connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
+        if cfg.rank == 0:
+            client.init_weights()
+    else:
+        coll = open_baseline(cfg)
+    momentum = [np.zeros_like(w) for w in model.weights] if spec.has_state else None
+    total = cfg.warmup + cfg.iterations
+    try:
+        for it in range(total):
+            t_it = time.perf_counter()
+            exit_at = cfg.exit_at if cfg.exit_at and cfg.exit_at.get("iteration") == it else None
+            if client is not None:
+                wait = (lambda k: client.wait_key(k, it - 1)) if it > 0 else None
+                pushed = [0]
+
+                def push(k, g, _it=it):
+                    client.push(k, g, _it)
+                    pushed[0] += 1
+                    if exit_at and pushed[0] >= exit_at.get("layers", 1):
+                        log.error("fault injection: exiting mid-iteration %d after %d layer(s)", _it, pushed[0])
+                        os._exit(1)
+                loss = model.iteration(it, wait, push)
+                comm_s = None
+            else:
+                loss = model.iteration(it, None, None)
+                t0 = time.perf_counter()
+                for k in reversed(range(len(model.weights))):
+                    c0 = time.perf_counter()
+                    gsum = coll.allreduce(model.grads[k])
+                    node = rec.comm(c0, time.perf_counter(), op="allreduce",
+                                    algo={"wide_ps": "ps"}.get(cfg.algorithm, cfg.algorithm),
+                                    values=gsum.size, key=k, iteration=it)
+                    rec.waited(node)
+                    opt_step(spec, model.weights[k], None if momentum is None else momentum[k],
+                             np.asarray(gsum, np.float32), world)
+                comm_s = time.perf_counter() - t0
+            if client is not None and it == total - 1:
+                for k in range(len(model.weights)):
+                    rec_nodes = client.wait_key(k, it)
+                    for n in rec_nodes:
+                        rec.waited(n)
+            writer.write({"type": "iter", "host": cfg.host, "rank": cfg.rank, "job": cfg.job.job, "iter": it,
+                          "warmup": it < cfg.warmup, "iter_s": time.perf_counter() - t_it,
+                          "comm_s": comm_s, "loss": loss, "t_end": time.perf_counter()})
+    finally:
+        if client is not None:
+            client.close()
+        elif coll is not None:
+            if cfg.algorithm == "wide_ps":
+                try:
+                    coll.allreduce(np.zeros(0, np.float32))      # end of stream for the PS
+                finally:
+                    coll.close()
+            else:
+                coll.close()
+    rec.close()
+    digest = model.digest()
+    np.save(cfg.out.replace(".jsonl", ".weights.npy"), np.concatenate([w.reshape(-1) for w in model.weights]))
+    return {"weights_sha1": digest, "device": model.validity(), "accuracy": model.accuracy(),
+            "tdf": model.time_scale}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg, writer, log_ = program.start("phub.worker", __doc__, _Loader, argv)
+    except program.SetupFailed as e:
+        return e.code
+    if cfg.start_at is not None and cfg.start_at > time.time():
+        time.sleep(cfg.start_at - time.time())
+    error, info = None, {}
+    try:
+        info = train(cfg, writer)
+        return 0
+    except (NetError, OSError) as e:
+        error = f"{type(e).__name__}: {e}"
+        log_.error("%s", error)
+        return program.EXIT_NET
+    finally:
+        writer.write({"type": "summary", "host": cfg.host, "rank": cfg.rank, "job": cfg.job.job,
+                      "algorithm": cfg.algorithm, "ok": error is None, "error": error, **info})
+        writer.close()
+
+
+class _Loader:
+    from_json = staticmethod(load_worker)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""The projector's network on SimPy: collectives and point-to-point messages.
+
+Collectives (allreduce, allgather) are costed by `network_model.collective_cost`
+with their own group's member count. The collectives of one member set share
+one fabric resource: a collective holds it for its `link_busy_s` (the time its
+busiest link is serializing), then waits the rest of its time (latency,
+reduction) without it. One collective alone takes exactly `collective_time`;
+two overlapping bandwidth-bound ones take about the sum of their serialization,
+as on a shared link; latency-bound ones overlap almost freely.
+
+Messages (send/recv, `network_model.message_cost`): every host has one uplink
+and one downlink resource. A transfer takes the sender's uplink, then the
+receiver's downlink (always in that order, so no two transfers wait on each
+other in a cycle), holds both for `link_busy_s`, then releases them and
+arrives `total_s - link_busy_s` later. So a message alone takes exactly
+`message_time`, and N workers pushing to one server at once queue on the
+server's downlink (the k-th is in after k x link_busy_s + the latency), as
+on real hardware. The send's event fires when its bytes are out (serialization
+done), the recv's when the message is in.
+
+Collectives and messages do not share links with each other (a job mixing
+them on the same hosts at the same time is projected optimistically).
+`contention=False` gives every collective and message its time in isolation.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import simpy
+
+from testbed.fidelity.constants import HardwareProfile
+from testbed.fidelity.network_model import CollectiveCost, collective_cost, message_cost
+
+
+class Message:
+    """One (group, seq) of a p2p group: created by whichever side reaches it first."""
+    __slots__ = ("src", "dst", "sent", "delivered")
+
+    def __init__(self, env: simpy.Environment, src: str, dst: str):
+        self.src, self.dst = src, dst
+        self.sent, self.delivered = env.event(), env.event()
+
+
+class Fabric:
+    def __init__(self, env: simpy.Environment, profile: HardwareProfile, contention: bool = True):
+        self.env, self.profile, self.contention = env, profile, contention
+        self._costs: dict[tuple, CollectiveCost] = {}
+        self._shared: dict[frozenset, simpy.Resource] = {}
+        self._up: dict[str, simpy.Resource] = {}
+        self._down: dict[str, simpy.Resource] = {}
+        self.on_delivered: Callable[[Message, dict[str, Any]], None] | None = None
+
+    def collective_cost(self, node: dict[str, Any], members: int) -> CollectiveCost:
+        key = (node["op"], node["algo"], int(node["values"]), int(node["value_bytes"]), members,
+               bool(node.get("scale_round")))
+        c = self._costs.get(key)
+        if c is None:
+            c = self._costs[key] = collective_cost(*key[:5], self.profile, key[5])
+        return c
+
+    def message_cost(self, nbytes: int) -> CollectiveCost:
+        c = self._costs.get(("p2p", nbytes))
+        if c is None:
+            c = self._costs[("p2p", nbytes)] = message_cost(nbytes, self.profile)
+        return c
+
+    def collective(self, node: dict[str, Any], members: frozenset, done: simpy.Event):
+        c = self.collective_cost(node, len(members))
+        if self.contention and c.link_busy_s > 0:
+            link = self._shared.setdefault(members, simpy.Resource(self.env, capacity=1))
+            with link.request() as req:
+                yield req
+                yield self.env.timeout(c.link_busy_s)
+            yield self.env.timeout(c.total_s - c.link_busy_s)
+        else:
+            yield self.env.timeout(c.total_s)
+        done.succeed()
+
+    def transfer(self, msg: Message, node: dict[str, Any]):
+        """The bytes of a send node crossing the network (module docstring)."""
+        c = self.message_cost(int(node["values"]) * int(node["value_bytes"]))
+        if self.contention and c.link_busy_s > 0:
+            up, down = self._link(self._up, msg.src), self._link(self._down, msg.dst)
+            with up.request() as a:
+                yield a
+                with down.request() as b:
+                    yield b
+                    yield self.env.timeout(c.link_busy_s)
+        else:
+            yield self.env.timeout(c.link_busy_s)
+        msg.sent.succeed()
+        yield self.env.timeout(c.total_s - c.link_busy_s)
+        msg.delivered.succeed()
+        if self.on_delivered is not None:
+            self.on_delivered(msg, node)
+
+    def _link(self, links: dict[str, simpy.Resource], host: str) -> simpy.Resource:
+        r = links.get(host)
+        if r is None:
+            r = links[host] = simpy.Resource(self.env, capacity=1)
+        return r

@@ -1,0 +1,84 @@
+"""A point's `fidelity` and `projection` records: one helper for every workload.
+
+`fidelity_and_projection(...)` reads a point's traces (a work folder or the
+traces themselves) and:
+
+  fidelity    the monitor's report (monitor.fidelity_report) as a record
+              {"type": "fidelity", ...report, "valid", "reasons"}. `valid` is the
+              report's verdict and the summary's own `valid` (the device model's
+              validity, set by the workload before); `reasons` lists the device's
+              failure (`device_reason`) and every sentence of the report.
+  projection  the point replayed on the hardware model at its own worker count,
+              every rank's own trace (projector.project: a straggler stays one):
+              {"type": "projection", "workload", "workers", "emulated": True,
+              "profile", "hw_run_s", "hw_iter_ms", "truncated", **extra}; a trace
+              the projector refuses gives {"type": "projection", "workload",
+              "error"} and the error in the fidelity record (`projection_error`).
+
+and fills the summary: `valid`, `invalid_reasons` (device failure, and the
+report's reasons when the report is invalid), `net_slowdown_p50`,
+`net_ratio_p50`, `projected_hw_iter_ms` (projected makespan / iterations, None
+without a projection) and, when the summary has `iter_ms` (emulated wall time
+per iteration) and the TDF, `emulated_over_projected` = iter_ms / tdf /
+projected_hw_iter_ms (both hardware time). Without traces (a host failed):
+valid False with "no traces: ..." and no projection.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from testbed.fidelity.constants import HardwareProfile, load_profile
+from testbed.fidelity.monitor import fidelity_report, load_traces
+from testbed.fidelity.projector import ComputeTime, Projection, Trace, project
+
+
+@dataclass
+class PointFidelity:
+    fidelity: dict[str, Any]
+    projection: dict[str, Any] | None = None
+    traces: list[Trace] = field(default_factory=list)     # for workloads that project further
+    profile: HardwareProfile | None = None
+    projected: Projection | None = None
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return [self.fidelity] + ([self.projection] if self.projection else [])
+
+
+def fidelity_and_projection(source: str | Path | Sequence[Trace], profile_name: str, tdf: float,
+                            workload: str, iterations: int | None, summary: dict[str, Any],
+                            compute_time: ComputeTime | None = None, *, max_overrun_share: float = 0.05,
+                            max_nodes: int | None = 600, device_reason: str = "device model exceeded",
+                            extra: dict[str, Any] | None = None) -> PointFidelity:
+    """The point's fidelity verdict and own-count projection (module docstring)."""
+    try:
+        traces = load_traces(source) if isinstance(source, (str, Path)) else list(source)
+    except ValueError as e:          # a failed host wrote none: say so, don't invent one
+        summary.update(valid=False, invalid_reasons=[f"no traces: {e}"])
+        return PointFidelity({"type": "fidelity", "valid": False, "reasons": [f"no traces: {e}"]})
+    profile = load_profile(profile_name)
+    report = fidelity_report(traces, profile, tdf, max_overrun_share=max_overrun_share)
+    device = [] if summary.get("valid", True) else [device_reason]
+    fid = {"type": "fidelity", **report.to_dict(), "valid": bool(report.valid and not device),
+           "reasons": device + list(report.reasons)}
+    summary.update(valid=fid["valid"], invalid_reasons=device + ([] if report.valid else list(report.reasons)),
+                   net_slowdown_p50=report.net_slowdown_p50, net_ratio_p50=report.ratio_p50)
+    out = PointFidelity(fid, traces=traces, profile=profile)
+    try:
+        proj = project(traces, profile, compute_time, max_nodes=max_nodes)
+    except ValueError as e:         # a trace the models cannot play: named, not hidden
+        summary["projected_hw_iter_ms"] = None
+        fid["projection_error"] = str(e)
+        out.projection = {"type": "projection", "workload": workload, "error": str(e)}
+        return out
+    iter_ms = proj.makespan_s / iterations * 1e3 if iterations else None
+    out.projected = proj
+    out.projection = {"type": "projection", "workload": workload, "workers": proj.world, "emulated": True,
+                      "profile": profile.label(), "hw_run_s": proj.makespan_s, "hw_iter_ms": iter_ms,
+                      "truncated": bool(proj.truncated), **(extra or {})}
+    summary["projected_hw_iter_ms"] = iter_ms
+    if iter_ms and summary.get("iter_ms") and tdf:
+        summary["emulated_over_projected"] = summary["iter_ms"] / tdf / iter_ms
+    return out

@@ -1,0 +1,211 @@
+"""Projecting a job with servers (parameter servers, masters) at another worker count.
+
+A server's recorded trace is its answer to the recorded workers; at 2x the
+workers it would have served 2x the messages, so it cannot be replayed. Instead
+(`project_world`):
+
+Workers: the template worker's trace is replicated to `world` ranks,
+  `projected0..projected<world-1>`. Its point-to-point groups are renamed per
+  replica: a server keeps its name; a worker peer at recorded worker index j is,
+  for replica r of template index t, `projected<(j - t + r) mod world>` (so a
+  ring neighbour stays a neighbour). Collective groups keep their names.
+
+Servers: each server trace (header role "server") becomes a service model:
+  * service time per request tag: the server's modeled compute (hw_s) after a
+    recv of that tag, up to the next recv, summed over the trace and divided by
+    the number of recvs of that tag (the mean). Not the median of each recv's
+    own compute: a server that aggregates (recv from every worker, then one sum,
+    then the replies) records all its work after the last recv of a round, and
+    the median would call that work free. Compute before the first recv
+    (setup) is not charged.
+  * reply: the recorded server's sends are paired with the earliest unanswered
+    recv from the same peer; a tag whose recvs were all answered gets a reply of
+    the recorded reply tag (sized as the worker's recv node of that (group,
+    seq), else as recorded); a tag never answered gets none; answering only some
+    is refused (the model cannot tell which).
+  * order: every message the server receives is served first come first served
+    (by arrival), or, when the server's header says `serve_order:
+    "round_robin"`, in worker rank order (the server waits for worker 0's next
+    message, then worker 1's, ..., as a loop over sockets does).
+  Serving a message occupies the server for its tag's service time, then the
+  reply is sent (fabric.py: it queues on the server's uplink, so replies to N
+  workers serialize there). The server does not wait for other workers'
+  messages before answering one (no aggregation barrier): a workload whose
+  server answers only once every worker's chunk is in is projected with the
+  same server busy time but earlier first replies.
+  Server compute the model does not attribute (setup), messages a server sends
+  unasked and server-to-server messages are not projected.
+
+At the recorded worker count, the service model replays a first come first
+served server within the spread of its recorded compute (tested).
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import simpy
+
+from hosts.common.trace import p2p_group, parse_p2p_group
+from testbed.fidelity.fabric import Fabric, Message
+from testbed.fidelity.projector_checks import P2P, Trace, is_server
+
+SERVE_ORDERS = ("fcfs", "round_robin")
+
+
+@dataclass(frozen=True)
+class Reply:
+    tag: str
+    values: int
+    value_bytes: int
+
+
+@dataclass
+class ServiceModel:
+    host: str
+    rank: int
+    order: str
+    service_s: dict[str, float]                         # request tag -> seconds per message
+    replies: dict[str, Reply] = field(default_factory=dict)   # request tag -> its reply
+
+
+def service_model(header: dict[str, Any], nodes: list[dict[str, Any]], rank: int) -> ServiceModel:
+    """The service model of one recorded server trace (module docstring)."""
+    host = str(header["host"])
+    order = header.get("serve_order", "fcfs")
+    if order not in SERVE_ORDERS:
+        raise ValueError(f"trace of {host}: serve_order {order!r} (known: {', '.join(SERVE_ORDERS)})")
+    busy: dict[str, float] = defaultdict(float)
+    count: Counter = Counter()
+    unanswered: dict[str, list[str]] = defaultdict(list)      # peer -> request tags, oldest first
+    answers: dict[str, Counter] = defaultdict(Counter)        # request tag -> Counter(Reply)
+    current = None
+    for n in nodes:
+        if n["kind"] == "compute":
+            if current is not None:
+                busy[current] += float(n["hw_s"])
+        elif n["algo"] == P2P:
+            tag, src, dst = parse_p2p_group(n["group"])
+            if n["op"] == "recv":
+                current = tag
+                count[tag] += 1
+                unanswered[src].append(tag)
+            elif unanswered[dst]:
+                answers[unanswered[dst].pop(0)][Reply(tag, int(n["values"]), int(n["value_bytes"]))] += 1
+    replies = {}
+    for tag, got in answers.items():
+        n_answered = sum(got.values())
+        if n_answered != count[tag]:
+            raise ValueError(f"trace of {host}: answered {n_answered} of {count[tag]} {tag!r} messages; "
+                             f"the service model needs a reply to every message of a tag or to none")
+        replies[tag] = got.most_common(1)[0][0]
+    if not count:
+        raise ValueError(f"trace of {host}: a server that received no message (nothing to model)")
+    return ServiceModel(host, rank, order, {t: busy[t] / count[t] for t in count}, replies)
+
+
+def synthesize_workers(traces: Sequence[Trace], world: int, template_rank: int = 0) -> list[Trace]:
+    """`world` workers, each the template worker's nodes with its p2p groups renamed
+    (module docstring); compute nodes are shared, read-only."""
+    if world < 1:
+        raise ValueError(f"world must be >= 1, got {world}")
+    workers = sorted((t for t in traces if not is_server(t[0])), key=lambda t: int(t[0]["rank"]))
+    servers = {str(h["host"]) for h, _ in traces if is_server(h)}
+    index = {str(h["host"]): i for i, (h, _) in enumerate(workers)}
+    template = next((t for t in workers if int(t[0]["rank"]) == template_rank), None)
+    if template is None:
+        raise ValueError(f"no worker trace of rank {template_rank} to use as template "
+                         f"(worker ranks: {sorted(int(h['rank']) for h, _ in workers)})")
+    header, nodes = template
+    t = index[str(header["host"])]
+    recorded = int(header.get("recorded_world", len(workers) if servers else header["world"]))
+    p2p = [i for i, n in enumerate(nodes) if n["kind"] == "comm" and n["algo"] == P2P]
+    out = []
+    for r in range(world):
+        def name(h: str) -> str:
+            if h in servers:
+                return h
+            if h not in index:
+                raise ValueError(f"trace of {header['host']}: peer {h} has no trace")
+            return f"projected{(index[h] - t + r) % world}"
+        mine = list(nodes) if p2p else nodes
+        for i in p2p:
+            tag, src, dst = parse_p2p_group(nodes[i]["group"])
+            mine[i] = {**nodes[i], "group": p2p_group(tag, name(src), name(dst)),
+                       "peer": name(str(nodes[i]["peer"]))}
+        out.append(({**header, "rank": r, "host": f"projected{r}", "world": world,
+                     "recorded_world": recorded}, mine))
+    return out
+
+
+def service_models(traces: Sequence[Trace], first_rank: int) -> list[ServiceModel]:
+    """One model per server trace, ranked after the workers from `first_rank`."""
+    servers = sorted((t for t in traces if is_server(t[0])), key=lambda t: int(t[0]["rank"]))
+    return [service_model(h, nodes, first_rank + i) for i, (h, nodes) in enumerate(servers)]
+
+
+class Server:
+    """A service model running in the projection: serves `expected` messages, then ends."""
+
+    def __init__(self, env: simpy.Environment, model: ServiceModel, fabric: Fabric,
+                 message: Any, workers: list[str], expected: Counter, recv_nodes: dict[tuple, dict]):
+        self.env, self.model, self.fabric, self.message = env, model, fabric, message
+        self.expected, self.recv_nodes = expected, recv_nodes
+        self.order = [w for w in workers if expected[w]]
+        self.fifo = simpy.Store(env)
+        self.by_peer = {w: simpy.Store(env) for w in self.order}
+        self.reply_seq: Counter = Counter()
+        self.busy_s = 0.0
+
+    def arrive(self, msg: Message, node: dict[str, Any]) -> None:
+        tag, _, _ = parse_p2p_group(node["group"])     # known: expected_messages checked it
+        item = (msg.src, tag)
+        (self.by_peer[msg.src] if self.model.order == "round_robin" else self.fifo).put(item)
+
+    def run(self):
+        remaining = Counter(self.expected)
+        while sum(remaining.values()):
+            if self.model.order == "round_robin":
+                for w in self.order:
+                    if remaining[w]:
+                        remaining[w] -= 1
+                        yield from self.serve((yield self.by_peer[w].get()))
+            else:
+                item = yield self.fifo.get()
+                remaining[item[0]] -= 1
+                yield from self.serve(item)
+
+    def serve(self, item: tuple[str, str]):
+        src, tag = item
+        d = self.model.service_s[tag]
+        yield self.env.timeout(d)
+        self.busy_s += d
+        reply = self.model.replies.get(tag)
+        if reply is None:
+            return
+        group = p2p_group(reply.tag, self.model.host, src)
+        seq = self.reply_seq[group]
+        self.reply_seq[group] += 1
+        recv = self.recv_nodes.get((group, seq))
+        node = {"group": group, "seq": seq, "values": recv["values"] if recv else reply.values,
+                "value_bytes": recv["value_bytes"] if recv else reply.value_bytes}
+        self.env.process(self.fabric.transfer(self.message(node), node))
+
+
+def expected_messages(workers: Sequence[Trace], cut: Sequence[list[dict]], servers: Sequence[ServiceModel]
+                      ) -> dict[str, Counter]:
+    """server host -> Counter(worker host -> messages it sends that server), with every
+    tag checked against the server's model; ValueError names an unknown tag."""
+    models = {s.host: s for s in servers}
+    out: dict[str, Counter] = {s.host: Counter() for s in servers}
+    for (h, _), nodes in zip(workers, cut):
+        for n in nodes:
+            if n["kind"] == "comm" and n["algo"] == P2P and n["op"] == "send":
+                tag, src, dst = parse_p2p_group(n["group"])
+                if dst in models:
+                    if tag not in models[dst].service_s:
+                        raise ValueError(f"message {n['group']}#{n['seq']}: server {dst} never received a "
+                                         f"{tag!r} message in its recorded trace (no service time)")
+                    out[dst][src] += 1
+    return out

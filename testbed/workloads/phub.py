@@ -1,0 +1,269 @@
+"""PHub workload: a parameter hub (chunked keys, tall aggregation, the optimizer in
+the server, no pull requests) against a wide-aggregation PS, a host ring and
+in-switch aggregation, on the same network and model (hosts/phub/, docs/phub.md).
+
+Metric records (metrics.jsonl):
+  phub_iter     one per worker and iteration (iteration seconds, loss for the CNN)
+  phub_core     one per server core: bytes, messages, seconds per stage (receive,
+                aggregate, optimize, send, idle), aggregation GB/s and a plain
+                numpy sum's GB/s over the same bytes, measured in the same process
+  phub_summary  one per point: median iteration time (the slowest worker's per
+                iteration), server totals, weights agreement, device validity, and
+                the fidelity monitor's verdict where it models the point's messages
+Time: compute is a modeled GPU per layer (hosts/dnn/device.py's FLOPs model),
+slept x device.time_scale (fixed; `auto` calibration is not wired for PHub yet,
+and the network is not dilated: see docs/phub.md, "What is missing").
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from testbed.results import read_jsonl
+from testbed.workloads import register_workload
+from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
+                                     register_figures_if_loaded, register_runtime, straggler_for)
+
+FIGURES = ("phub_iteration", "phub_stages")
+PHUB_TCP_PORT = 47900
+register_figures_if_loaded(*FIGURES)
+
+
+class ModelParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    kind: Literal["profile", "cnn"] = Field("profile", description="profile: a layer profile with modeled "
+                                            "compute; cnn: the LeNet-class CNN on the digits, trained for real.")
+    name: Literal["resnet50", "inception_v3", "alexnet"] = Field("resnet50", description="profile's model.")
+    size_scale: float = Field(0.01, gt=0, le=1, description="profile: every layer's size and FLOPs x this "
+                                                            "(the emulated network carries that many bytes).")
+
+
+class OptimizerParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    kind: Literal["sgd", "nesterov"] = Field("nesterov", description="The optimizer (in PHub's server; "
+                                             "on the workers for the baselines).")
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class DeviceParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    type: Literal["v100", "a100", "h100"] = Field("v100", description="Modeled GPU (hosts/dnn/device.py).")
+    time_scale: float = Field(100.0, gt=0, description="Fixed TDF of the modeled compute (auto is not "
+                                                       "supported for PHub yet).")
+
+
+@register_workload
+class PhubWorkload(BaseModel):
+    """PHub vs wide-aggregation PS, ring and in-switch aggregation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    kind: Literal["phub"] = Field("phub", description="Workload type; selects which fields below apply.")
+    algorithm: Literal["phub", "wide_ps", "ring", "switch"] = Field(
+        "phub", description="phub: chunked tall aggregation + optimizer in the server; wide_ps: whole-tensor "
+                            "PS then pulls; ring: host ring allreduce; switch: in-switch aggregation.")
+    model: ModelParams = Field(default_factory=ModelParams, description="What the workers train.")
+    chunk_bytes: int = Field(32768, ge=4, description="PHub's key chunk size in bytes (multiple of 4).")
+    server_cores: int = Field(2, ge=1, le=64, description="PHub server processes (chunk owners).")
+    jobs: int = Field(1, ge=1, le=4, description="Jobs sharing the server (workers split evenly).")
+    iterations: int = Field(5, ge=1)
+    warmup: int = Field(1, ge=0)
+    batch_size: int = Field(32, ge=1, description="Per worker (the device model's batch).")
+    seed: int = Field(1)
+    optimizer: OptimizerParams = Field(default_factory=OptimizerParams)
+    device: DeviceParams = Field(default_factory=DeviceParams)
+    hardware: str = Field("tofino1-100g", description="Network profile for the fidelity monitor.")
+    timeout_s: float = Field(120.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _figures(cls, data: Any) -> Any:
+        register_figures_if_loaded(*FIGURES)
+        return data
+
+    @field_validator("chunk_bytes")
+    @classmethod
+    def _mult4(cls, v: int) -> int:
+        if v % 4:
+            raise ValueError(f"chunk_bytes must be a multiple of 4 (float32 values), got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _jobs(self) -> "PhubWorkload":
+        if self.jobs > 1 and self.algorithm != "phub":
+            raise ValueError(f"jobs > 1 shares a PHub server; algorithm {self.algorithm} has none")
+        return self
+
+    def extra_hosts(self) -> list[str]:
+        return ["ps"] if self.algorithm in ("phub", "wide_ps") else []
+
+
+def key_sizes(wl: PhubWorkload) -> list[int]:
+    if wl.model.kind == "cnn":
+        import torch  # noqa: PLC0415
+        from hosts.dnn.lenet import LeNet  # noqa: PLC0415
+        torch.manual_seed(wl.seed)
+        return [p.numel() for p in LeNet().parameters()]
+    from hosts.phub.profiles import get_profile  # noqa: PLC0415
+    return [max(1, round(x.params * wl.model.size_scale)) for x in get_profile(wl.model.name).layers]
+
+
+def job_groups(wl: PhubWorkload, workers: list[str]) -> list[list[str]]:
+    if len(workers) % wl.jobs:
+        raise ValueError(f"{len(workers)} workers do not split into {wl.jobs} equal jobs")
+    n = len(workers) // wl.jobs
+    return [workers[i * n:(i + 1) * n] for i in range(wl.jobs)]
+
+
+@register_runtime
+class PhubRuntime(WorkloadRuntime):
+    kind = "phub"
+
+    def programs(self, ctx: PointContext) -> list[HostProgram]:
+        from testbed.outcomes import SkipPoint  # noqa: PLC0415
+        scn = ctx.point.scenario
+        wl: PhubWorkload = scn.workload
+        if wl.algorithm == "switch" and not ctx.switch:
+            raise SkipPoint(f"algorithm switch needs the in-network switch, which --net {ctx.net_mode} "
+                            "does not provide; use --net mininet")
+        workers = [h for h in scn.hosts() if h not in wl.extra_hosts()]
+        groups = job_groups(wl, workers)
+        sizes = key_sizes(wl)
+        port = ctx.tcp_port_base(PHUB_TCP_PORT, span=80)
+        traced = len(workers) + (1 if wl.algorithm == "phub" else 0)
+        jobs = [{"job": j + 1, "world": len(g), "sizes": sizes, "chunk_bytes": wl.chunk_bytes,
+                 "optimizer": wl.optimizer.model_dump(), "workers": g} for j, g in enumerate(groups)]
+        progs = []
+        server = {"name": "ps", "ip": ctx.hosts["ps"].ip} if wl.extra_hosts() else None
+        if server:
+            cfg = {"host": "ps", "ip": server["ip"], "port": port, "jobs": jobs,
+                   "cores": wl.server_cores if wl.algorithm == "phub" else 1,
+                   "out": str(ctx.work_dir / "ps.jsonl"),
+                   "trace": str(ctx.work_dir / "ps.trace.jsonl") if wl.algorithm == "phub" else None,
+                   "trace_rank": len(workers), "trace_world": traced, "tdf": wl.device.time_scale,
+                   "start_at": ctx.start_at, "connect_timeout_s": 60.0, "timeout_s": wl.timeout_s}
+            module = "hosts.phub.server" if wl.algorithm == "phub" else "hosts.phub.wide_ps"
+            progs.append(HostProgram("ps", self.module_argv(module, self.write_config(ctx, "ps", cfg)), phase=0))
+        for j, g in enumerate(groups):
+            for rank, h in enumerate(g):
+                cfg = {"host": h, "ip": ctx.hosts[h].ip, "rank": rank, "job": jobs[j],
+                       "algorithm": wl.algorithm, "model": wl.model.model_dump(), "iterations": wl.iterations,
+                       "warmup": wl.warmup, "seed": wl.seed, "batch_size": wl.batch_size,
+                       "device": wl.device.model_dump(), "out": str(ctx.work_dir / f"{h}.jsonl"),
+                       "server": server, "port": port, "cores": wl.server_cores,
+                       "peers": [{"name": x, "ip": ctx.hosts[x].ip} for x in g],
+                       "ina": ({**ina_settings(ctx.switch, h), "job_id": 1} if wl.algorithm == "switch"
+                               else None),
+                       "straggler": straggler_for(scn, h), "trace": str(ctx.work_dir / f"{h}.trace.jsonl"),
+                       "trace_world": traced, "start_at": ctx.start_at, "connect_timeout_s": 60.0,
+                       "timeout_s": wl.timeout_s}
+                progs.append(HostProgram(h, self.module_argv("hosts.phub.worker",
+                                                             self.write_config(ctx, h, cfg)), phase=1))
+        return progs
+
+    def ina_jobs(self, point: Any) -> list[Any]:
+        from testbed.switch.jobs import JobRequest  # noqa: PLC0415
+        wl = point.scenario.workload
+        if wl.algorithm != "switch":
+            return []
+        return [JobRequest(1, tuple(h for h in point.scenario.hosts() if h not in wl.extra_hosts()))]
+
+    def timeout_s(self, ctx: PointContext) -> float:
+        wl = ctx.point.scenario.workload
+        return wl.timeout_s * 2 + 60.0
+
+    def collect(self, ctx: PointContext) -> list[dict[str, Any]]:
+        return collect_point(ctx.point.scenario, ctx.work_dir)
+
+    def summarize(self, ctx: PointContext, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [summary_row(r) for r in records if r.get("type") == "phub_summary"]
+
+
+def _median(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.median(xs)) if xs else None
+
+
+STAGES = ("recv_s", "agg_s", "opt_s", "send_s", "idle_s")
+
+
+def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
+    wl: PhubWorkload = scenario.workload
+    workers = [h for h in scenario.hosts() if h not in wl.extra_hosts()]
+    raw = {h: read_jsonl(work_dir / f"{h}.jsonl") for h in workers}
+    iters = [dict(r, type="phub_iter") for h in workers for r in raw[h] if r.get("type") == "iter"]
+    sums = {h: next((r for r in raw[h] if r.get("type") == "summary"), None) for h in workers}
+    server = read_jsonl(work_dir / "ps.jsonl") if wl.extra_hosts() and (work_dir / "ps.jsonl").exists() else []
+    cores = [dict(r, type="phub_core") for r in server if r.get("type") == "core"]
+    ssum = next((r for r in server if r.get("type") == "summary"), None)
+    per_it: dict[tuple[int, int], list[float]] = {}
+    for r in iters:
+        if not r.get("warmup"):
+            per_it.setdefault((r["job"], r["iter"]), []).append(r["iter_s"])
+    iter_s = _median([max(v) for v in per_it.values()])
+    tdf = wl.device.time_scale if wl.model.kind == "profile" else 1.0
+    n_it = max(1, wl.iterations + wl.warmup)
+    errors = [s.get("error") for s in sums.values() if s and s.get("error")]
+    if ssum and ssum.get("error"):
+        errors.insert(0, ssum["error"])
+    digests: dict[int, set] = {}
+    for s in sums.values():
+        if s:
+            digests.setdefault(s.get("job"), set()).add(s.get("weights_sha1"))
+    summary = {
+        "type": "phub_summary", "algorithm": wl.algorithm, "workers": len(workers), "jobs": wl.jobs,
+        "model": wl.model.name if wl.model.kind == "profile" else "cnn", "size_scale": wl.model.size_scale,
+        "params": sum(key_sizes(wl)), "chunk_bytes": wl.chunk_bytes, "server_cores": wl.server_cores,
+        "ok": all(s and s.get("ok") for s in sums.values()) and (not wl.extra_hosts() or bool(ssum and ssum.get("ok"))),
+        "error": errors[0] if errors else None,
+        "iterations": len({k[1] for k in per_it}),
+        "iter_ms": None if iter_s is None else iter_s * 1e3,
+        "hw_iter_ms": None if iter_s is None else iter_s / tdf * 1e3, "tdf": tdf,
+        "weights_agree": all(len(d) == 1 for d in digests.values()) if digests else None,
+        "final_loss": next((r["loss"] for r in sorted(iters, key=lambda r: -r["iter"]) if r.get("loss") is not None), None),
+        "accuracy": _median([s.get("accuracy") for s in sums.values() if s]),
+        "device_valid": all(((s or {}).get("device") or {}).get("valid", True) for s in sums.values()),
+        "network_dilated": False,
+    }
+    if cores:
+        agg_bytes = sum(c["agg_bytes"] for c in cores)
+        agg_s = max(c["agg_s"] for c in cores)           # cores run in parallel
+        summary.update({f"server_{k}_per_iter_ms": max(c[k] for c in cores) / n_it * 1e3 for k in STAGES})
+        summary.update(server_agg_gbps=agg_bytes / agg_s / 1e9 if agg_s else None,
+                       server_agg_gbps_per_core=_median([c.get("agg_gbps") for c in cores]),
+                       numpy_sum_gbps_per_core=_median([c.get("numpy_gbps") for c in cores]),
+                       server_bytes_in=sum(c["bytes_in"] for c in cores))
+    summary.update(_fidelity(wl, work_dir, tdf))
+    summary["valid"] = bool(summary["device_valid"] and summary.get("fidelity_valid") is not False)
+    return [*iters, *cores, summary]
+
+
+def _fidelity(wl: PhubWorkload, work_dir: Path, tdf: float) -> dict[str, Any]:
+    """The monitor's verdict where it can model this point's operations; otherwise
+    labeled "not modeled" (p2p messages and server traces are being taught to it)."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.monitor import fidelity_report, load_traces  # noqa: PLC0415
+    try:
+        traces = load_traces(work_dir)
+        rep = fidelity_report(traces, load_profile(wl.hardware), tdf, max_overrun_share=0.05)
+    except Exception as e:  # noqa: BLE001 - reported in the summary, never hidden
+        return {"fidelity": f"not modeled: {type(e).__name__}: {str(e)[:200]}", "fidelity_valid": None}
+    return {"fidelity": "checked", "fidelity_valid": bool(rep.valid), "fidelity_reasons": list(rep.reasons),
+            "net_ratio_p50": rep.ratio_p50}
+
+
+def summary_row(s: dict[str, Any]) -> dict[str, Any]:
+    def r(v, nd=3):
+        return None if v is None else round(v, nd)
+    return {"algorithm": s["algorithm"], "model": s["model"], "workers": s["workers"], "jobs": s["jobs"],
+            "chunk_bytes": s["chunk_bytes"], "iter_ms": r(s["iter_ms"]), "hw_iter_ms": r(s["hw_iter_ms"]),
+            "recv_ms": r(s.get("server_recv_s_per_iter_ms")), "agg_ms": r(s.get("server_agg_s_per_iter_ms")),
+            "opt_ms": r(s.get("server_opt_s_per_iter_ms")), "send_ms": r(s.get("server_send_s_per_iter_ms")),
+            "agg_gbps": r(s.get("server_agg_gbps_per_core")), "numpy_gbps": r(s.get("numpy_sum_gbps_per_core")),
+            "weights_agree": s["weights_agree"], "ok": s["ok"], "tdf": s["tdf"],
+            "fidelity": (s.get("fidelity") or "")[:40], "valid": s["valid"]}

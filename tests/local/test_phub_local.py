@@ -1,0 +1,109 @@
+"""PHub on loopback: the server's weights equal the plain PS's bit for bit; a dead
+worker is reported and nothing is left behind; two jobs share one server."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from phub_harness import launch, records, wait_all  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+SMALL = {"kind": "profile", "name": "resnet50", "size_scale": 0.001}
+
+
+def _weights(run) -> dict[str, np.ndarray]:
+    return {n: np.load(str(p).replace(".jsonl", ".weights.npy")) for n, p in run["out"].items() if n != "ps"}
+
+
+@pytest.mark.parametrize("optimizer", [{"kind": "sgd", "lr": 0.1, "momentum": 0.0},
+                                       {"kind": "nesterov", "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4}])
+@pytest.mark.parametrize("model", [{"kind": "cnn"}, SMALL], ids=["cnn", "resnet50-profile"])
+def test_phub_weights_equal_plain_ps_bit_for_bit(tmp_path, optimizer, model):
+    got = {}
+    for alg in ("phub", "wide_ps"):
+        (tmp_path / alg).mkdir()
+        # 1000-byte chunks: no layer of either model divides into whole chunks of 250 values
+        run = launch(tmp_path / alg, algorithm=alg, world=3, model=model, optimizer=optimizer,
+                     iterations=3, chunk_bytes=1000, cores=2)
+        codes = wait_all(run)
+        assert codes == {n: 0 for n in codes}, [(p.name, p.read_text()[-800:]) for p in (tmp_path / alg).glob("*.log")]
+        got[alg] = _weights(run)
+    ref = got["wide_ps"]["j1w0"]
+    assert all(w.tobytes() == ref.tobytes() for w in got["wide_ps"].values())
+    assert all(w.tobytes() == ref.tobytes() for w in got["phub"].values())
+    start = np.concatenate([p.reshape(-1) for p in _initial(model)])
+    assert not np.array_equal(start, ref)                # training changed the weights
+
+
+def _initial(model):
+    if model["kind"] == "cnn":
+        import torch
+        from hosts.dnn.lenet import LeNet
+        torch.manual_seed(7)
+        return [p.detach().numpy() for p in LeNet().parameters()]
+    from hosts.phub.profiles import get_profile
+    rng = np.random.default_rng(7)
+    return [(rng.standard_normal(max(1, round(x.params * 0.001))) * 0.01).astype(np.float32)
+            for x in get_profile("resnet50").layers]
+
+
+def test_server_reports_stages_and_numpy_reference(tmp_path):
+    run = launch(tmp_path, algorithm="phub", world=2, model=SMALL, optimizer={"kind": "sgd", "lr": 0.1},
+                 iterations=2, chunk_bytes=4096, cores=2, trace=True)
+    assert set(wait_all(run).values()) == {0}
+    cores = [r for r in records(run["out"]["ps"]) if r["type"] == "core"]
+    assert [c["core"] for c in cores] == [0, 1]
+    total = sum(c["agg_bytes"] for c in cores)
+    # every worker's gradient of every iteration was summed exactly once
+    from phub_harness import sizes_of
+    assert total == 2 * 2 * 4 * sum(sizes_of(SMALL))
+    assert all(c["numpy_gbps"] > 0 and c["agg_gbps"] > 0 for c in cores)
+    from hosts.common.trace import read_trace
+    header, nodes = read_trace(tmp_path / "ps.trace.jsonl")
+    assert header["role"] == "server" and header["rank"] == 2 and header["world"] == 3
+    recvs = [n for n in nodes if n.get("op") == "recv"]
+    _, wnodes = read_trace(tmp_path / "j1w0.trace.jsonl")
+    sends = [n for n in wnodes if n.get("op") == "send"]
+    # the worker's pushes are the server's receives from it, group by group, seq by seq
+    assert sorted((n["group"], n["seq"]) for n in sends) == sorted(
+        (n["group"], n["seq"]) for n in recvs if n["peer"] == "j1w0")
+
+
+def test_dead_worker_is_reported_and_nothing_is_left(tmp_path):
+    run = launch(tmp_path, algorithm="phub", world=3, model=SMALL, optimizer={"kind": "sgd", "lr": 0.1},
+                 iterations=4, chunk_bytes=2048, cores=2, exit_at={"iteration": 1, "layers": 5})
+    codes = wait_all(run, timeout=120)
+    assert codes["j1w2"] == 1                                   # the injected death
+    assert codes["ps"] == 3 and codes["j1w0"] == 3 and codes["j1w1"] == 3
+    err = next(r for r in records(run["out"]["ps"]) if r["type"] == "summary")["error"]
+    assert "worker j1w2 (job 1, rank 2) closed the connection" in err
+    assert "waiting for rank 2" in err
+    w0 = next(r for r in records(run["out"]["j1w0"]) if r["type"] == "summary")
+    assert not w0["ok"] and "PHub server ps core" in w0["error"]
+    assert all(p.poll() is not None for p in run["procs"].values())
+    import subprocess
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert left == []                                            # no core process survived
+
+
+def test_two_jobs_share_one_server(tmp_path):
+    run = launch(tmp_path, algorithm="phub", world=2, model=SMALL, optimizer={"kind": "sgd", "lr": 0.1},
+                 iterations=2, chunk_bytes=4096, cores=2, jobs=2)
+    codes = wait_all(run)
+    assert set(codes.values()) == {0}
+    digests = {n: next(r for r in records(p) if r["type"] == "summary")["weights_sha1"]
+               for n, p in run["out"].items() if n != "ps"}
+    assert len(set(digests.values())) == 1      # same seed and data: both jobs end at the same weights
+    cores = [r for r in records(run["out"]["ps"]) if r["type"] == "core"]
+    assert sum(c["chunks_done"] for c in cores) == 2 * 2 * len(__import__("hosts.phub.chunking", fromlist=["x"])
+                                                               .ChunkPlan(_sizes(), 4096).chunks)
+
+
+def _sizes():
+    from phub_harness import sizes_of
+    return sizes_of(SMALL)

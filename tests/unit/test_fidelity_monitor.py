@@ -1,0 +1,82 @@
+"""Fidelity monitor: point-to-point messages and collectives beside server traces."""
+from __future__ import annotations
+
+import pytest
+
+from hosts.common.trace import TraceRecorder
+from testbed.fidelity.constants import load_profile
+from testbed.fidelity.monitor import fidelity_report
+from testbed.fidelity.network_model import collective_time, message_time
+
+HOST = load_profile("tor-100g-host")
+TDF = 1000.0
+NBYTES = 4096
+
+
+def pair():
+    return (TraceRecorder(None, host="w0", rank=0, world=2, tdf=TDF),
+            TraceRecorder(None, host="ps", rank=1, world=2, tdf=TDF, role="server"))
+
+
+def messages(slow=1.0, n=20, recv_early_s=0.0, buffered=0):
+    """n messages w0 -> ps, each taking slow x TDF x the modeled time from its send;
+    the receiver starts waiting `recv_early_s` before the send; the last `buffered`
+    ones are picked up long after they were in (and took 50x to arrive)."""
+    w, ps = pair()
+    t_msg = message_time(NBYTES, HOST) * TDF
+    t = 0.0
+    for k in range(n):
+        late = k >= n - buffered
+        w.send(t, t + 0.1 * t_msg, peer="ps", values=NBYTES // 4, tag="push")
+        if late:
+            ps.recv(t + 10 * t_msg, t + 50 * t_msg, peer="w0", values=NBYTES // 4, tag="push")
+        else:
+            ps.recv(t - recv_early_s, t + slow * t_msg, peer="w0", values=NBYTES // 4, tag="push")
+        t += 100 * t_msg
+    return [(r.header, r.nodes) for r in (w, ps)]
+
+
+def test_messages_at_the_tdf_are_valid_and_counted_once():
+    rep = fidelity_report(messages(), HOST)
+    assert rep.valid, rep.reasons
+    assert rep.comm_ops == rep.p2p_messages == 20 and rep.p2p_buffered == 0
+    assert rep.ratio_p50 == pytest.approx(1.0, rel=1e-9)
+
+
+def test_messages_twice_as_slow_are_invalid():
+    rep = fidelity_report(messages(slow=2.0), HOST)
+    assert not rep.valid and "dilation_mismatch" in rep.flags
+    assert rep.ratio_p50 == pytest.approx(2.0, rel=1e-9)
+
+
+def test_a_receiver_waiting_early_is_measured_from_the_send():
+    rep = fidelity_report(messages(recv_early_s=5.0), HOST)
+    assert rep.valid and rep.ratio_p50 == pytest.approx(1.0, rel=1e-9)
+
+
+def test_buffered_messages_are_counted_and_left_out():
+    rep = fidelity_report(messages(n=20, buffered=5), HOST)
+    assert rep.p2p_buffered == 5 and rep.p2p_messages == rep.comm_ops == 15
+    assert rep.valid and rep.ratio_p99 == pytest.approx(1.0, rel=1e-9)   # the 50x ones are not in
+    only = fidelity_report(messages(n=3, buffered=3), HOST)
+    assert only.comm_ops == 0 and "no_comm_ops" in only.flags
+    assert "(3 messages were buffered)" in only.reasons[0]
+
+
+def test_a_recv_from_an_untraced_sender_is_skipped():
+    _, ps = pair()
+    ps.recv(0.0, 1.0, peer="w0", values=10, tag="push")
+    rep = fidelity_report([(ps.header, ps.nodes)], HOST)
+    assert rep.comm_ops == 0 and rep.comm_ops_skipped == 1
+
+
+def test_an_allreduce_beside_a_server_is_costed_with_its_members():
+    ws = [TraceRecorder(None, host=f"w{k}", rank=k, world=3, tdf=TDF) for k in range(2)]
+    ps = TraceRecorder(None, host="ps", rank=2, world=3, tdf=TDF, role="server")
+    t_ring = collective_time("allreduce", "ring", 1 << 16, 4, 2, HOST) * TDF
+    assert t_ring != collective_time("allreduce", "ring", 1 << 16, 4, 3, HOST) * TDF
+    for w in ws:
+        w.comm(0.0, t_ring, op="allreduce", algo="ring", values=1 << 16)
+    ps.compute(0.0, TDF * 1e-6, hw_s=1e-6, real_s=1e-7)
+    rep = fidelity_report([(r.header, r.nodes) for r in (*ws, ps)], HOST)
+    assert rep.comm_ops == 2 and rep.ratio_p50 == pytest.approx(1.0, rel=1e-9)
