@@ -32,7 +32,8 @@ Calibration (time_scale auto, hosts.common.calibration.Calibrator decides):
     workers agree through the master (it sums their vectors: `encode_messages`/
     `decide_messages`); each then tells the master the TDF it will run at.
   Round 0 runs undilated; on the soft switch rank 0 then dilates the network
-  (`Calibrator.dilate`). Calibration is not training: the probes leave the
+  (`Calibrator.dilate`); the switch's impairments (loss) are held off while
+  calibrating (`Calibrator.start`/`finish`). Calibration is not training: the probes leave the
   centre alone, the gradients are thrown away, and the trace is emptied after.
 
 Master update time [A]: one memory-bound pass over the model on the master's
@@ -147,6 +148,7 @@ def calibrate_sync(rt: Runtime, task, cc: dict, nd: dict | None) -> dict:
     w = task.weights()
     batches = task.batches()
     c = cal.Calibrator(cc["hw_op_s"], rt.device.time_scale, nd, rank, _expect_delay(rt))
+    c.start()                            # the switch's impairments held off while calibrating
     for _ in range(cc["rounds"]):
         spans, real, hw = [], 0.0, 0.0
         for _ in range(cc["iterations"]):
@@ -162,7 +164,8 @@ def calibrate_sync(rt: Runtime, task, cc: dict, nd: dict | None) -> dict:
         measured, why = cal.decide(summed, len(spans), world, cc["hw_op_s"], fallback=rt.device.time_scale)
         tdf = c.after_round(measured, why, ops=len(spans), my_compute_ratio=ratio, op_hw_p50_s=cc["hw_op_s"])
         rt.device.time_scale = tdf
-    coll.barrier()
+    c.finish()                           # rank 0: final TDF, impairments back on
+    coll.barrier()                       # nobody trains before that is applied
     return _finish(rt, c, rt.device.time_scale)
 
 
@@ -173,7 +176,8 @@ def calibrate_master(rt: Runtime, link, task, cc: dict, nd: dict | None) -> dict
     w = task.weights()
     batches = task.batches()
     c = cal.Calibrator(cc["hw_op_s"], rt.device.time_scale, nd, rank)
-    for _ in range(cc["rounds"]):
+    c.start()                            # rank 0 goes first at the master: held before any probe
+    for r in range(cc["rounds"]):
         durations, real, hw = [], 0.0, 0.0
         for _ in range(cc["iterations"]):
             real += _local_gradient(rt, task, w, next(batches))
@@ -191,6 +195,10 @@ def calibrate_master(rt: Runtime, link, task, cc: dict, nd: dict | None) -> dict
                             op_hw_p50_s=cc["hw_op_s"],
                             round_trip_p50_s=float(np.median(durations)))
         rt.device.time_scale = tdf
+        if r == cc["rounds"] - 1:
+            # Before the last TDF reaches the master: it serves no one until rank 0's
+            # arrives, so training exchanges meet the network with its impairments on.
+            c.finish()
         link.tell_tdf(tdf)
     return _finish(rt, c, rt.device.time_scale)
 

@@ -523,7 +523,9 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
                     else project_world(traces, n, profile, max_nodes=cap))
             if n == 1:
                 base = proj.makespan_s
-            comp = float(np.mean(list(proj.compute_s.values()))) if proj.compute_s else 0.0
+            # workers only: a server rank's busy time (the master's updates) is not a worker's compute
+            busy = [v for r, v in proj.compute_s.items() if int(r) < n]
+            comp = float(np.mean(busy)) if busy else 0.0
             sim = proj.simulated_makespan_s
             records.append({"type": "projection", "workload": "easgd", "variant": wl.variant, "workers": n,
                             "emulated": n == world, "profile": profile.label(), "hw_train_s": proj.makespan_s,
