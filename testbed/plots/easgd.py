@@ -76,8 +76,8 @@ def _caption(run: Run, sums: dict[int, dict[str, Any]], extra: str = "") -> list
             + (f"; TDF {'/'.join(f'{t:g}' for t in tdfs)}" if tdfs else "") + (f"; {extra}" if extra else ""),
             invalid_note(invalid, len(sums), how="hollow markers / thin dotted curves")
             + (f" [{names}]" if names else ""),
-            (f"{unmodeled} master-based point(s): p2p messages not modeled by this build's monitor/projector "
-             f"(network not checked, no projection)" if unmodeled else ""),
+            (f"{unmodeled} point(s) recorded before the monitor modeled p2p messages (network_check: "
+             f"not modeled; no projection)" if unmodeled else ""),
             run_mode_text(run)]
 
 

@@ -460,28 +460,11 @@ def hogwild_overlap(exchanges: list[dict[str, Any]]) -> dict[str, Any] | None:
             "exchanges_overlapped": len(overlapped)}
 
 
-def _without_p2p(traces: list) -> list:
-    """The traces less their point-to-point nodes (and the server traces), with each
-    worker's dependencies on them dropped: what a monitor that models only collectives
-    can still check (compute overruns, the sync variants' allreduces)."""
-    out = []
-    for header, nodes in traces:
-        if header.get("role") == "server":
-            continue
-        keep = [n for n in nodes if n.get("algo") != "p2p"]
-        ids = {n["id"]: i for i, n in enumerate(keep)}
-        out.append(({**header, "world": int(header["world"]) - sum(
-            1 for h, _ in traces if h.get("role") == "server")},
-            [{**n, "id": ids[n["id"]], "deps": [ids[d] for d in n["deps"] if d in ids]} for n in keep]))
-    return out
-
-
 def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The fidelity monitor's verdict and the projection at 1..256 workers, with the
-    shared functions of testbed.fidelity. Where this build's monitor or projector does
-    not model point-to-point messages or server hosts (the master variants), the point
-    says so ("not modeled: ...") and is checked on what the monitor can read: compute
-    overruns of every host, and the calibration's own measurement of the round trips."""
+    shared functions of testbed.fidelity: the master variants' p2p messages and the
+    master's server trace are checked and projected like the sync variants'
+    allreduces (docs/time-fidelity.md, point-to-point messages and servers)."""
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
     from testbed.fidelity.monitor import fidelity_report, load_traces  # noqa: PLC0415
     from testbed.fidelity.projector import project, project_world  # noqa: PLC0415
@@ -494,21 +477,14 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
         return [{"type": "fidelity", "valid": False, "reasons": [f"no traces: {e}"]}]
     profile = load_profile(wl.hardware)
     tdf = summary["tdf"]
-    net_note = None
-    try:
-        report = fidelity_report(traces, profile, tdf, max_overrun_share=0.05)
-    except ValueError as e:            # p2p messages: not modeled by this build's monitor
-        net_note = f"not modeled: {e}"
-        report = fidelity_report(_without_p2p(traces), profile, tdf, max_overrun_share=0.05)
-    fid = {"type": "fidelity", **report.to_dict(), "calibrated": wl.calibrated, "tdf": tdf,
-           "network_check": net_note or "monitor"}
-    reasons = [r for r in report.reasons if not (net_note and "no communication op" in r)]
+    report = fidelity_report(traces, profile, tdf, max_overrun_share=0.05)
+    fid = {"type": "fidelity", **report.to_dict(), "calibrated": wl.calibrated, "tdf": tdf}
+    reasons = list(report.reasons)
     device_ok = summary["device_valid"]
     summary["valid"] = bool(report.valid and device_ok)
     summary["invalid_reasons"] = ([] if device_ok else [f"device model exceeded: {summary['device_violations']} "
                                                          f"steps took more CPU time than TDF x modeled"]) + (
         reasons if not report.valid else [])
-    summary["network_check"] = fid["network_check"]
     summary["net_ratio_p50"] = report.ratio_p50
     workers = [t for t in traces if t[0].get("role") != "server"]
     world = len(workers)
@@ -532,11 +508,12 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
                             "comm_share": (1 - comp / sim) if sim > 0 else None,
                             "weak_scaling_eff": (base / proj.makespan_s) if base and proj.makespan_s > 0 else None,
                             "truncated": bool(proj.truncated)})
-    except (ValueError, KeyError, RuntimeError) as e:
-        summary["projection"] = f"not modeled: {e}"
+    except (ValueError, KeyError, RuntimeError) as e:     # a trace the projector cannot replay
+        summary["projection"] = f"failed: {e}"
+        summary["valid"] = False
+        summary["invalid_reasons"].append(f"projection failed: {e}")
         fid["valid"], fid["reasons"] = summary["valid"], summary["invalid_reasons"]
-        return [fid, {"type": "projection", "workload": "easgd", "variant": wl.variant,
-                      "error": f"not modeled: {e}"}]
+        return [fid, {"type": "projection", "workload": "easgd", "variant": wl.variant, "error": str(e)}]
     summary["projection"] = "projected"
     own = next(r for r in records if r["workers"] == world)
     summary["projected_hw_train_s"] = own["hw_train_s"]
@@ -568,5 +545,5 @@ def summary_row(r: dict[str, Any]) -> dict[str, Any]:
             "hw_wall_ms": rnd(r.get("hw_wall_s") and r["hw_wall_s"] * 1e3, 2), "comm_share": rnd(r["comm_share"]),
             "proj_comm_share": rnd(r.get("projected_comm_share")),
             "exch_match": r["exchanges_match"], "device_valid": r["device_valid"],
-            "net_check": "monitor" if r.get("network_check") == "monitor" else "not modeled",
+            "net_p50": rnd(r.get("net_ratio_p50"), 2), "emu/proj": rnd(r.get("emulated_vs_projected"), 2),
             "valid": r.get("valid"), "ok": r["ok"]}
