@@ -117,8 +117,10 @@ def test_round_robin_makes_the_fast_worker_wait(tmp_path):
     assert summary["exchanges"] == {"0": 6, "1": 6}
     # Rank 0's k-th reply (k >= 1) came only after rank 1's (k-1)-th message was served:
     # it waited about rank 1's pause every round, though it asked at once.
+    # (On a loaded machine client 0's thread can be descheduled past rank 1's pause, so
+    # one of its messages may find the master already waiting for it: allow one.)
     fast_wait = [b - a for a, b in clients[0].replies[1:]]
-    assert min(fast_wait) > 0.1, fast_wait
+    assert sum(w > 0.1 for w in fast_wait) >= len(fast_wait) - 1, fast_wait
 
 
 def test_first_come_first_served_does_not_wait(tmp_path):
