@@ -103,6 +103,45 @@ def decide(summed: np.ndarray, n_ops: int, world: int, hw_op_s: "float | Sequenc
                                 else "network" if tdf_net is not None else "none")}
 
 
+def encode_messages(durations: Sequence[float], compute_ratio: float | None,
+                    rank: int, world: int) -> np.ndarray:
+    """As `encode`, for point-to-point round trips (a worker's message to a master and
+    its reply): each is timed alone on its sender (the master takes one worker at a
+    time), so this worker's slots carry durations (TIME_UNIT_S), not submit/done times."""
+    n = min(len(durations), MAX_OPS)
+    v = np.zeros(n * world + 2 * world, dtype=np.float64)
+    v[rank * n:(rank + 1) * n] = np.asarray(durations[:n], dtype=np.float64) / TIME_UNIT_S
+    if compute_ratio is not None and compute_ratio > 0:
+        off = n * world
+        v[off + rank] = math.log2(compute_ratio * COMPUTE_HEADROOM)
+        v[off + world + rank] = 1.0
+    return v
+
+
+def decide_messages(summed: np.ndarray, n_ops: int, world: int, hw_op_s: float,
+                    fallback: float) -> tuple[float, dict]:
+    """`decide` for `encode_messages` vectors: TDF_net = median over every worker's round
+    trips of (measured / hw_op_s); TDF_cmp and the result as in `decide`."""
+    n = min(n_ops, MAX_OPS)
+    s = np.asarray(summed, dtype=np.float64)
+    d = s[:n * world] * TIME_UNIT_S
+    tdf_net = float(np.median(d[d > 0]) / hw_op_s) if hw_op_s > 0 and np.any(d > 0) else None
+    off = n * world
+    has = s[off + world:off + 2 * world] > 0.5
+    cmps = np.exp2(s[off:off + world][has])
+    tdf_cmp = float(np.max(cmps)) if cmps.size else None
+    candidates = [x for x in (tdf_net, tdf_cmp) if x is not None]
+    tdf = max(candidates) if candidates else fallback
+    tdf = float(min(MAX_TDF, max(MIN_TDF, _round_sig(tdf, 3))))
+    return tdf, {"tdf_net": tdf_net, "tdf_cmp": tdf_cmp,
+                 "limited_by": ("compute" if tdf_cmp is not None and (tdf_net is None or tdf_cmp > tdf_net)
+                                else "network" if tdf_net is not None else "none")}
+
+
+def messages_agreement_size(n_ops: int, world: int) -> int:
+    return min(n_ops, MAX_OPS) * world + 2 * world
+
+
 # With a dilated network (the soft switch's delay line) the emulator's own time per
 # operation must be a small part of the dilated hardware time: the network then
 # measures the model, not the emulator. TDF = headroom x the undilated network's

@@ -103,9 +103,11 @@ class MasterConfig:
     start_at: float | None
     out: str                  # JSON lines: exchange log + summary
     snapshots: str            # .npz of the centre over time
+    trace: str | None         # the master's trace (<dir>/master[.s<k>].trace.jsonl: one per server)
+    timing: dict              # {time_scale, update_hw_s, calibration: null | {rounds, iterations}}
 
     KEYS = frozenset({"host", "ip", "port", "workers", "servers", "connect_timeout_s", "timeout_s",
-                      "start_at", "out", "snapshots"})
+                      "start_at", "out", "snapshots", "trace", "timing"})
 
     @classmethod
     def parse(cls, data: Any, where: str) -> "MasterConfig":
@@ -125,8 +127,19 @@ class MasterConfig:
         start_at = c.number("start_at", nullable=True)
         out = c.str("out")
         snaps = c.str("snapshots")
+        trace = c.data.get("trace")
+        if trace is not None and not isinstance(trace, str):
+            c.error("trace", f"must be a folder path or null, got {trace!r}")
+        timing = c.data.get("timing")
+        cal = timing.get("calibration") if isinstance(timing, dict) else None
+        if (not isinstance(timing, dict) or set(timing) != {"time_scale", "update_hw_s", "calibration"}
+                or not _positive(timing["time_scale"]) or not _positive(timing["update_hw_s"])
+                or not (cal is None or (isinstance(cal, dict) and set(cal) == {"rounds", "iterations"}
+                                        and all(isinstance(cal[k], int) and cal[k] >= 1 for k in cal)))):
+            c.error("timing", f"must be {{time_scale > 0, update_hw_s > 0, calibration: null | "
+                              f"{{rounds >= 1, iterations >= 1}}}}, got {timing!r}")
         c.finish(set(cls.KEYS))
-        return cls(host, ip, port, tuple(workers), servers, ct, to, start_at, out, snaps)
+        return cls(host, ip, port, tuple(workers), servers, ct, to, start_at, out, snaps, trace, dict(timing))
 
 
 def load(source: str | Path | dict, part: str) -> tuple[Any, EasgdSettings, dict]:
@@ -140,12 +153,32 @@ def load(source: str | Path | dict, part: str) -> tuple[Any, EasgdSettings, dict
     return section, settings, data
 
 
-WORKER_KEYS = frozenset({"torch", "master", "servers", "snapshots"})
+WORKER_KEYS = frozenset({"torch", "master", "servers", "snapshots", "timing"})
+
+
+def _positive(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+
+
+def parse_worker_timing(section: dict, where: str) -> tuple[dict | None, dict | None]:
+    """(calibration {rounds, iterations, hw_op_s} or None, network_dilation block or None)
+    of a worker's `timing` section."""
+    from hosts.common.network_dilation import parse_network_dilation  # noqa: PLC0415
+    c = Checker(section.get("timing"), where + ": worker.timing")
+    cal = c.data.get("calibration")
+    if cal is not None and not (isinstance(cal, dict) and set(cal) == {"rounds", "iterations", "hw_op_s"}
+                                and all(isinstance(cal[k], int) and cal[k] >= 1 for k in ("rounds", "iterations"))
+                                and (cal["hw_op_s"] == 0 or _positive(cal["hw_op_s"]))):
+        c.error("calibration", f"must be null or {{rounds >= 1, iterations >= 1, hw_op_s >= 0}}, got {cal!r}")
+    nd = parse_network_dilation(c)
+    c.finish({"calibration", "network_dilation"})
+    return (dict(cal) if cal else None), nd
 
 
 def parse_worker(section: Any, where: str) -> tuple[dict, HostAddr | None, int, int, str | None]:
     """A worker's own part: (torch config dict, master address, master port, Hogwild
-    servers, snapshot path or None). `torch` is checked by TorchWorkerConfig."""
+    servers, snapshot path or None). `torch` is checked by TorchWorkerConfig; `timing`
+    by parse_worker_timing."""
     c = Checker(section, where + ": worker")
     torch_cfg = c.data.get("torch")
     if not isinstance(torch_cfg, dict):

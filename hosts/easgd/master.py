@@ -33,6 +33,7 @@ import select
 import sys
 import time
 from multiprocessing import shared_memory
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,9 +42,10 @@ import torch
 from hosts.collectives import check_hello, make_hello
 from hosts.common import program
 from hosts.common.results import JsonlWriter
-from hosts.common.tcp import (KIND_DATA, Conn, NetError, RecvOp, accept_one, listen, recv_json,
-                              send_array, send_json)
+from hosts.common.tcp import (KIND_BARRIER, KIND_DATA, Conn, NetError, RecvOp, SendOp, accept_one,
+                              exchange, listen, recv_array, recv_json, send_array, send_json)
 from hosts.easgd import rules
+from hosts.easgd.timing import MasterClock, master_host
 from hosts.easgd.config import (ConfigError, EasgdSettings, MasterConfig, load, master_rule,
                                 server_of, server_port, serving)
 from hosts.easgd.model import initial_weights
@@ -102,13 +104,18 @@ def accept_workers(server, ranks: list[int], cfg: MasterConfig, settings: EasgdS
 
 
 def serve(conns: dict[int, Conn], centre: Centre, order: str, server: int, t0: float,
-          snap: "Snapshots | None") -> tuple[list[dict[str, Any]], dict[int, int]]:
-    """Serve every worker to its end of stream; (exchange log, exchanges per rank)."""
+          snap: "Snapshots | None", clock: MasterClock, names: dict[int, str]
+          ) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """Serve every worker to its end of stream; (exchange log, exchanges per rank).
+    Each served message is traced (clock): received from `names[rank]` since the master
+    began waiting for it (FCFS: since its previous reply; round robin: since its turn
+    came), the update, the reply."""
     n = centre.c.numel()
     counts = {r: 0 for r in conns}
     log_: list[dict[str, Any]] = []
     active = sorted(conns)
     pending = {r: RecvOp(conns[r], KIND_DATA) for r in active}
+    waiting_since = {r: time.perf_counter() for r in active}
     turn = 0
 
     def handle(rank: int, op: RecvOp) -> None:
@@ -120,13 +127,17 @@ def serve(conns: dict[int, Conn], centre: Centre, order: str, server: int, t0: f
             return
         if arr.size != n:
             raise NetError(f"{conns[rank].peer} sent {arr.size} values, the centre has {n}")
-        reply, ta, tb = centre.apply(torch.from_numpy(arr))
+        clock.received(names[rank], waiting_since[rank], t_in, n)
+        reply, ta, tb = clock.update(lambda: centre.apply(torch.from_numpy(arr)))
+        t_send = time.perf_counter()
         send_array(conns[rank], reply)
+        t_out = time.perf_counter()
+        clock.replied(names[rank], t_send, t_out, n)
         log_.append({"type": "exchange", "rank": rank, "seq": counts[rank], "server": server,
-                     "t_in": t_in - t0, "t_read": ta - t0, "t_write": tb - t0,
-                     "t_out": time.perf_counter() - t0})
+                     "t_in": t_in - t0, "t_read": ta - t0, "t_write": tb - t0, "t_out": t_out - t0})
         counts[rank] += 1
         pending[rank] = RecvOp(conns[rank], KIND_DATA)
+        waiting_since[rank] = time.perf_counter()
         if snap is not None:
             snap.maybe(centre.c)
 
@@ -136,6 +147,7 @@ def serve(conns: dict[int, Conn], centre: Centre, order: str, server: int, t0: f
             # Only the worker whose turn it is is read; the others wait in their sockets.
             rank = active[turn % len(active)]
             op = pending[rank]
+            waiting_since[rank] = time.perf_counter()
             ready = [rank] if _drive(op, conns[rank].timeout_s) else []
         else:
             ready = _ready(pending, conns, active)
@@ -151,9 +163,38 @@ def serve(conns: dict[int, Conn], centre: Centre, order: str, server: int, t0: f
     return log_, counts
 
 
+def calibrate(conns: dict[int, Conn], centre: Centre, clock: MasterClock, rounds: int,
+              iterations: int) -> float:
+    """The master's side of hosts/easgd/timing.py calibrate_master: one worker at a time
+    ("go", its probe, the update on a scratch copy of the centre, paced, the reply);
+    after each round the sum of the workers' agreement vectors to every worker, and
+    the TDF they will run at (they must agree). Returns the TDF; the centre is unchanged."""
+    scratch = Centre(centre.c.clone(), centre.s)
+    n = centre.c.numel()
+    timeout = max(c.timeout_s for c in conns.values())
+    for r in range(rounds):
+        for _ in range(iterations):
+            for rank in sorted(conns):
+                exchange([SendOp(conns[rank], KIND_BARRIER)], [], timeout)
+                arr = recv_array(conns[rank], np.empty(n, np.float32))
+                reply = clock.update(lambda: scratch.apply(torch.from_numpy(arr))[0], traced=False)
+                send_array(conns[rank], reply)
+        vecs = [recv_array(conns[rank]) for rank in sorted(conns)]
+        if len({v.size for v in vecs}) != 1:
+            raise NetError(f"calibration round {r}: workers sent agreement vectors of sizes "
+                           f"{[v.size for v in vecs]}")
+        total = np.sum(np.stack([v.astype(np.float64) for v in vecs]), axis=0)
+        for rank in sorted(conns):
+            send_array(conns[rank], total)
+        tdfs = {float(recv_array(conns[rank])[0]) for rank in sorted(conns)}
+        if len(tdfs) != 1:
+            raise NetError(f"calibration round {r}: workers chose different TDFs {sorted(tdfs)}")
+        clock.set_tdf(tdfs.pop())
+    return clock.device.time_scale
+
+
 def _drive(op: RecvOp, timeout_s: float) -> bool:
     """Block until op completes (round robin waits for exactly this worker)."""
-    from hosts.common.tcp import exchange  # noqa: PLC0415
     exchange([], [op], timeout_s)
     return True
 
@@ -197,6 +238,19 @@ class Snapshots:
         np.savez(path, t_perf=np.asarray(self.times), centre=np.stack(self.values))
 
 
+def make_clock(cfg: MasterConfig, settings: EasgdSettings, server: int, servers: int, tdf: float,
+               traced: bool = True) -> MasterClock:
+    name = master_host(servers, server)
+    path = str(Path(cfg.trace) / f"{name}.trace.jsonl") if cfg.trace and traced else None
+    order = "round_robin" if serving(settings.variant) == "round_robin" else "fcfs"
+    return MasterClock(path, server=server, servers=servers, workers=len(cfg.workers), tdf=tdf,
+                       update_hw_s=cfg.timing["update_hw_s"], serve_order=order)
+
+
+def worker_names(cfg: MasterConfig, ranks) -> dict[int, str]:
+    return {r: cfg.workers[r].name for r in ranks}
+
+
 # -- one process (round robin, fcfs) ------------------------------------------------
 def run_single(cfg: MasterConfig, settings: EasgdSettings, ident: dict, writer: JsonlWriter) -> dict:
     centre = Centre(initial_weights(settings.seed, settings.model, settings.dataset), settings)
@@ -205,29 +259,62 @@ def run_single(cfg: MasterConfig, settings: EasgdSettings, ident: dict, writer: 
         conns = accept_workers(server, list(range(len(cfg.workers))), cfg, settings, ident)
     finally:
         server.close()
-    log.info("all %d workers connected; serving %s", len(conns), serving(settings.variant))
-    t0 = time.perf_counter()
-    snap = Snapshots(settings.snapshot_every_s)
-    snap.maybe(centre.c, force=True)
+    clock = make_clock(cfg, settings, 0, 1, cfg.timing["time_scale"])
     try:
-        records, counts = serve(conns, centre, serving(settings.variant), 0, t0, snap)
+        cal = cfg.timing["calibration"]
+        if cal is not None:
+            calibrate(conns, centre, clock, cal["rounds"], cal["iterations"])
+            log.info("calibrated with the workers: TDF %g", clock.device.time_scale)
+        log.info("all %d workers connected; serving %s", len(conns), serving(settings.variant))
+        t0 = time.perf_counter()
+        snap = Snapshots(settings.snapshot_every_s)
+        snap.maybe(centre.c, force=True)
+        try:
+            records, counts = serve(conns, centre, serving(settings.variant), 0, t0, snap, clock,
+                                    worker_names(cfg, conns))
+        finally:
+            for c in conns.values():
+                c.close()
     finally:
-        for c in conns.values():
-            c.close()
+        clock.close()
     snap.maybe(centre.c, force=True)
     snap.save(cfg.snapshots)
     for r in records:
         writer.write(r)
-    return {"exchanges": counts, "t0_perf": t0}
+    return {"exchanges": counts, "t0_perf": t0, "tdf": clock.device.time_scale,
+            "validity": {"0": clock.device.validity()}}
 
 
 # -- Hogwild: several processes over one shared centre ------------------------------------
+def calibrate_hogwild(cfg: MasterConfig, settings: EasgdSettings, ident: dict, servers: int) -> float:
+    """Every worker calibrates with the parent process on the base port first (the
+    agreement needs all of them in one place); the server processes start after."""
+    cal = cfg.timing["calibration"]
+    if cal is None:
+        return cfg.timing["time_scale"]
+    centre = Centre(initial_weights(settings.seed, settings.model, settings.dataset), settings)
+    server = listen(cfg.ip, cfg.port)
+    try:
+        conns = accept_workers(server, list(range(len(cfg.workers))), cfg, settings, ident)
+    finally:
+        server.close()
+    clock = make_clock(cfg, settings, 0, servers, cfg.timing["time_scale"], traced=False)
+    try:
+        tdf = calibrate(conns, centre, clock, cal["rounds"], cal["iterations"])
+    finally:
+        for c in conns.values():
+            c.close()
+    log.info("calibrated with the workers: TDF %g", tdf)
+    return tdf
+
+
 def _hogwild_server(s: int, shm_name: str, n: int, cfg: MasterConfig, settings: EasgdSettings,
-                    ident: dict, t0_box, out_q) -> None:
+                    ident: dict, tdf: float, t0_box, out_q) -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s: %(levelname)s %(message)s")
     torch.set_num_threads(1)
     shm = shared_memory.SharedMemory(name=shm_name)
+    clock = make_clock(cfg, settings, s, cfg.servers, tdf)
     try:
         c = torch.from_numpy(np.ndarray((n,), dtype=np.float32, buffer=shm.buf))
         ranks = [r for r in range(len(cfg.workers)) if server_of(r, cfg.servers) == s]
@@ -239,14 +326,18 @@ def _hogwild_server(s: int, shm_name: str, n: int, cfg: MasterConfig, settings: 
         with t0_box.get_lock():
             if t0_box.value == 0.0:
                 t0_box.value = time.perf_counter()
-        records, counts = serve(conns, Centre(c, settings), "fcfs", s, t0_box.value, None)
+        records, counts = serve(conns, Centre(c, settings), "fcfs", s, t0_box.value, None, clock,
+                                worker_names(cfg, ranks))
         for conn in conns.values():
             conn.close()
         del c
-        out_q.put({"server": s, "records": records, "counts": counts, "error": None})
+        out_q.put({"server": s, "records": records, "counts": counts, "error": None,
+                   "validity": clock.device.validity()})
     except Exception as e:  # noqa: BLE001 - reported to the parent, which fails the run
-        out_q.put({"server": s, "records": [], "counts": {}, "error": f"{type(e).__name__}: {e}"})
+        out_q.put({"server": s, "records": [], "counts": {}, "error": f"{type(e).__name__}: {e}",
+                   "validity": None})
     finally:
+        clock.close()
         shm.close()
 
 
@@ -254,6 +345,7 @@ def run_hogwild(cfg: MasterConfig, settings: EasgdSettings, ident: dict, writer:
     init = initial_weights(settings.seed, settings.model, settings.dataset).numpy()
     servers = min(cfg.servers, len(cfg.workers))
     cfg = MasterConfig(**{**cfg.__dict__, "servers": servers})
+    tdf = calibrate_hogwild(cfg, settings, ident, servers)
     shm = shared_memory.SharedMemory(create=True, size=init.nbytes)
     ctx = mp.get_context("fork")      # children share the loaded torch; no threads run yet
     try:
@@ -261,7 +353,7 @@ def run_hogwild(cfg: MasterConfig, settings: EasgdSettings, ident: dict, writer:
         shared[:] = init
         t0_box, out_q = ctx.Value("d", 0.0), ctx.Queue()
         procs = [ctx.Process(target=_hogwild_server, name=f"hogwild-server-{s}",
-                             args=(s, shm.name, init.size, cfg, settings, ident, t0_box, out_q))
+                             args=(s, shm.name, init.size, cfg, settings, ident, tdf, t0_box, out_q))
                  for s in range(servers)]
         for p in procs:
             p.start()
@@ -292,7 +384,8 @@ def run_hogwild(cfg: MasterConfig, settings: EasgdSettings, ident: dict, writer:
             counts.update(r["counts"])
             for rec in r["records"]:
                 writer.write(rec)
-        return {"exchanges": dict(sorted(counts.items())), "servers": servers, "t0_perf": t0_box.value}
+        return {"exchanges": dict(sorted(counts.items())), "servers": servers, "t0_perf": t0_box.value,
+                "tdf": tdf, "validity": {str(r["server"]): r["validity"] for r in results}}
     finally:
         shm.close()
         shm.unlink()
@@ -310,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s: %(levelname)s %(message)s")
     writer = JsonlWriter(cfg.out)
-    ident = settings.identity() | {"workers": len(cfg.workers)}
+    ident = settings.identity() | {"workers": len(cfg.workers),
+                                   "calibrated": cfg.timing["calibration"] is not None}
     if cfg.start_at is not None and cfg.start_at > time.time():
         time.sleep(cfg.start_at - time.time())
     error, info = None, {}
@@ -327,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         writer.write({"type": "summary", "host": cfg.host, "role": "master", "variant": settings.variant,
                       "serving": serving(settings.variant), "ok": error is None, "error": error,
                       "exchanges": {str(k): v for k, v in (info.get("exchanges") or {}).items()},
-                      "servers": info.get("servers", 1)})
+                      "servers": info.get("servers", 1), "tdf": info.get("tdf"),
+                      "validity": info.get("validity")})
         writer.close()
 
 

@@ -1,52 +1,101 @@
 """The one place the EASGD hosts touch the time machinery (so it is easy to
-follow when that machinery changes): the device model, pacing, trace and
-per-iteration records all come from hosts/dnn/runtime.py, exactly as for a
-`kind: torch` worker.
+follow when that machinery changes).
 
-  open_runtime(torch_cfg)        the worker's Runtime (device model, trace, records)
-  compute(rt, fn, n)             one forward/backward of n samples, charged to the device model
-  exchange(rt, fn, values, rank) one message to the master and its reply, timed and traced
-  allreduce(rt, t)               the scenario's collective (ring | ps | switch), timed and traced
+Workers: the device model, pacing, trace and per-iteration records come from
+hosts/dnn/runtime.py, exactly as for a `kind: torch` worker.
 
-Trace shape of an exchange: a comm node with op "allreduce", algo "ps" (the
-master is a parameter-server-shaped host: one push of `values` floats, one
-reply of as many) in the group "master-<rank>". The monitor then times each
-exchange alone against the PS model at the run's worker count (the master's
-port serializes all workers' messages); the projector, which replicates rank
-0's program to every rank, sees every rank's k-th exchange meet in one PS
-operation: the master serving all P workers once per round, which is the
-original EASGD's round robin and the asynchronous variants' steady state when
-the master's link is the bottleneck (docs/easgd.md).
+  open_runtime(torch_cfg, world_traced) the worker's Runtime; its trace header says
+                                  role "worker" and how many hosts are traced
+  compute(rt, fn, n)              one forward/backward of n samples, charged to the device model
+  exchange(rt, link, payload)     one message to the master and its reply: two p2p trace
+                                  nodes (send tag "push", recv tag "reply")
+  allreduce(rt, t)                the scenario's collective (ring | ps | switch), timed and traced
+  calibrate_sync / calibrate_master   time_scale auto (below)
+  dilate_fixed                    a fixed TDF dilates the soft switch's network too
+
+Master: `MasterClock` paces each centre update to its modeled hardware time x
+TDF (`update_hw_s`) and records the master's trace (role "server"): per served
+message a recv node, a compute node (the update) and a send node (the reply).
+
+Calibration (time_scale auto, hosts.common.calibration.Calibrator decides):
+  * sync variants: as LHC's (hosts/lhc/timing.py `calibrate`): every round runs
+    `iterations` x (one local gradient, a barrier, one allreduce of the model's
+    size), each allreduce measured from its submit against
+    network_model.collective_time (the workload's `hw_op_s`); the workers agree
+    through a SUM allreduce (`encode`/`decide`).
+  * master variants: every round runs `iterations` x (one local gradient, one
+    probe exchange) per worker. The master takes one worker at a time (it sends
+    "go", the worker sends its probe, the master runs its update on a scratch copy,
+    paced, and replies), so each round trip is the network's and the master's, not
+    a queue: measured from the worker's send to its reply's arrival against
+    hw_op_s = 2 x message_time(model bytes) + the master's update_hw_s. The
+    workers agree through the master (it sums their vectors: `encode_messages`/
+    `decide_messages`); each then tells the master the TDF it will run at.
+  Round 0 runs undilated; on the soft switch rank 0 then dilates the network
+  (`Calibrator.dilate`); the switch's impairments (loss) are held off while
+  calibrating (`Calibrator.start`/`finish`). Calibration is not training: the probes leave the
+  centre alone, the gradients are thrown away, and the trace is emptied after.
+
+Master update time [A]: one memory-bound pass over the model on the master's
+device (the workers' type): `passes` vectors of 4 bytes per value at HBM x
+hbm_efficiency, plus one kernel launch; elastic reads W and C and writes C and
+e (4), sgd reads g and C and writes C (3), msgd also reads and writes v (5).
 """
 from __future__ import annotations
 
 import time
 from typing import Any, Callable
 
+import numpy as np
+
+from hosts.common.device import PacedDevice
+from hosts.common.trace import TraceRecorder
 from hosts.dnn.config import TorchWorkerConfig
 from hosts.dnn.runtime import Runtime
 
-EXCHANGE_OP, EXCHANGE_ALGO = "allreduce", "ps"
+UPDATE_PASSES = {"elastic": 4, "sgd": 3, "msgd": 5}     # [A] see the module doc
+PUSH_TAG, REPLY_TAG = "push", "reply"
 
 
-def open_runtime(torch_cfg: dict) -> Runtime:
-    return Runtime(TorchWorkerConfig.from_json(torch_cfg))
+def update_hw_s(device: dict[str, Any], values: int, rule: str) -> float:
+    """Modeled hardware seconds of one centre update on the master (module doc)."""
+    from hosts.dnn.device import DEFAULT_HBM_EFFICIENCY, DEFAULT_LAUNCH_S, HBM_BPS  # noqa: PLC0415
+    kind = device.get("type", "cpu")
+    if kind not in HBM_BPS:
+        raise ValueError(f"the master's update needs a modeled device type, got {kind!r}")
+    rate = HBM_BPS[kind] * float(device.get("hbm_efficiency", DEFAULT_HBM_EFFICIENCY))
+    return float(device.get("launch_s", DEFAULT_LAUNCH_S)) + UPDATE_PASSES[rule] * 4 * values / rate
+
+
+def master_host(servers: int, server: int) -> str:
+    """The traced host name of master server process `server` (Hogwild has several)."""
+    return "master" if servers == 1 else f"master.s{server}"
+
+
+# -- workers -------------------------------------------------------------------------------
+def open_runtime(torch_cfg: dict, world_traced: int) -> Runtime:
+    rt = Runtime(TorchWorkerConfig.from_json(torch_cfg))
+    rt.trace.header.update(world=world_traced, role="worker", workload="easgd")
+    return rt
 
 
 def compute(rt: Runtime, fn: Callable[[], Any], batch_size: int) -> Any:
     return rt.compute(fn, batch_size)
 
 
-def exchange(rt: Runtime, fn: Callable[[], Any], values: int, rank: int) -> Any:
-    """As Runtime.comm, in a per-worker group (the master is not a collective)."""
+def exchange(rt: Runtime, link, payload, peer: str):
+    """Send `payload` to the master, wait for its reply (as many values): p2p trace nodes."""
+    n = payload.numel()
     t0 = time.perf_counter()
-    out = fn()
+    link.send(payload)
     t1 = time.perf_counter()
-    node = rt.trace.comm(t0, t1, op=EXCHANGE_OP, algo=EXCHANGE_ALGO, values=values,
-                         group=f"master-{rank}")
+    rt.trace.send(t0, t1, peer=peer, values=n, tag=PUSH_TAG)
+    out = link.recv(n)
+    t2 = time.perf_counter()
+    node = rt.trace.recv(t1, t2, peer=peer, values=n, tag=REPLY_TAG)
     rt.trace.waited(node)
-    rt.it["comm_s"] += t1 - t0
-    rt.it["bytes"] += 2 * 4 * values          # the message and the reply
+    rt.it["comm_s"] += t2 - t0
+    rt.it["bytes"] += 2 * 4 * n          # the message and the reply
     rt.it["ops"] += 1
     return out
 
@@ -54,3 +103,142 @@ def exchange(rt: Runtime, fn: Callable[[], Any], values: int, rank: int) -> Any:
 def allreduce(rt: Runtime, t):
     coll = rt.collective
     return rt.comm(lambda: coll.allreduce(t), t.numel())
+
+
+def _expect_delay(rt: Runtime) -> Callable[[float], None]:
+    client = getattr(rt._coll, "client", None) if rt._coll is not None else None
+    return client.expect_delay if client is not None else (lambda seconds: None)
+
+
+def dilate_fixed(rt: Runtime, nd: dict | None) -> None:
+    """A fixed TDF dilates the network too (modeled device only)."""
+    from hosts.common.calibration import Calibrator  # noqa: PLC0415
+    if nd is not None and rt.device.name != "cpu":
+        Calibrator(0.0, rt.device.time_scale, nd, rt.cfg.rank, _expect_delay(rt)).dilate(rt.device.time_scale)
+
+
+def _local_gradient(rt: Runtime, task, w, idx) -> float:
+    """One gradient at the current TDF, charged to the device but not traced; its real
+    seconds (the compute ratio's numerator)."""
+    dev = rt.device
+    t0 = time.perf_counter()
+    task.gradient(w, idx)
+    real = time.perf_counter() - t0
+    dev.charge(dev.hw_time(task.batch_size) * dev.time_scale, real)
+    dev.flush()
+    return real
+
+
+def _finish(rt: Runtime, c, tdf: float) -> dict:
+    rt.device.time_scale = tdf
+    rt.device._reset_stats()             # the run's step statistics are the run's
+    rt.device.debt_s = 0.0
+    rt.trace.reset()
+    rt.trace.set_tdf(tdf)
+    rt.trace.header["device"] = rt.device.describe()
+    rt._reset_counters()
+    return c.record(rt.cfg.host)
+
+
+def calibrate_sync(rt: Runtime, task, cc: dict, nd: dict | None) -> dict:
+    """time_scale auto for the allreduce variants (module doc); returns the record."""
+    from hosts.common import calibration as cal  # noqa: PLC0415
+    coll, rank, world = rt.collective, rt.cfg.rank, rt.cfg.world
+    import torch  # noqa: PLC0415
+    w = task.weights()
+    batches = task.batches()
+    c = cal.Calibrator(cc["hw_op_s"], rt.device.time_scale, nd, rank, _expect_delay(rt))
+    c.start()                            # the switch's impairments held off while calibrating
+    for _ in range(cc["rounds"]):
+        spans, real, hw = [], 0.0, 0.0
+        for _ in range(cc["iterations"]):
+            real += _local_gradient(rt, task, w, next(batches))
+            hw += rt.device.hw_time(task.batch_size)
+            coll.barrier()
+            t0 = time.perf_counter()
+            coll.allreduce(torch.zeros_like(w))
+            spans.append((t0, time.perf_counter()))
+        ratio = real / hw if hw > 0 else None
+        vec = cal.encode([a for a, _ in spans], [b for _, b in spans], ratio, rank, world)
+        summed = np.asarray(coll.allreduce(torch.from_numpy(vec.astype(np.float32))), np.float64)
+        measured, why = cal.decide(summed, len(spans), world, cc["hw_op_s"], fallback=rt.device.time_scale)
+        tdf = c.after_round(measured, why, ops=len(spans), my_compute_ratio=ratio, op_hw_p50_s=cc["hw_op_s"])
+        rt.device.time_scale = tdf
+    c.finish()                           # rank 0: final TDF, impairments back on
+    coll.barrier()                       # nobody trains before that is applied
+    return _finish(rt, c, rt.device.time_scale)
+
+
+def calibrate_master(rt: Runtime, link, task, cc: dict, nd: dict | None) -> dict:
+    """time_scale auto for the master variants (module doc); returns the record."""
+    from hosts.common import calibration as cal  # noqa: PLC0415
+    rank, world = rt.cfg.rank, rt.cfg.world
+    w = task.weights()
+    batches = task.batches()
+    c = cal.Calibrator(cc["hw_op_s"], rt.device.time_scale, nd, rank)
+    c.start()                            # rank 0 goes first at the master: held before any probe
+    for r in range(cc["rounds"]):
+        durations, real, hw = [], 0.0, 0.0
+        for _ in range(cc["iterations"]):
+            real += _local_gradient(rt, task, w, next(batches))
+            hw += rt.device.hw_time(task.batch_size)
+            link.wait_turn()
+            t0 = time.perf_counter()
+            link.send(w)
+            link.recv(w.numel())
+            durations.append(time.perf_counter() - t0)
+        ratio = real / hw if hw > 0 else None
+        summed = link.agree(cal.encode_messages(durations, ratio, rank, world))
+        measured, why = cal.decide_messages(summed, len(durations), world, cc["hw_op_s"],
+                                            fallback=rt.device.time_scale)
+        tdf = c.after_round(measured, why, ops=len(durations), my_compute_ratio=ratio,
+                            op_hw_p50_s=cc["hw_op_s"],
+                            round_trip_p50_s=float(np.median(durations)))
+        rt.device.time_scale = tdf
+        if r == cc["rounds"] - 1:
+            # Before the last TDF reaches the master: it serves no one until rank 0's
+            # arrives, so training exchanges meet the network with its impairments on.
+            c.finish()
+        link.tell_tdf(tdf)
+    return _finish(rt, c, rt.device.time_scale)
+
+
+# -- the master --------------------------------------------------------------------------------
+class MasterClock:
+    """One master server process's pacing and trace (module doc)."""
+
+    def __init__(self, trace_path: str | None, *, server: int, servers: int, workers: int,
+                 tdf: float, update_hw_s: float, serve_order: str, sleep: bool = True):
+        self.host = master_host(servers, server)
+        self.update_hw_s = update_hw_s
+        self.device = PacedDevice(tdf, sleep=sleep)
+        self.trace = TraceRecorder(trace_path, host=self.host, rank=workers + server,
+                                   world=workers + servers, tdf=tdf, role="server",
+                                   serve_order=serve_order, workload="easgd",
+                                   device={"update_hw_s": update_hw_s, "time_scale": tdf})
+
+    def set_tdf(self, tdf: float) -> None:
+        self.device = PacedDevice(tdf, sleep=self.device.sleep)
+        self.trace.set_tdf(tdf)
+        self.trace.header["device"]["time_scale"] = tdf
+        self.trace.reset()
+
+    def update(self, fn: Callable[[], Any], *, traced: bool = True) -> Any:
+        """The centre update `fn`, paced to update_hw_s x TDF."""
+        t0 = time.perf_counter()
+        out = fn()
+        real = time.perf_counter() - t0
+        self.device.charge(self.update_hw_s * self.device.time_scale, real)
+        self.device.flush()
+        if traced:
+            self.trace.compute(t0, time.perf_counter(), self.update_hw_s, real, {"step": "update"})
+        return out
+
+    def received(self, worker: str, t0: float, t1: float, values: int) -> None:
+        self.trace.waited(self.trace.recv(t0, t1, peer=worker, values=values, tag=PUSH_TAG))
+
+    def replied(self, worker: str, t0: float, t1: float, values: int) -> None:
+        self.trace.send(t0, t1, peer=worker, values=values, tag=REPLY_TAG)
+
+    def close(self) -> None:
+        self.trace.close()

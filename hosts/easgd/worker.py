@@ -31,10 +31,11 @@ import torch
 
 from hosts.collectives import check_hello, make_hello
 from hosts.common import program
-from hosts.common.tcp import NetError, connect_with_retry, recv_array, recv_json, send_array, send_json
+from hosts.common.tcp import (KIND_BARRIER, NetError, RecvOp, connect_with_retry, exchange, recv_array,
+                              recv_json, send_array, send_json)
 from hosts.easgd import rules, timing
-from hosts.easgd.config import (ConfigError, load, local_momentum, parse_worker, server_of,
-                                server_port, serving)
+from hosts.easgd.config import (ConfigError, load, local_momentum, parse_worker, parse_worker_timing,
+                                server_of, server_port, serving)
 from hosts.easgd.master import Snapshots
 from hosts.easgd.model import Task
 
@@ -48,10 +49,13 @@ def digest(t: torch.Tensor) -> str:
 class MasterLink:
     """This worker's TCP connection to its master server."""
 
-    def __init__(self, rt, master, port: int, servers: int, ident: dict):
+    def __init__(self, rt, master, port: int, servers: int, ident: dict, base: bool = False):
+        """base: the master's base port whatever the variant (Hogwild calibrates there)."""
         cfg = rt.cfg
         s = server_of(cfg.rank, servers)
-        p = server_port(port, s) if serving_mode(ident) == "hogwild" else port
+        hogwild = serving_mode(ident) == "hogwild" and not base
+        p = server_port(port, s) if hogwild else port
+        self.peer = timing.master_host(servers if hogwild else 1, s if hogwild else 0)
         self.conn = connect_with_retry(master.ip, p, peer=f"master {master.name}",
                                        connect_timeout_s=cfg.connect_timeout_s,
                                        io_timeout_s=cfg.timeout_s, src_ip=cfg.my_ip)
@@ -61,11 +65,24 @@ class MasterLink:
                     peer=f"master {master.name}")
         self.count = 0
 
-    def swap(self, payload: torch.Tensor) -> torch.Tensor:
+    def send(self, payload: torch.Tensor) -> None:
         send_array(self.conn, payload.numpy())
-        out = recv_array(self.conn, np.empty(payload.numel(), np.float32))
+
+    def recv(self, n: int) -> torch.Tensor:
+        out = recv_array(self.conn, np.empty(n, np.float32))
         self.count += 1
         return torch.from_numpy(out)
+
+    # calibration (hosts/easgd/timing.py calibrate_master; the master's side: master.calibrate)
+    def wait_turn(self) -> None:
+        exchange([], [RecvOp(self.conn, KIND_BARRIER)], self.conn.timeout_s)
+
+    def agree(self, vec: np.ndarray) -> np.ndarray:
+        send_array(self.conn, vec.astype(np.float64))
+        return recv_array(self.conn, np.empty(vec.size, np.float64)).astype(np.float64)
+
+    def tell_tdf(self, tdf: float) -> None:
+        send_array(self.conn, np.asarray([tdf], np.float64))
 
     def close(self) -> None:
         try:
@@ -92,7 +109,7 @@ def train(rt, task: Task, s, link: MasterLink | None, snap: Snapshots | None) ->
         due = (t + 1) % s.tau == 0
         if var in ("async_sgd", "async_msgd", "hogwild_sgd"):
             g, loss = timing.compute(rt, lambda: task.gradient(w, idx), s.batch_size)
-            w = timing.exchange(rt, lambda: link.swap(g), n, rank).clone()
+            w = timing.exchange(rt, link, g, link.peer).clone()
             exchanges += 1
         elif var == "sync_sgd":
             g, loss = timing.compute(rt, lambda: task.gradient(w, idx), s.batch_size)
@@ -116,7 +133,7 @@ def train(rt, task: Task, s, link: MasterLink | None, snap: Snapshots | None) ->
                 g, loss = timing.compute(rt, lambda: task.gradient(w, idx), s.batch_size)
                 w = rules.sgd_step(w, g, s.lr)
             if due:
-                e = timing.exchange(rt, lambda: link.swap(w), n, rank)
+                e = timing.exchange(rt, link, w, link.peer)
                 w = w - e
                 exchanges += 1
         rt.record_iteration(loss=loss, exchanged=due or var in ("async_sgd", "async_msgd",
@@ -139,11 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         section, s, _ = load(path, "worker")
         torch_cfg, master, port, servers, snap_path = parse_worker(section, path)
-        rt = timing.open_runtime(torch_cfg)
+        cc, nd = parse_worker_timing(section, path)
+        masters = 0 if serving(s.variant) is None else (servers if serving(s.variant) == "hogwild" else 1)
+        world = torch_cfg.get("world") if isinstance(torch_cfg, dict) else None
+        rt = timing.open_runtime(torch_cfg, (world or 0) + masters)
     except ConfigError as e:
         log.error("bad config: %s", e)
         return program.EXIT_CONFIG
-    ident = s.identity() | {"workers": rt.cfg.world}
+    ident = s.identity() | {"workers": rt.cfg.world, "calibrated": cc is not None}
     link, error, out = None, None, {}
     try:
         task = Task(s.seed, s.model, rt.cfg.rank, rt.cfg.world, s.batch_size, s.dataset)
@@ -151,9 +171,27 @@ def main(argv: list[str] | None = None) -> int:
         if serving(s.variant) is not None:
             if master is None:
                 raise ConfigError(f"{path}: variant {s.variant} needs worker.master")
-            link = MasterLink(rt, master, port, servers, ident)
+            hogwild = serving(s.variant) == "hogwild"
+            if cc is None:
+                timing.dilate_fixed(rt, nd)     # before the master answers anyone's hello
+                link = MasterLink(rt, master, port, servers, ident)
+            elif hogwild:                       # calibrate with the master's parent process first
+                cal_link = MasterLink(rt, master, port, servers, ident, base=True)
+                try:
+                    rt.writer.write(timing.calibrate_master(rt, cal_link, task, cc, nd))
+                finally:
+                    cal_link.conn.close()
+                link = MasterLink(rt, master, port, servers, ident)
+            else:
+                link = MasterLink(rt, master, port, servers, ident)
+                rt.writer.write(timing.calibrate_master(rt, link, task, cc, nd))
         else:
             timing.allreduce(rt, torch.zeros(1))         # connect and line up every worker
+            if cc is not None:
+                rt.writer.write(timing.calibrate_sync(rt, task, cc, nd))
+            else:
+                timing.dilate_fixed(rt, nd)
+                rt.collective.barrier()                  # no worker starts before the network is dilated
             rt.trace.reset()
             rt._reset_counters()
         snap = Snapshots(s.snapshot_every_s) if snap_path else None
@@ -180,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                 link.close()
         except (NetError, OSError) as e:
             log.warning("closing the master link: %s", e)
-        rt.close(error is None, error, variant=s.variant, exchanges=out.get("exchanges"))
+        rt.close(error is None, error, variant=s.variant, exchanges=out.get("exchanges"),
+                 tdf=rt.device.time_scale, calibrated=cc is not None, network_dilated=nd is not None)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,11 @@ paper's 91.5 % as a reference line.
 
 Colours: one per variant, an EASGD variant and its SGD counterpart in the same
 hue (EASGD solid / dark, SGD dashed / light), so each pair the paper compares
-reads at a glance. Times are emulated seconds (compute = device model x
-time_scale; the network is this machine's, not dilated: docs/easgd.md).
+reads at a glance. Times are hardware-equivalent seconds: emulated time / the
+point's TDF (compute = device model x TDF, the network dilated to the same TDF
+on the soft switch: docs/easgd.md). Invalid points are hollow (or thin dotted
+curves) and named in the caption; projected lines are thin with crosses. The
+footer gives the worker counts that ran (from the points' own summaries).
 """
 from __future__ import annotations
 
@@ -55,18 +58,36 @@ def _caption(run: Run, sums: dict[int, dict[str, Any]], extra: str = "") -> list
         "tau": ("workload.tau", lambda v: "tau " + "/".join(map(str, v))),
         "lr": ("workload.lr", lambda v: f"eta {v[0]:g}"),
         "batch": ("workload.batch_size", lambda v: f"batch {v[0]}/worker"),
-        "device": ("workload.device", lambda v: f"{v[0].get('type')} model x{v[0].get('time_scale', 1):g}"),
+        "device": ("workload.device", lambda v: f"{v[0].get('type')} model, TDF " + (
+            "calibrated" if v[0].get("time_scale") == "auto" else f"x{v[0].get('time_scale', 1):g}")),
         "target": ("workload.target_acc", lambda v: f"target acc {v[0]:g}"),
         "collective": ("workload.collective", lambda v: f"sync variants' allreduce: {'/'.join(v)}"),
         "stragglers": ("stragglers", lambda v: "straggler " + ", ".join(
             f"{s['host']} x{s.get('slowdown', 1):g}" for s in v[0]) if v and v[0] else "no straggler"),
         "loss": ("links.loss_pct", lambda v: f"loss {'/'.join(f'{x:g}' for x in v)} %"),
     })
-    invalid = {i: r for i in sums if (r := invalid_reasons(run, i, sums[i])) is not None}
-    return [f"LeNet on sklearn digits; {what}" + (f"; {extra}" if extra else ""),
-            invalid_note(invalid, len(sums), how="drawn all the same: the emulated network is not "
-                         "dilated like compute, see docs/easgd.md"),
+    invalid = _invalid(run, sums)
+    ran = sorted({s["workers"] for s in sums.values()})
+    tdfs = sorted({s.get("tdf") for s in sums.values() if s.get("tdf")})
+    unmodeled = sum(1 for s in sums.values() if s.get("network_check", "monitor") != "monitor")
+    names = "; ".join(f"{sums[i]['variant']} ({sums[i]['workers']} w): {r[0] if r else '?'}"
+                      for i, r in list(invalid.items())[:3])
+    return [f"LeNet on sklearn digits; {what}; workers that ran: {'/'.join(map(str, ran)) or '-'}"
+            + (f"; TDF {'/'.join(f'{t:g}' for t in tdfs)}" if tdfs else "") + (f"; {extra}" if extra else ""),
+            invalid_note(invalid, len(sums), how="hollow markers / thin dotted curves")
+            + (f" [{names}]" if names else ""),
+            (f"{unmodeled} point(s) recorded before the monitor modeled p2p messages (network_check: "
+             f"not modeled; no projection)" if unmodeled else ""),
             run_mode_text(run)]
+
+
+def _invalid(run: Run, sums: dict[int, dict[str, Any]]) -> dict[int, list[str]]:
+    return {i: r for i in sums if (r := invalid_reasons(run, i, sums[i])) is not None}
+
+
+def _hw(s: dict[str, Any], emulated_s: float) -> float:
+    """Hardware-equivalent seconds of an emulated duration of point summary s."""
+    return emulated_s / (s.get("tdf") or 1.0)
 
 
 @figure("easgd_accuracy_vs_time")
@@ -78,11 +99,14 @@ def accuracy_vs_time(run: Run, out_dir: Path) -> list[Path]:
             curves[m["point"]].append(m)
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     seen = set()
+    invalid = _invalid(run, sums)
     for idx, recs in sorted(curves.items()):
         v = sums[idx]["variant"]
         recs.sort(key=lambda r: r["t_s"])
-        ax.plot([r["t_s"] for r in recs], [r["acc"] for r in recs], _ls(v), color=COLOURS.get(v, "0.5"),
-                lw=1.3, alpha=0.9, label=None if v in seen else LABELS.get(v, v))
+        bad = idx in invalid
+        ax.plot([_hw(sums[idx], r["t_s"]) * 1e3 for r in recs], [r["acc"] for r in recs],
+                ":" if bad else _ls(v), color=COLOURS.get(v, "0.5"), lw=0.8 if bad else 1.3, alpha=0.9,
+                label=None if v in seen else LABELS.get(v, v) + (" (invalid)" if bad else ""))
         seen.add(v)
     targets = {s["target_acc"] for s in sums.values()}
     for t in targets:
@@ -91,7 +115,7 @@ def accuracy_vs_time(run: Run, out_dir: Path) -> list[Path]:
         ax.text(0.5, 0.5, "no successful easgd points", ha="center", va="center", transform=ax.transAxes)
     else:
         ax.legend(fontsize=7, ncol=2, loc="lower right")
-    ax.set_xlabel("emulated time since training start (s)")
+    ax.set_xlabel("hardware time since training start (ms; emulated / TDF)")
     ax.set_ylabel("test accuracy of the centre variable")
     ax.set_ylim(0, 1)
     ax.set_title("Accuracy vs time: EASGD variants (solid) and SGD counterparts (dashed)", fontsize=9)
@@ -103,12 +127,13 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
     sums = _summaries(run)
     groups: dict[tuple[str, str], list[tuple[float, bool]]] = defaultdict(list)
     missed: dict[tuple[str, str], int] = defaultdict(int)
+    invalid = _invalid(run, sums)
     for idx, s in sums.items():
         key = (s["variant"], _case(run, idx))
-        if s.get("time_to_target_s") is None:
+        if s.get("hw_time_to_target_s") is None:
             missed[key] += 1
         else:
-            groups[key].append((s["time_to_target_s"], False))
+            groups[key].append((s["hw_time_to_target_s"] * 1e3, idx in invalid))
     keys = sorted(set(groups) | set(missed), key=lambda k: (k[1], VARIANT_NAMES.index(k[0])))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(keys) + 2), 4.6))
     most = 0
@@ -116,13 +141,14 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
         colour = COLOURS.get(key[0], "0.5")
         if groups.get(key):
             most = max(most, plot_repeats(ax, {x: groups[key]}, color=colour))
-            vals = [v for v, _ in groups[key]]
-            ax.vlines(x, min(vals), max(vals), color=colour, lw=5, alpha=0.3)
+            vals = [v for v, bad in groups[key] if not bad]
+            if vals:
+                ax.vlines(x, min(vals), max(vals), color=colour, lw=5, alpha=0.3)
         if missed.get(key):
             ax.text(x, 0, f"{missed[key]} not\nreached", ha="center", va="bottom", fontsize=6, color="#b00000")
     ax.set_xticks(range(len(keys)), [LABELS.get(v, v) + ("" if c == "base" else f"\n({c})") for v, c in keys],
                   rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel("time to target accuracy (emulated s)")
+    ax.set_ylabel("time to target accuracy (hardware ms)")
     ax.set_title("Time to target accuracy (median of repeats, bar = min-max)", fontsize=9)
     return save(fig, run, out_dir, "easgd_time_to_target", _caption(run, sums, band_description(most)))
 
@@ -155,10 +181,11 @@ def comm_share(run: Run, out_dir: Path) -> list[Path]:
 @figure("easgd_weak_scaling")
 def weak_scaling(run: Run, out_dir: Path) -> list[Path]:
     sums = _summaries(run)
-    by_var: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    by_var: dict[str, dict[int, list[tuple[float, bool]]]] = defaultdict(lambda: defaultdict(list))
+    invalid = _invalid(run, sums)
     for idx, s in sums.items():
-        if s.get("wall_s"):
-            by_var[s["variant"]][s["workers"]].append(s["wall_s"])
+        if s.get("hw_wall_s"):
+            by_var[s["variant"]][s["workers"]].append((s["hw_wall_s"], idx in invalid))
     proj: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for m in run.metrics_of("projection"):
         if m.get("point") in sums and m.get("workload") == "easgd" and m.get("weak_scaling_eff"):
@@ -167,12 +194,12 @@ def weak_scaling(run: Run, out_dir: Path) -> list[Path]:
     for v, per_n in by_var.items():
         if 1 not in per_n:
             continue
-        base = float(np.median(per_n[1]))
-        data = {n: [(base / t, False) for t in ts] for n, ts in per_n.items()}
+        base = float(np.median([t for t, _ in per_n[1]]))
+        data = {n: [(base / t, bad) for t, bad in ts] for n, ts in per_n.items()}
         plot_repeats(ax, data, color=COLOURS.get(v, "0.5"), label=f"{LABELS.get(v, v)} (emulated)")
     for v, per_n in proj.items():
         ns = sorted(per_n)
-        ax.plot(ns, [float(np.median(per_n[n])) for n in ns], ":", marker="s", ms=3.5,
+        ax.plot(ns, [float(np.median(per_n[n])) for n in ns], "-", marker="x", ms=4, lw=0.7,
                 color=COLOURS.get(v, "0.5"), label=f"{LABELS.get(v, v)} (projected)")
     bound_line(ax, PAPER_WEAK_SCALING, color="#b00000", label="paper: 91.5 % on 4253 KNL cores")
     ax.set_xscale("log", base=2)

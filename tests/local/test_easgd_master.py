@@ -36,13 +36,19 @@ def settings(variant: str, widths: dict) -> dict:
             "dataset": {"source": "digits"}}
 
 
-def start_master(tmp: Path, variant: str, widths: dict, servers: int = 1) -> tuple[subprocess.Popen, int, dict]:
+UPDATE_HW_S = 2e-5
+
+
+def start_master(tmp: Path, variant: str, widths: dict, servers: int = 1,
+                 calibration: dict | None = None) -> tuple[subprocess.Popen, int, dict]:
     port = PointContext(None, {}, tmp, "local", 0.0).tcp_port_base(48000, span=16)
     s = settings(variant, widths)
     cfg = {"master": {"host": "master", "ip": MASTER_IP, "port": port,
                       "workers": [{"name": f"w{i + 1}", "ip": ip} for i, ip in enumerate(IPS)],
                       "servers": servers, "connect_timeout_s": 30.0, "timeout_s": 60.0, "start_at": None,
-                      "out": str(tmp / "master.jsonl"), "snapshots": str(tmp / "centre.npz")},
+                      "out": str(tmp / "master.jsonl"), "snapshots": str(tmp / "centre.npz"),
+                      "trace": str(tmp), "timing": {"time_scale": 1.0, "update_hw_s": UPDATE_HW_S,
+                                                    "calibration": calibration}},
            "easgd": s}
     path = tmp / "master.config.json"
     path.write_text(json.dumps(cfg))
@@ -54,8 +60,8 @@ def start_master(tmp: Path, variant: str, widths: dict, servers: int = 1) -> tup
 class Client:
     """A worker as far as the master can tell: hello, then messages of the centre's size."""
 
-    def __init__(self, rank: int, port: int, s: dict):
-        ident = dict(s, workers=len(IPS))
+    def __init__(self, rank: int, port: int, s: dict, calibrated: bool = False):
+        ident = dict(s, workers=len(IPS), calibrated=calibrated)
         self.conn = connect_with_retry(MASTER_IP, port, peer="master", connect_timeout_s=30,
                                        io_timeout_s=60, src_ip=IPS[rank])
         send_json(self.conn, make_hello(f"w{rank + 1}", rank, ident))
@@ -111,8 +117,10 @@ def test_round_robin_makes_the_fast_worker_wait(tmp_path):
     assert summary["exchanges"] == {"0": 6, "1": 6}
     # Rank 0's k-th reply (k >= 1) came only after rank 1's (k-1)-th message was served:
     # it waited about rank 1's pause every round, though it asked at once.
+    # (On a loaded machine client 0's thread can be descheduled past rank 1's pause, so
+    # one of its messages may find the master already waiting for it: allow one.)
     fast_wait = [b - a for a, b in clients[0].replies[1:]]
-    assert min(fast_wait) > 0.1, fast_wait
+    assert sum(w > 0.1 for w in fast_wait) >= len(fast_wait) - 1, fast_wait
 
 
 def test_first_come_first_served_does_not_wait(tmp_path):
@@ -155,3 +163,65 @@ def test_hogwild_servers_overlap_in_the_shared_centre(tmp_path):
     assert {r["server"] for r in ex} == {0, 1}
     ov = hogwild_overlap(ex)
     assert ov is not None and ov["overlapping_pairs"] > 0, ov
+
+
+def test_master_calibration_protocol_and_server_trace(tmp_path):
+    """The master's side of time_scale auto (hosts/easgd/timing.py calibrate_master):
+    one worker at a time ("go", probe, paced update on a scratch centre, reply), the
+    exact sum of the workers' agreement vectors back to each, then the TDF they chose.
+    The probes leave the centre alone (the first real reply is the rule on C0), and the
+    master's trace is a server's: recv / update / send per message, p2p groups per worker."""
+    from hosts.common.trace import read_trace
+    from hosts.easgd.timing import PUSH_TAG, REPLY_TAG
+    from hosts.common.tcp import KIND_BARRIER, RecvOp, exchange
+
+    proc, port, s = start_master(tmp_path, "async_easgd", SMALL, calibration={"rounds": 2, "iterations": 2})
+    c0 = initial_weights(3, SMALL)
+    vecs = [np.array([1.5, 0.0, 2.0]), np.array([0.0, 4.25, 1.0])]
+    try:
+        c = [Client(r, port, s, calibrated=True) for r in range(2)]
+        for x in c:
+            x.hello_done()
+        sums = []
+        for rnd in range(2):
+            for _ in range(2):
+                for x in c:                                  # the master takes rank order
+                    exchange([], [RecvOp(x.conn, KIND_BARRIER)], 30)
+                    send_array(x.conn, (c0 + 7.0).numpy())
+                    recv_array(x.conn, np.empty(c0.numel(), np.float32))
+            for x, v in zip(c, vecs):
+                send_array(x.conn, v)
+            sums.append([recv_array(x.conn) for x in c])
+            for x in c:
+                send_array(x.conn, np.asarray([300.0 + rnd], np.float64))
+        replies = []
+        for x in c:
+            send_array(x.conn, (c0 + 1.0).numpy())
+            replies.append(recv_array(x.conn, np.empty(c0.numel(), np.float32)))
+            send_array(x.conn, np.zeros(0, np.float32))
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    for per_worker in sums:
+        for got in per_worker:
+            assert np.array_equal(got, vecs[0] + vecs[1])
+    # rank 0's first real message meets the untouched C0: e = alpha (W - C0) exactly
+    assert np.array_equal(replies[0], (0.45 * ((c0 + 1.0) - c0)).numpy())
+    summary = next(json.loads(x) for x in (tmp_path / "master.jsonl").read_text().splitlines()
+                   if json.loads(x)["type"] == "summary")
+    assert summary["tdf"] == 301.0 and summary["exchanges"] == {"0": 1, "1": 1}
+    header, nodes = read_trace(tmp_path / "master.trace.jsonl")
+    assert header["role"] == "server" and header["serve_order"] == "fcfs"
+    assert header["rank"] == 2 and header["world"] == 3 and header["tdf"] == 301.0
+    assert [n.get("op", n["kind"]) for n in nodes] == ["recv", "compute", "send"] * 2
+    assert {n["group"] for n in nodes if n.get("op") == "recv"} == {f"p2p:{PUSH_TAG}:w1>master",
+                                                                   f"p2p:{PUSH_TAG}:w2>master"}
+    assert {n["group"] for n in nodes if n.get("op") == "send"} == {f"p2p:{REPLY_TAG}:master>w1",
+                                                                   f"p2p:{REPLY_TAG}:master>w2"}
+    comp = [n for n in nodes if n["kind"] == "compute"]
+    assert all(n["hw_s"] == UPDATE_HW_S for n in comp)
+    assert all(n["deps"][-1] == n["id"] - 1 for n in comp)      # the update waited for its message
+    # paced: each update lasted at least TDF x its modeled time
+    assert all(n["t1"] - n["t0"] >= 0.95 * 301.0 * UPDATE_HW_S for n in comp)

@@ -1,0 +1,71 @@
+"""EASGD's time machinery (hosts/easgd/timing.py, the workload's hardware times, the
+round-trip agreement in hosts/common/calibration.py): exact values worked by hand."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hosts.common import calibration as cal
+from hosts.common.config import ConfigError
+from hosts.easgd.config import MasterConfig
+from hosts.easgd.timing import update_hw_s
+from testbed.scenario import ScenarioError, load_scenario_text
+
+pytestmark = pytest.mark.unit
+
+
+def test_round_trip_agreement_takes_the_median_slowdown_and_the_worst_compute():
+    # two workers, three round trips each (seconds), hardware round trip 1 ms
+    w0 = cal.encode_messages([0.2, 0.4, 0.3], compute_ratio=10.0, rank=0, world=2)
+    w1 = cal.encode_messages([0.5, 0.1, 0.6], compute_ratio=40.0, rank=1, world=2)
+    assert w0.size == cal.messages_agreement_size(3, 2) == 10
+    tdf, why = cal.decide_messages(w0 + w1, 3, 2, 1e-3, fallback=7.0)
+    # median of {0.1 .. 0.6} s = 0.35 s -> 350; compute: max(10, 40) x headroom 2 = 80
+    assert why["tdf_net"] == pytest.approx(350.0)
+    assert why["tdf_cmp"] == pytest.approx(80.0)
+    assert tdf == 350.0 and why["limited_by"] == "network"
+    # no measured trip and no compute ratio: the fallback
+    assert cal.decide_messages(np.zeros(10), 3, 2, 1e-3, fallback=7.0)[0] == 7.0
+
+
+def test_master_update_time_is_one_memory_pass_per_vector():
+    # V100: 900 GB/s x 0.7; elastic = 4 vectors of 4 B per value, plus one 5 us launch
+    got = update_hw_s({"type": "v100"}, 1000, "elastic")
+    assert got == pytest.approx(5e-6 + 4 * 4 * 1000 / (900e9 * 0.7))
+    assert update_hw_s({"type": "knl", "hbm_efficiency": 0.5, "launch_s": 0.0}, 1000, "msgd") == \
+        pytest.approx(5 * 4 * 1000 / (400e9 * 0.5))
+    with pytest.raises(ValueError, match="modeled device"):
+        update_hw_s({"type": "cpu"}, 10, "sgd")
+
+
+def test_master_round_trip_is_two_messages_and_the_update():
+    from testbed.fidelity.constants import load_profile
+    from testbed.fidelity.network_model import collective_time, message_time
+    from testbed.workloads.easgd import hw_op_s, update_hw_s as wl_update
+    scn = load_scenario_text("name: t\nworkload: {kind: easgd, variant: async_easgd}\n", "t.yaml")
+    wl, prof = scn.workload, load_profile("tor-100g-host")
+    assert hw_op_s(wl, 5000, 4) == pytest.approx(2 * message_time(20000, prof) + wl_update(wl, 5000))
+    sync = load_scenario_text("name: t\nworkload: {kind: easgd, variant: sync_easgd, collective: ring}\n", "t.yaml")
+    assert hw_op_s(sync.workload, 5000, 4) == pytest.approx(collective_time("allreduce", "ring", 5000, 4, 4, prof))
+
+
+def test_time_scale_auto_is_the_default_and_bad_values_fail_with_the_field():
+    scn = load_scenario_text("name: t\nworkload: {kind: easgd}\n", "t.yaml")
+    assert scn.workload.calibrated and scn.workload.time_scale == 200.0
+    fixed = load_scenario_text("name: t\nworkload: {kind: easgd, device: {type: knl, time_scale: 500}}\n", "t.yaml")
+    assert not fixed.workload.calibrated and fixed.workload.time_scale == 500.0
+    with pytest.raises(ScenarioError, match="time_scale"):
+        load_scenario_text("name: t\nworkload: {kind: easgd, device: {type: v100, time_scale: fast}}\n", "t.yaml")
+    cpu = load_scenario_text("name: t\nworkload: {kind: easgd, device: {type: cpu}}\n", "t.yaml")
+    assert not cpu.workload.calibrated
+
+
+def test_master_config_rejects_a_bad_timing_block():
+    base = {"host": "master", "ip": "10.0.0.9", "port": 48000, "workers": [{"name": "w1", "ip": "10.0.0.1"}],
+            "servers": 1, "connect_timeout_s": 5.0, "timeout_s": 5.0, "start_at": None, "out": "m.jsonl",
+            "snapshots": "c.npz", "trace": None,
+            "timing": {"time_scale": 100.0, "update_hw_s": 1e-5, "calibration": {"rounds": 2, "iterations": 1}}}
+    assert MasterConfig.parse(base, "m.json").timing["calibration"] == {"rounds": 2, "iterations": 1}
+    bad = dict(base, timing={"time_scale": 100.0, "update_hw_s": 0, "calibration": None})
+    with pytest.raises(ConfigError, match="timing"):
+        MasterConfig.parse(bad, "m.json")
