@@ -78,6 +78,7 @@ class ServerConfig:
     trace_rank: int = 0
     trace_world: int = 1
     trace_from: int = 0                  # first traced iteration (after calibration's)
+    reduce_bytes_per_s: float = 50e9     # a modeled core's summation rate (the profile's reduce_rate)
     tdf: float = 1.0
     start_at: float | None = None
     connect_timeout_s: float = 30.0

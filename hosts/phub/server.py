@@ -53,28 +53,30 @@ from hosts.phub.config import JobSpec, ServerConfig, load_server
 
 log = logging.getLogger("phub.server")
 
-# The modeled server core ([A]): PHub's cores sum and optimize chunks in cache-sized
-# pieces at streaming memory speed. 10 GB/s of bytes touched per core (a Xeon core's
-# AVX float add runs at 10-20 GB/s from memory), plus 1 us per message (queue-pair
-# polling and the completion, as PHub's per-chunk work; range 0.5-5 us).
-CORE_BYTES_PER_S = 10e9
+# The modeled server core: it sums incoming gradient bytes at the network profile's
+# `reduce_rate` (the same [A] rate the plain PS's model sums at, 50 GB/s in
+# tofino1-100g; passed in the config as reduce_bytes_per_s), and every core has that
+# rate (PHub's tall aggregation spreads chunks over cores to scale the server). The
+# optimizer reads and writes the weights, momentum and sum: 20 (Nesterov) or 12 (SGD)
+# bytes per value at the same rate [A]. Plus 1 us per message [A: PHub's per-chunk
+# queue-pair polling and completion; range 0.5-5 us; the PS model has none].
 CORE_MESSAGE_S = 1e-6
 
 
-def modeled_work_s(summed_values: int, optimized_values: int, has_momentum: bool) -> float:
-    """Hardware seconds of one PUSH on a modeled core: read the copy and the running sum,
-    write the sum (12 B per value); the optimizer reads the sum and weights (and
-    momentum) and writes them back (12 or 20 B per value)."""
+def modeled_work_s(summed_values: int, optimized_values: int, has_momentum: bool,
+                   bytes_per_s: float) -> float:
+    """Hardware seconds of one PUSH on a modeled core (constants above)."""
     opt_bytes = (20 if has_momentum else 12) * optimized_values
-    return CORE_MESSAGE_S + (12 * summed_values + opt_bytes) / CORE_BYTES_PER_S
+    return CORE_MESSAGE_S + (4 * summed_values + opt_bytes) / bytes_per_s
 
 
-def modeled_key_s(values: int, world: int, cores: int, has_momentum: bool) -> float:
+def modeled_key_s(values: int, world: int, cores: int, has_momentum: bool, bytes_per_s: float) -> float:
     """Hardware seconds the server adds to one key's exchange: its chunks spread over
     `cores` cores working in parallel, each summing `world` copies of its share and
     optimizing it once (what calibration adds to the network's time of the key)."""
     share = -(-values // max(1, cores))
-    return world * modeled_work_s(share, 0, has_momentum) + modeled_work_s(0, share, has_momentum) - CORE_MESSAGE_S
+    return (world * modeled_work_s(share, 0, has_momentum, bytes_per_s)
+            + modeled_work_s(0, share, has_momentum, bytes_per_s) - CORE_MESSAGE_S)
 
 
 @dataclass
@@ -92,8 +94,8 @@ class Stages:
 class JobState:
     """One job's chunks on one core: weights, momentum, running sums."""
 
-    def __init__(self, spec: JobSpec, core: int, cores: int):
-        self.spec = spec
+    def __init__(self, spec: JobSpec, core: int, cores: int, reduce_bytes_per_s: float = 50e9):
+        self.spec, self.reduce_bytes_per_s = spec, reduce_bytes_per_s
         self.plan = ChunkPlan(spec.sizes, spec.chunk_bytes)
         ids = self.plan.owned(core, cores)
         self.local: dict[int, slice] = {}
@@ -220,7 +222,7 @@ def accept_links(cfg: ServerConfig, core: int) -> dict[tuple[int, int], P.Link]:
 def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
     """Serve every job's chunks this core owns until every worker sent END."""
     links = accept_links(cfg, core)
-    states = {j.job: JobState(j, core, cfg.cores) for j in cfg.jobs}
+    states = {j.job: JobState(j, core, cfg.cores, cfg.reduce_bytes_per_s) for j in cfg.jobs}
     st = Stages()
     nodes: list[dict[str, Any]] = []
     tr = _CoreTrace(nodes, cfg.host, core, cfg.trace_from) if trace_on else None
@@ -299,7 +301,8 @@ def _handle(s: JobState, links, job: int, rank: int, hdr, payload, m0: float, m1
     c0 = time.perf_counter()
     done = s.push(rank, it, ids, payload, st)
     real = time.perf_counter() - c0
-    hw = modeled_work_s(payload.size, sum(s.local[c].stop - s.local[c].start for c in done), s.v is not None)
+    hw = modeled_work_s(payload.size, sum(s.local[c].stop - s.local[c].start for c in done), s.v is not None,
+                        s.reduce_bytes_per_s)
     dev.charge(hw * dev.time_scale, real)
     if done:
         dev.flush()                       # the updated chunks are "computed" before they leave
@@ -432,7 +435,7 @@ def write_trace(cfg: ServerConfig, cores: list[dict[str, Any]]) -> None:
     tdf = cores[0].get("tdf") or cfg.tdf          # the TDF rank 0 sent last (every core got each one)
     rec = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.trace_rank, world=cfg.trace_world, tdf=tdf,
                         workload="phub", role="server", reply_after="all", cores=cfg.cores,
-                        device={"kind": "phub server core", "bytes_per_s": CORE_BYTES_PER_S,
+                        device={"kind": "phub server core", "bytes_per_s": cfg.reduce_bytes_per_s,
                                 "message_s": CORE_MESSAGE_S})
     # One program of the cores' nodes, merged by start time (each core's own order kept):
     # concatenated core by core, a replay would serve core 1 only after core 0's last

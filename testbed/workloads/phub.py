@@ -184,7 +184,8 @@ def hw_table(wl: PhubWorkload, workers: int) -> dict[str, list[float]]:
     momentum = wl.optimizer.kind == "nesterov"          # as OptimizerSpec.has_state
 
     def server_s(x: int) -> float:
-        return modeled_key_s(x, workers, wl.server_cores, momentum) if wl.algorithm == "phub" and x else 0.0
+        return (modeled_key_s(x, workers, wl.server_cores, momentum, prof["reduce_rate"])
+                if wl.algorithm == "phub" and x else 0.0)
     top = max(key_sizes(wl))
     sizes, v = [0, 1], 1.0
     while sizes[-1] < top:
@@ -217,6 +218,7 @@ class PhubRuntime(WorkloadRuntime):
     kind = "phub"
 
     def programs(self, ctx: PointContext) -> list[HostProgram]:
+        from testbed.fidelity.constants import load_profile  # noqa: PLC0415
         from testbed.outcomes import SkipPoint  # noqa: PLC0415
         scn = ctx.point.scenario
         wl: PhubWorkload = scn.workload
@@ -246,6 +248,7 @@ class PhubRuntime(WorkloadRuntime):
                    "trace_rank": len(workers), "trace_world": traced,
                    "tdf": 1.0 if wl.calibrated else wl.tdf_start(),
                    "trace_from": wl.calibration_iterations_total(),
+                   "reduce_bytes_per_s": load_profile(wl.hardware)["reduce_rate"],
                    "start_at": ctx.start_at, "connect_timeout_s": 60.0, "timeout_s": wl.timeout_s}
             module = "hosts.phub.server" if wl.algorithm == "phub" else "hosts.phub.wide_ps"
             progs.append(HostProgram("ps", self.module_argv(module, self.write_config(ctx, "ps", cfg)), phase=0))
