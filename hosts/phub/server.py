@@ -70,6 +70,20 @@ def modeled_work_s(summed_values: int, optimized_values: int, has_momentum: bool
     return CORE_MESSAGE_S + (4 * summed_values + opt_bytes) / bytes_per_s
 
 
+class CoreDevice(PacedDevice):
+    """A core's paced modeled work; its statistics (overruns) restart at the first
+    measured iteration (calibration's round 0 runs unpaced: every step overruns)."""
+
+    def __init__(self, tdf: float, measured_from: int):
+        super().__init__(tdf)
+        self.measured_from, self.measuring = measured_from, measured_from == 0
+
+    def at_iteration(self, it: int) -> None:
+        if not self.measuring and it >= self.measured_from:
+            self._reset_stats()
+            self.measuring = True
+
+
 def modeled_key_s(values: int, world: int, cores: int, has_momentum: bool, bytes_per_s: float) -> float:
     """Hardware seconds the server adds to one key's exchange: its chunks spread over
     `cores` cores working in parallel, each summing `world` copies of its share and
@@ -226,7 +240,7 @@ def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
     st = Stages()
     nodes: list[dict[str, Any]] = []
     tr = _CoreTrace(nodes, cfg.host, core, cfg.trace_from) if trace_on else None
-    dev = PacedDevice(cfg.tdf)
+    dev = CoreDevice(cfg.tdf, cfg.trace_from)
     stall = P.Stall(cfg.timeout_s)
     t_start = time.perf_counter()
     by_link = list(links.items())
@@ -276,7 +290,7 @@ def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
 
 
 def _handle(s: JobState, links, job: int, rank: int, hdr, payload, m0: float, m1: float, st: Stages,
-            tr: "_CoreTrace | None", peer: str, dev: PacedDevice) -> None:
+            tr: "_CoreTrace | None", peer: str, dev: CoreDevice) -> None:
     kind, hjob, it, ids = P.parse(hdr, peer)
     if hjob != job:
         raise ProtocolError(f"{peer} sent a message for job {hjob} on its job-{job} connection")
@@ -296,6 +310,7 @@ def _handle(s: JobState, links, job: int, rank: int, hdr, payload, m0: float, m1
         return
     if kind != P.PUSH:
         raise ProtocolError(f"{peer} sent {P.KINDS[kind]}, a server-to-worker message")
+    dev.at_iteration(it)
     if tr:
         tr.recv(m0, m1, peer_rank=(job, rank), values=payload.size, it=it)
     c0 = time.perf_counter()
