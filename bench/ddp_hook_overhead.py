@@ -1,15 +1,19 @@
 """The DDP hook's overhead against gloo's own allreduce, per bucket size.
 
-Two worker processes on loopback (127.0.1.1 and .2, no emulated switch, no
-bandwidth limit): per bucket size, each times `reps` calls of
-  * gloo:      torch.distributed.all_reduce(bucket)     (what DDP does without a hook)
-  * hook+ring: hosts.dnn.ddp_hook.testbed_hook(...)     (the testbed ring, timed and traced)
-  * hook+gloo: testbed_hook with collective "gloo"       (the hook's own cost around gloo)
-and reports the median per call and the ratio to gloo, side by side in one
-run. Measurements only; loopback numbers say what the hook's Python costs,
-not what an emulated link would.
+Default (Mininet, root): runs scenarios/torch/hook_overhead.yaml (`testbed run`):
+LeNet with DDP on 2 emulated workers behind the soft switch, the network
+dilated to the device model's TDF, per DDP bucket_cap_mb: gloo's own allreduce
+(no hook), the hook calling gloo, the hook over the host ring and over the
+in-switch aggregation, side by side in one run. Reported per bucket size: the
+hardware time per iteration (emulated / TDF) of each, and its ratio to gloo's;
+the fidelity verdict of each point. Compute is the same device model in every
+variant, so the differences are communication and the hook.
 
-    .venv/bin/python -m bench ddp_hook_overhead
+`--loopback`: the hook's raw Python cost per call on loopback (two processes, no
+emulated link; the earlier measurement, kept for the hook's own cost).
+
+    .venv/bin/python -m bench ddp_hook_overhead            # Mininet
+    .venv/bin/python -m bench.ddp_hook_overhead --loopback
 """
 from __future__ import annotations
 
@@ -97,7 +101,73 @@ def worker(rank: int, base: int, tmp: str) -> None:
     dist.destroy_process_group()
 
 
-def run(out_dir: Path) -> dict:
+SCENARIO = ROOT / "scenarios" / "torch" / "hook_overhead.yaml"
+VARIANTS = ("gloo", "hook-gloo", "hook-ring", "hook-switch")
+
+
+def run(out_dir: Path, quick: bool = False) -> dict:
+    """The scenario on Mininet; rows per bucket size (see the module doc)."""
+    out_dir = Path(out_dir)
+    argv = [sys.executable, "-m", "testbed", "run", str(SCENARIO), "--no-plot", "--out", str(out_dir)]
+    if quick:
+        argv.append("--quick")
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"testbed run failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    run_dir = max((m.parent for m in out_dir.glob("torch-hook-overhead/*/manifest.json")), key=lambda d: d.name)
+    return table(run_dir)
+
+
+def table(run_dir: Path) -> dict:
+    """Rows per bucket cap from a run folder of scenarios/torch/hook_overhead.yaml.
+
+    Per variant: hardware ms per iteration and, for the hooked ones, hardware ms of
+    communication per iteration (the hook times each bucket). Ratios: iteration time
+    over gloo's own (`over_gloo`), and communication over the hook calling gloo
+    (`comm_over_hook_gloo`). Caveat, measured: DDP's own allreduce runs inside the
+    step, which the device model paces to TDF x its compute time, so its
+    communication hides in that sleep whenever it fits (then its iteration time is
+    the compute alone); the hook's buckets are taken out of the step and charged."""
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    by_cap: dict[str, dict[str, dict]] = {}
+    ops: dict[str, list] = {}
+
+    def cap_of(m: dict) -> str:
+        args = m.get("workload.args") or []
+        return args[args.index("--bucket-cap-mb") + 1] if "--bucket-cap-mb" in args else "default"
+    for m in metrics:
+        if m["type"] == "torch_summary":
+            by_cap.setdefault(cap_of(m), {})[m["case"]] = m
+        elif m["type"] == "torch_iter" and m.get("case") == "hook-ring" and m.get("rank") == 0 \
+                and not m.get("calibration") and m.get("comm_ops"):
+            ops.setdefault(cap_of(m), []).append((m["comm_ops"], m["comm_bytes"] / 4 / m["comm_ops"]))
+    rows = []
+    for cap, v in sorted(by_cap.items(), key=lambda kv: float(kv[0]) if kv[0] != "default" else 1e9):
+        base = (v.get("gloo") or {}).get("hw_iter_ms")
+        hook_gloo = (v.get("hook-gloo") or {}).get("hw_comm_ms")
+        o = ops.get(cap) or [(None, None)]
+        row = {"bucket_cap_mb": cap, "buckets_per_iteration": o[-1][0],
+               "values_per_bucket": round(o[-1][1]) if o[-1][1] else None}
+        for name in VARIANTS:
+            s = v.get(name) or {}
+            ms, comm = s.get("hw_iter_ms"), s.get("hw_comm_ms")
+            row[name] = {"hw_iter_ms": ms, "hw_comm_ms": comm, "valid": s.get("valid"), "tdf": s.get("tdf"),
+                         "over_gloo": ms / base if ms and base else None,
+                         "comm_over_hook_gloo": comm / hook_gloo if comm and hook_gloo else None,
+                         "emulated_over_projected": s.get("emulated_over_projected")}
+        rows.append(row)
+    nan = float("nan")
+    for r in rows:
+        cells = "  ".join(f"{n} {r[n]['hw_iter_ms'] or nan:.4f} ms/it ({r[n]['over_gloo'] or nan:.2f}x; comm "
+                          f"{r[n]['hw_comm_ms'] or nan:.4f} ms, {r[n]['comm_over_hook_gloo'] or nan:.2f}x"
+                          f"{'' if r[n]['valid'] else ', INVALID'})" for n in VARIANTS)
+        print(f"cap {r['bucket_cap_mb']} MB ({r['buckets_per_iteration']} buckets of ~{r['values_per_bucket']} "
+              f"values): {cells}")
+    return {"name": "ddp_hook_overhead", "run": str(run_dir), "network": "mininet, soft switch, dilated",
+            "unit": "hardware ms per iteration (emulated / TDF)", "rows": rows}
+
+
+def run_loopback(out_dir: Path) -> dict:
     base = _free_base()
     with tempfile.TemporaryDirectory() as tmp:
         procs = [subprocess.Popen([sys.executable, "-m", "bench.ddp_hook_overhead", "--worker", str(r),
@@ -124,5 +194,9 @@ def run(out_dir: Path) -> dict:
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "--worker":
         worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    elif "--loopback" in sys.argv:
+        print(json.dumps(run_loopback(Path(".")), indent=2))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--table":
+        print(json.dumps(table(Path(sys.argv[2])), indent=2))
     else:
-        print(json.dumps(run(Path(".")), indent=2))
+        print(json.dumps(run(ROOT / "results" / "bench", quick="--quick" in sys.argv), indent=2))

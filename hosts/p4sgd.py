@@ -520,6 +520,7 @@ class Worker:
         cc = self.cfg.calibration
         cal = Calibrator(cc["hw_op_s"], self.dilation, self.cfg.network_dilation, self.cfg.rank,
                          self.comm.expect_delay)
+        cal.start()
         for _ in range(cc["rounds"]):
             measured, why, lat, ratio = self._calibration_round(cc)
             tdf = cal.after_round(measured, why, op_p50_s=float(np.median(lat)) if lat else None,
@@ -528,6 +529,7 @@ class Worker:
                 self.dilation = tdf
             self.device = self._new_device(self.dilation)
             self._attach()
+        cal.finish()
         self.calibration = cal.record(self.cfg.host)
         self.writer.write(self.calibration)
         self.x = np.zeros_like(self.x)          # training starts from scratch

@@ -23,7 +23,7 @@ ACK_SUFFIX = ".applied"
 
 _FIELDS = {"version": int, "tdf": float, "latency_s": float, "link_rate_bps": float,
            "fcs_bytes": float, "preamble_ifg_bytes": float, "min_frame_bytes": float,
-           "compensate_s": float}
+           "compensate_s": float, "impairments": float}
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,10 @@ class DilationSettings:
     preamble_ifg_bytes: float = 20.0
     min_frame_bytes: float = 64.0         # incl. FCS
     compensate_s: float = 0.0             # wall seconds taken off every frame's latency
+    # 1: the switch applies its configured impairments (loss, delay, ...); 0: it holds
+    # them off. Calibration holds them: it measures the emulator, not the impairment
+    # under study (a lost packet in every calibration op made TDF 50x too high).
+    impairments: float = 1.0
 
     @classmethod
     def from_dict(cls, d: Any, where: str = CONTROL_FILE) -> "DilationSettings":
@@ -61,6 +65,10 @@ class DilationSettings:
     @property
     def active(self) -> bool:
         return self.tdf > 0
+
+    @property
+    def impairments_held(self) -> bool:
+        return self.impairments < 0.5
 
     def serialization_s(self, frame_len: int) -> float:
         """Hardware serialization of a frame of frame_len bytes (without FCS)."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from hosts.common.config import (Checker, ConfigError, HostAddr, InaSettings, Straggler,
                                  load_json_object)
+from hosts.common.network_dilation import parse_network_dilation
 
 COLLECTIVES = ("ring", "ps", "switch", "gloo")
 
@@ -38,11 +39,21 @@ class TorchWorkerConfig:
     out: str                     # JSON lines: iteration records + summary
     trace: str | None            # <host>.trace.jsonl (hosts/common/trace.py)
     ina: InaSettings | None = None
+    # time_scale auto: {"rounds": K} (hosts/dnn/timing.py); None: a fixed TDF
+    calibration: dict | None = None
+    # hardware seconds of one allreduce by size: {"values": [...], "hw_s": [...]}
+    # (testbed.fidelity.network_model, evaluated by the workload; hosts cannot import it)
+    hw_table: dict | None = None
+    # the soft switch's delay line (hosts.common.network_dilation), or None
+    network_dilation: dict | None = None
+    # False: DDP keeps its own allreduce over gloo (the hook-overhead baseline)
+    ddp_hook: bool = True
 
     KEYS = frozenset({"host", "role", "rank", "world", "collective", "peers", "ps", "port",
                       "master_addr", "master_port", "gloo_ifname", "script", "args", "batch_size",
                       "seed", "device", "straggler", "start_at", "connect_timeout_s", "timeout_s",
-                      "out", "trace", "ina"})
+                      "out", "trace", "ina", "calibration", "hw_table", "network_dilation",
+                      "ddp_hook"})
 
     @classmethod
     def from_json(cls, source: str | Path | dict) -> "TorchWorkerConfig":
@@ -100,13 +111,32 @@ class TorchWorkerConfig:
         ina = InaSettings.parse(c, collective)
         if c.data.get("ina") is not None and collective != "switch":
             c.error("ina", f'only used by collective "switch", not {collective!r}')
+        calibration = c.data.get("calibration")
+        if calibration is not None and (not isinstance(calibration, dict) or set(calibration) != {"rounds"}
+                                        or not isinstance(calibration["rounds"], int)
+                                        or calibration["rounds"] < 1):
+            c.error("calibration", f"must be null or {{\"rounds\": >= 1}}, got {calibration!r}")
+        hw_table = c.data.get("hw_table")
+        if hw_table is not None:
+            try:
+                from hosts.common.hw_table import HwTable  # noqa: PLC0415
+                HwTable(hw_table)
+            except (TypeError, ValueError, KeyError) as e:
+                c.error("hw_table", str(e))
+        if calibration is not None and hw_table is None:
+            c.error("hw_table", "calibration (time_scale auto) needs the hardware time table")
+        nd = parse_network_dilation(c)
+        ddp_hook = c.data.get("ddp_hook", True)
+        if not isinstance(ddp_hook, bool) or (not ddp_hook and collective != "gloo"):
+            c.error("ddp_hook", f"must be true, or false with collective gloo, got {ddp_hook!r}")
         c.finish(set(cls.KEYS))
         return cls(host=host, role=role, rank=rank, world=world, collective=collective,
                    peers=tuple(peers), ps=ps, port=port, master_addr=master_addr,
                    master_port=master_port, gloo_ifname=gloo_ifname, script=script,
                    args=tuple(args), batch_size=batch_size, seed=seed, device=device,
                    straggler=straggler, start_at=start_at, connect_timeout_s=connect_timeout_s,
-                   timeout_s=timeout_s, out=out, trace=trace, ina=ina)
+                   timeout_s=timeout_s, out=out, trace=trace, ina=ina, calibration=calibration,
+                   hw_table=hw_table, network_dilation=nd, ddp_hook=ddp_hook is not False)
 
     @property
     def my_ip(self) -> str:

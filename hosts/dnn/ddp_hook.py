@@ -59,15 +59,25 @@ def testbed_hook(state, bucket):
     return fut
 
 
+def bucket_sizes(ddp: torch.nn.parallel.DistributedDataParallel) -> list[int]:
+    """The model's gradient buckets in float32 values (DDP's logging data: bytes,
+    comma-separated); what a time_scale auto probe sends (hosts/dnn/timing.py)."""
+    raw = str(ddp._get_ddp_logging_data().get("bucket_sizes") or "")
+    sizes = [int(x) // 4 for x in raw.split(",") if x.strip().isdigit() and int(x) > 0]
+    return sizes or [sum(p.numel() for p in ddp.module.parameters() if p.requires_grad)]
+
+
 def register(ddp: torch.nn.parallel.DistributedDataParallel) -> None:
     ddp.register_comm_hook(state=None, hook=testbed_hook)
+    collective.current().bucket_sizes = bucket_sizes(ddp)
 
 
 _patched = False
 
 
-def patch_ddp() -> None:
-    """Make every DistributedDataParallel built from now on use `testbed_hook`."""
+def patch_ddp(hook: bool = True) -> None:
+    """Make every DistributedDataParallel built from now on use `testbed_hook`
+    (hook False: keep DDP's own allreduce over gloo; only record the bucket sizes)."""
     global _patched
     if _patched:
         return
@@ -76,9 +86,13 @@ def patch_ddp() -> None:
 
     def __init__(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        register(self)
-        log.info("DDP model: gradient buckets go through the testbed collective (%s)",
-                 collective.current().cfg.collective)
+        if hook:
+            register(self)
+            log.info("DDP model: gradient buckets go through the testbed collective (%s)",
+                     collective.current().cfg.collective)
+        else:
+            collective.current().bucket_sizes = bucket_sizes(self)
+            log.info("DDP model: DDP's own allreduce over gloo (no testbed hook)")
 
     cls.__init__ = __init__
     _patched = True

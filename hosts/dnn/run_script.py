@@ -100,10 +100,11 @@ def run_worker(cfg, config_path: str) -> int:
         # Every DDP model's buckets go through testbed_hook, gloo included (there
         # the hook calls gloo's allreduce, as DDP's default hook does), so every
         # collective's communication is timed and traced the same way.
-        ddp_hook.patch_ddp()
+        ddp_hook.patch_ddp(hook=cfg.ddp_hook)
         _wait_until(cfg.start_at)
         if cfg.collective != "gloo":
             rt.collective.barrier()
+        rt.dilation.dilate_fixed()             # time_scale N: the network runs N x slower too
         rt.t0, rt.t0_wall = time.perf_counter(), time.time()    # until the first compute()
         sys.argv = [cfg.script, *cfg.args]
         try:

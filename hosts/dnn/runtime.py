@@ -57,7 +57,8 @@ class Runtime:
         self.device = make_device(cfg.device)
         self.trace = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.rank, world=cfg.world,
                                    tdf=self.device.time_scale, device=self.device.describe(),
-                                   workload="torch", collective=cfg.collective)
+                                   workload="torch", collective=cfg.collective, role="worker")
+        self.bucket_sizes: list[int] = []    # DDP's gradient buckets (values), set by ddp_hook.register
         self.writer = JsonlWriter(cfg.out)
         self._coll = None
         self.t0 = time.perf_counter()       # records' t_s: since the first compute() (training start)
@@ -68,6 +69,10 @@ class Runtime:
         self._comm_inside = 0.0
         self._reset_counters()
         self.totals = {"compute_s": 0.0, "comm_s": 0.0, "hw_compute_s": 0.0, "bytes": 0, "ops": 0}
+        from hosts.dnn.timing import Dilation  # noqa: PLC0415
+        self.dilation = Dilation(self)
+        # in-switch float sums agree on a fixed-point scale first (one MAX pass): the model charges it
+        self._scale_round = cfg.collective == "switch" and (cfg.ina is None or cfg.ina.scale_exp is None)
 
     @classmethod
     def open(cls, source: str | Path | dict) -> "Runtime":
@@ -88,13 +93,21 @@ class Runtime:
 
     def comm(self, fn: Callable[[], Any], values: int, op: str = "allreduce") -> Any:
         """Run one collective call, timed, counted and traced."""
+        from hosts.dnn.timing import model_algo  # noqa: PLC0415
+        self.dilation.before_op(values)       # the first call may calibrate first (probe)
         t0 = time.perf_counter()
         out = fn()
         t1 = time.perf_counter()
+        self.dilation.op_done(t0, t1, values)
         # inside_compute: issued from within a step (DDP's hook during backward), so
         # on the hardware it would overlap that step's compute node (recorded after it).
-        node = self.trace.comm(t0, t1, op=op, algo=self.cfg.collective, values=values,
-                               **({"inside_compute": True} if self._in_compute else {}))
+        # algo: the network model's (gloo's allreduce is modeled as the ring; impl says which ran).
+        attrs = {"impl": self.cfg.collective} if model_algo(self.cfg.collective) != self.cfg.collective else {}
+        if self._in_compute:
+            attrs["inside_compute"] = True
+        if self._scale_round and op == "allreduce":
+            attrs["scale_round"] = True
+        node = self.trace.comm(t0, t1, op=op, algo=model_algo(self.cfg.collective), values=values, **attrs)
         self.trace.waited(node)
         dt = t1 - t0
         self.it["comm_s"] += dt
@@ -147,13 +160,19 @@ class Runtime:
         t2 = time.perf_counter()
         self.trace.compute(t0, t2, hw_s=hw if hw is not None else modeled, real_s=real,
                            work={"batch_size": n, "phase": phase})
+        self.dilation.compute_done(real, hw)
         self.it["compute_s"] += (t2 - t0) - self._comm_inside
         self.it["hw_compute_s"] += hw if hw is not None else modeled
         return result
 
     # -- records ---------------------------------------------------------------------
+    def restart_clock(self) -> None:
+        """Records' t_s start again now (after calibration: the measured run)."""
+        self.t0 = time.perf_counter()
+
     def record_iteration(self, **fields: Any) -> dict[str, Any]:
         it = self.it
+        calibration = self.dilation.calibrating and self.dilation.mode == "iterations"
         rec = {"type": "iteration", "host": self.cfg.host, "rank": self.cfg.rank,
                "collective": self.cfg.collective, "iter": self.iteration,
                "t_s": time.perf_counter() - self.t0, "compute_s": it["compute_s"],
@@ -162,7 +181,11 @@ class Runtime:
         for k, v in fields.items():
             if v is not None:
                 rec[k] = float(v) if hasattr(v, "__float__") and not isinstance(v, (int, bool)) else v
+        if calibration:
+            rec["calibration"] = True          # a calibration round: not in the summary
+        rec["tdf"] = self.device.time_scale
         self.writer.write(rec)
+        self.dilation.at_iteration()
         self._fold_counters()
         self.iteration += 1
         return rec
@@ -184,7 +207,8 @@ class Runtime:
             self.writer.write({"type": "summary", "host": self.cfg.host, "rank": self.cfg.rank,
                                "role": self.cfg.role, "collective": self.cfg.collective,
                                "world": self.cfg.world, "ok": ok, "error": error,
-                               "iterations": self.iteration, **self.totals,
+                               "iterations": self.iteration, **self.totals, **self.dilation.summary(),
+                               "bucket_sizes": self.bucket_sizes,
                                "device": self.device.describe(), "validity": self.device.validity(),
                                "transport": (self._coll.stats() if self._coll is not None
                                              and hasattr(self._coll, "stats") else None), **extra})

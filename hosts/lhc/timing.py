@@ -30,6 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hosts.common.device import PacedDevice
+from hosts.common.hw_table import HwTable
 from hosts.common.trace import TraceRecorder
 from hosts.glm.devices import V100_HBM_PEAK_BPS
 
@@ -139,23 +140,6 @@ class Timeline:
         return out, t1 - t0
 
 
-class HwTable:
-    """Hardware seconds of one aggregation op by its value count: the network model
-    evaluated by the workload at a grid of sizes, interpolated (the model is affine
-    in packets between grid points, so the error is below one packet's time)."""
-
-    def __init__(self, spec: dict[str, list[float]]):
-        self.values = np.asarray(spec["values"], dtype=np.float64)
-        self.hw_s = np.asarray(spec["hw_s"], dtype=np.float64)
-        if self.values.size < 2 or self.values.size != self.hw_s.size or np.any(np.diff(self.values) <= 0):
-            raise ValueError(f"hw_table needs >= 2 increasing sizes with one time each, got {spec!r}")
-
-    def __call__(self, values: int) -> float:
-        if values > self.values[-1]:
-            raise ValueError(f"hw_table covers up to {self.values[-1]:.0f} values, op has {values}")
-        return float(np.interp(values, self.values, self.hw_s))
-
-
 def calibrate(tl: Timeline, cc: dict[str, Any], nd: dict | None, *, host: str, rank: int, world: int,
               run_once: Callable[[int], None], agree: Callable[[np.ndarray], np.ndarray],
               expect_delay: Callable[[float], None]) -> tuple[float, dict]:
@@ -170,6 +154,7 @@ def calibrate(tl: Timeline, cc: dict[str, Any], nd: dict | None, *, host: str, r
     table = HwTable(cc["hw_table"])
     gpu = tl.device.type == "gpu"
     c = cal.Calibrator(0.0, tl.device.time_scale, nd if gpu else None, rank, expect_delay)
+    c.start()
     for _ in range(cc["rounds"]):
         tl.begin_window()
         for i in range(cc["iterations"]):
@@ -184,6 +169,7 @@ def calibrate(tl: Timeline, cc: dict[str, Any], nd: dict | None, *, host: str, r
                             op_hw_p50_s=c.hw_op_s or None)
         if gpu:
             tl.device.time_scale = tdf
+    c.finish()
     # The measured run starts clean: a fresh device (its step statistics are the run's;
     # round 0 ran far below the final TDF) and an empty trace.
     d = tl.device

@@ -41,7 +41,8 @@ from hosts.common.trace import TraceRecorder
 from hosts.lhc import codec, rounds
 from hosts.lhc.gradients import make_source
 from hosts.common.network_dilation import parse_network_dilation
-from hosts.lhc.timing import HwTable, LhcDevice, Timeline, calibrate, dilate_fixed
+from hosts.common.hw_table import HwTable
+from hosts.lhc.timing import LhcDevice, Timeline, calibrate, dilate_fixed
 
 ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring", "dense_ps", "topk_ring")
 EXIT_OK, EXIT_WRONG = 0, 1

@@ -16,7 +16,7 @@ What is measured (per calibration round, `iterations` training iterations):
              emulator's slowness: 4.9x the TDF, and compensated it away).
   baselines  every allreduce of a layer's gradient (wide_ps: ps, ring, switch).
 The hardware times come as a table (`hw_table`, the workload evaluates the
-network model: hosts cannot import it) by value count (hosts.lhc.timing.HwTable).
+network model: hosts cannot import it) by value count (hosts.common.hw_table).
 The workers agree on the next TDF with one SUM allreduce (`agree`): the
 baseline's own collective, or, for PHub (whose workers share no collective), a
 host ring among the job's workers opened for it.
@@ -32,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hosts.common import calibration as cal
-from hosts.lhc.timing import HwTable
+from hosts.common.hw_table import HwTable
 
 log = logging.getLogger("phub.timing")
 
@@ -56,6 +56,12 @@ class PhubTiming:
     def round_ends_at(self, it: int) -> bool:
         """Iteration `it` closes a calibration round."""
         return bool(self.cc) and it < self.calibration_iterations and (it + 1) % self.cc["iterations"] == 0
+
+    def begin(self) -> None:
+        """Before the first calibration iteration: rank 0 has the switch hold its
+        impairments (loss) off while round 0 measures the emulator (Calibrator.start)."""
+        if self.cc:
+            self.c.start()
 
     def dilate_fixed(self) -> None:
         """A fixed TDF dilates the network too (rank 0 asks the switch; no-op without one)."""
@@ -89,6 +95,7 @@ class PhubTiming:
     def finish(self, host: str) -> dict[str, Any]:
         """After the last round: a fresh device at the TDF (its statistics are the run's)
         and the calibration record."""
+        self.c.finish()                    # the network at the final TDF, impairments back on
         d = self.model.device              # a profile model's PacedDevice (the workload checks)
         d._reset_stats()
         d.debt_s = 0.0

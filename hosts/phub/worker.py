@@ -97,6 +97,7 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
     timing = PhubTiming(cfg.calibration, cfg.network_dilation, cfg.rank, world, model,
                         ina.expect_delay if ina is not None else (lambda seconds: None))
     timing.dilate_fixed()
+    timing.begin()
     agree = (agreement or coll).allreduce if cfg.calibration else None
     momentum = [np.zeros_like(w) for w in model.weights] if spec.has_state else None
     total = n_cal + cfg.warmup + cfg.iterations

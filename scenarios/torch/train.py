@@ -65,6 +65,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=None, help="default: 0.05 (lenet, ncf), 0.01 (lstm)")
     p.add_argument("--seed", type=int, default=int(os.environ.get("TESTBED_SEED", 1)))
     p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP's bucket_cap_mb (default: DDP's, 25)")
     p.add_argument("--movielens", default=None, help="ncf: a ratings.dat / u.data file instead of synthetic data")
     a = p.parse_args()
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -74,7 +75,7 @@ def main() -> None:
     report.profile(model, *sample)               # FLOPs per layer for the device model
     if a.mode == "ddp":
         init_process_group()                     # gloo, rendezvous at MASTER_ADDR:MASTER_PORT
-        net = DDP(model)                         # buckets go through the scenario's collective
+        net = DDP(model, **({"bucket_cap_mb": a.bucket_cap_mb} if a.bucket_cap_mb else {}))   # buckets: the collective
     else:
         net = model
     optimizer = a.optimizer or ("sgd" if a.model == "lenet" else "adam")

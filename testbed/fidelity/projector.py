@@ -238,7 +238,14 @@ def synthesize_world(traces: Sequence[Trace], world: int, template_rank: int = 0
 
 def project_world(traces: Sequence[Trace], world: int, profile: HardwareProfile,
                   compute_time: ComputeTime | None = None, *, template_rank: int = 0,
-                  max_nodes: int | None = None, contention: bool = True) -> Projection:
-    """Project the traces' program at `world` workers (see the module docstring)."""
+                  max_nodes: int | None = None, contention: bool = True,
+                  replay_recorded: bool = True) -> Projection:
+    """Project the traces' program at `world` workers (see the module docstring).
+    At the recorded worker count every rank replays its own trace (replay_recorded):
+    replicating one rank there would erase a straggler or any other difference
+    between ranks. replay_recorded=False synthesizes there too (tests of the model)."""
+    workers = [t for t in traces if t[0].get("role", "worker") != "server"]
+    if replay_recorded and world == len(workers):
+        return project(list(traces), profile, compute_time, max_nodes=max_nodes, contention=contention)
     return project(synthesize_world(traces, world, template_rank), profile, compute_time,
                    max_nodes=max_nodes, contention=contention, services=service_models(traces, world))

@@ -19,8 +19,11 @@ and fills the summary: `valid`, `invalid_reasons` (device failure, and the
 report's reasons when the report is invalid), `net_slowdown_p50`,
 `net_ratio_p50`, `projected_hw_iter_ms` (projected makespan / iterations, None
 without a projection) and, when the summary has `iter_ms` (emulated wall time
-per iteration) and the TDF, `emulated_over_projected` = iter_ms / tdf /
-projected_hw_iter_ms (both hardware time). Without traces (a host failed):
+per iteration) or `hw_iter_ms` (the same / TDF) and the TDF,
+`emulated_over_projected` = emulated hardware ms / projected_hw_iter_ms; outside
+1 +- agreement_tolerance (15 %) the point is invalid with the reason
+(`check_agreement`). Reasons already in the summary (the workload's own) are
+kept. Without traces (a host failed):
 valid False with "no traces: ..." and no projection.
 """
 from __future__ import annotations
@@ -32,6 +35,9 @@ from typing import Any, Sequence
 from testbed.fidelity.constants import HardwareProfile, load_profile
 from testbed.fidelity.monitor import fidelity_report, load_traces
 from testbed.fidelity.projector import ComputeTime, Projection, Trace, project
+
+
+AGREEMENT_TOLERANCE = 0.15   # issue 8: emulation and projection within 15 %
 
 
 @dataclass
@@ -51,7 +57,8 @@ def fidelity_and_projection(source: str | Path | Sequence[Trace], profile_name: 
                             workload: str, iterations: int | None, summary: dict[str, Any],
                             compute_time: ComputeTime | None = None, *, max_overrun_share: float = 0.05,
                             max_nodes: int | None = 600, device_reason: str = "device model exceeded",
-                            extra: dict[str, Any] | None = None) -> PointFidelity:
+                            extra: dict[str, Any] | None = None,
+                            agreement_tolerance: float | None = AGREEMENT_TOLERANCE) -> PointFidelity:
     """The point's fidelity verdict and own-count projection (module docstring)."""
     try:
         traces = load_traces(source) if isinstance(source, (str, Path)) else list(source)
@@ -60,7 +67,9 @@ def fidelity_and_projection(source: str | Path | Sequence[Trace], profile_name: 
         return PointFidelity({"type": "fidelity", "valid": False, "reasons": [f"no traces: {e}"]})
     profile = load_profile(profile_name)
     report = fidelity_report(traces, profile, tdf, max_overrun_share=max_overrun_share)
-    device = [] if summary.get("valid", True) else [device_reason]
+    # The workload's own reasons (e.g. calibration incomplete) stay; a bare invalid
+    # summary is the device model's failure.
+    device = list(summary.get("invalid_reasons") or ([] if summary.get("valid", True) else [device_reason]))
     fid = {"type": "fidelity", **report.to_dict(), "valid": bool(report.valid and not device),
            "reasons": device + list(report.reasons)}
     summary.update(valid=fid["valid"], invalid_reasons=device + ([] if report.valid else list(report.reasons)),
@@ -79,6 +88,25 @@ def fidelity_and_projection(source: str | Path | Sequence[Trace], profile_name: 
                       "profile": profile.label(), "hw_run_s": proj.makespan_s, "hw_iter_ms": iter_ms,
                       "truncated": bool(proj.truncated), **(extra or {})}
     summary["projected_hw_iter_ms"] = iter_ms
-    if iter_ms and summary.get("iter_ms") and tdf:
-        summary["emulated_over_projected"] = summary["iter_ms"] / tdf / iter_ms
+    emulated_hw_ms = summary.get("hw_iter_ms") or (summary["iter_ms"] / tdf if summary.get("iter_ms") and tdf
+                                                   else None)
+    if iter_ms and emulated_hw_ms:
+        ratio = summary["emulated_over_projected"] = emulated_hw_ms / iter_ms
+        check_agreement(summary, fid, ratio, agreement_tolerance)
     return out
+
+
+
+def check_agreement(summary: dict[str, Any], fid: dict[str, Any], ratio: float,
+                    tolerance: float | None = AGREEMENT_TOLERANCE, detail: str = "") -> None:
+    """Emulated / projected hardware time of the point's own trace: outside
+    1 +- tolerance the point is invalid (time the projection does not have: loss
+    recovery, host work outside the device model, ...), with the reason."""
+    fid["emulated_vs_projected"] = ratio
+    if tolerance is None or abs(ratio - 1) <= tolerance:
+        return
+    why = f"emulated time is {ratio:.2f}x the projection of its own trace (tolerance {tolerance:.0%})" + detail
+    summary["valid"] = fid["valid"] = False
+    summary["invalid_reasons"] = list(summary.get("invalid_reasons") or []) + [why]
+    fid["reasons"] = list(fid.get("reasons") or []) + [why]
+    fid.setdefault("flags", []).append("projection_disagrees")

@@ -305,9 +305,15 @@ def _iteration_breakdown(run: Run, ax) -> None:
     """Per worker count and variant: mean time per iteration split into modeled
     compute, exposed (waited-for) communication and the rest (host overhead, stalls)."""
     iters = _by_point(run, "p4sgd_iter")
+    sums = _summaries(run)
+    # Points run at different TDFs: bars compare only in hardware time (emulated / TDF).
+    hw = _hw_time(sums)
     rows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for s in _summaries(run):
-        rows[(_system(s), s.get("case") or "base", s["workers"])].extend(iters.get(s["point"], []))
+    for s in sums:
+        per = 1.0 / s["tdf"] if hw else 1.0
+        rows[(_system(s), s.get("case") or "base", s["workers"])].extend(
+            {k: v * per for k, v in r.items() if k in ("compute_s", "comm_s", "other_s", "stall_s")}
+            for r in iters.get(s["point"], []))
     rows = {k: v for k, v in rows.items() if v}
     if not rows:
         _empty(ax)
@@ -316,8 +322,9 @@ def _iteration_breakdown(run: Run, ax) -> None:
     parts = (("compute_s", "compute (modeled)", "compute"), ("comm_s", "exposed communication", "comm"),
              ("other_s", "host overhead + stall", "other"))
     x = np.arange(len(keys))
+    unit, mult = ("µs, hardware", 1e6) if hw else ("ms, emulated", 1e3)
     ms = np.array([[np.mean([r[key] + (r.get("stall_s", 0.0) if key == "other_s" else 0.0)
-                             for r in rows[k]]) * 1e3 for k in keys] for key, _, _ in parts])
+                             for r in rows[k]]) * mult for k in keys] for key, _, _ in parts])
     total = ms.sum(0)
     bottom = np.zeros(len(keys))
     for j, (_, name, c) in enumerate(parts):
@@ -335,7 +342,7 @@ def _iteration_breakdown(run: Run, ax) -> None:
     ax.set_ylim(0, 1.12)
     ax.set_ylabel("share of the mean iteration time")
     ax.set_title("Where an iteration goes")
-    ax.set_xlabel("mean iteration time on top (ms, emulated)", fontsize=7)
+    ax.set_xlabel(f"mean iteration time on top ({unit})", fontsize=7)
     ax.legend(fontsize=6.5, loc="lower left")
 
 

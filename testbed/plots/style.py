@@ -191,10 +191,15 @@ def emulation_footer(run: Run) -> str:
 
 
 def _workers(run: Run, topo: dict) -> str:
-    """Worker count, or the counts a sweep ran ('1/2/4/8')."""
-    swept = sorted({p["params"]["topology.workers"] for p in run.points
-                    if "topology.workers" in (p.get("params") or {})})
-    return "/".join(map(str, swept)) if swept else str(topo.get("workers", "?"))
+    """Worker count, or the counts a sweep ran ('1/2/4/8'): each point's own, resolved
+    as it ran (grid, case, --quick set, overrides: testbed.plots.captions), not the file's."""
+    from testbed.plots.captions import Resolution  # noqa: PLC0415 - captions imports nothing of style
+
+    res = Resolution(run)
+    ran = {res.get(p["index"], "topology.workers") for p in run.points if "index" in p} - {None}
+    if not ran:
+        return str(topo.get("workers", "?"))
+    return "/".join(map(str, sorted(ran)))
 
 
 CAPTION_PT = 6.5

@@ -1,11 +1,17 @@
-"""PyTorch workload figures: training loss vs time per collective, and time per
-iteration split into compute and communication. Colour = collective; line
-style / hatch = case (e.g. 5 % loss).
+"""PyTorch workload figures: training loss vs hardware time per collective, with
+the projection of each point's own trace; and time per iteration split into
+compute and communication, in hardware milliseconds. Colour = collective; line
+style = case (e.g. 5 % loss).
 
-Times are emulated wall-clock seconds on this machine: compute is the device
-model's time x time_scale (or measured CPU time for device cpu), communication
-is what the emulated network took. Divide by time_scale for the modeled
-hardware's compute; communication is not dilated (see docs/pytorch.md).
+Hardware time = emulated seconds / the point's TDF. With a modeled device on the
+soft switch both compute (slept TDF x the device model) and the network (the
+switch's delay line) run TDF times slower, so the quotient is what the modeled
+cluster would take (hosts/dnn/timing.py). Where the network was not dilated
+(--net local, dilate_network false, device cpu) the caption says that the times
+mix hardware compute with this machine's network. The projection replays the
+point's trace on the hardware model: it has no loss model, so a lossy point's
+projection is its lossless reference. Invalid points (fidelity monitor or
+device model) are drawn hollow and named in the caption.
 """
 from __future__ import annotations
 
@@ -16,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from testbed.plots import figure
-from testbed.plots.style import plt, save
+from testbed.plots.captions import Resolution, invalid_note, invalid_reasons, run_mode_text, values_text
+from testbed.plots.style import legend_handle, plt, save
 from testbed.results import Run
 from testbed.scenario import register_figure_names
 from testbed.workloads.torch import FIGURES
@@ -27,80 +34,123 @@ COLOURS = {"switch": "tab:red", "ring": "tab:blue", "ps": "tab:green", "gloo": "
 STYLES = ["-", "--", ":", "-."]
 
 
-def _ok(run: Run) -> set[int]:
-    return {p["index"] for p in run.points if p.get("status") == "ok"}
-
-
 def _points(run: Run) -> dict[int, dict[str, Any]]:
-    """point index -> its torch_summary (successful points only)."""
-    ok = _ok(run)
-    return {m["point"]: m for m in run.metrics_of("torch_summary") if m.get("point") in ok}
+    """point index -> its torch_summary with its case and validity (successful points only)."""
+    ok = {p["index"]: p for p in run.points if p.get("status") == "ok"}
+    out = {}
+    for m in run.metrics_of("torch_summary"):
+        idx = m.get("point")
+        if idx in ok:
+            out[idx] = dict(m, case=ok[idx].get("case") or "", invalid=invalid_reasons(run, idx, m))
+    return out
 
 
 def _label(s: dict[str, Any]) -> str:
     case = s.get("case")
-    return s["collective"] + (f" ({case})" if case not in (None, "base", "baseline") else "")
+    return s["collective"] + (f" ({case})" if case not in (None, "", "base", "baseline") else "")
 
 
-def _case_styles(run: Run) -> dict[str, str]:
-    cases = sorted({p.get("case") or "" for p in run.points})
+def _case_styles(sums: dict[int, dict[str, Any]]) -> dict[str, str]:
+    cases = sorted({s["case"] for s in sums.values()})
     return {c: STYLES[i % len(STYLES)] for i, c in enumerate(cases)}
 
 
-def _caption(run: Run, sums: dict[int, dict[str, Any]]) -> str:
-    devs = sorted({(s["device"], s["time_scale"]) for s in sums.values()})
-    txt = ", ".join("measured CPU" if d == "cpu" else f"{d} model x{k:g} dilation" for d, k in devs)
-    bad = sum(1 for s in sums.values() if not s.get("device_valid", True))
-    return f"devices: {txt or '-'}" + (f"; WARNING: {bad} point(s) with device timing violations" if bad else "")
+def _caption(run: Run, sums: dict[int, dict[str, Any]]) -> list[str]:
+    res = Resolution(run)
+    idx = list(sums)
+    devs = values_text((s["device"] for s in sums.values()))
+    tdfs = values_text((s.get("tdf") or s.get("time_scale") for s in sums.values()), lambda v: f"{v:g}")
+    workers = values_text((s["workers"] for s in sums.values()))
+    dilated = [s for s in sums.values() if s.get("network_dilated")]
+    cal = {bool(s.get("calibrated")) for s in sums.values()}
+    how = ("calibrated on the script" if cal == {True} else "fixed" if cal == {False}
+           else f"calibrated on the script for {sum(bool(s.get('calibrated')) for s in sums.values())} point(s), "
+                f"fixed for the others")
+    lines = [f"{workers} workers that ran; device model {devs}; TDF {tdfs} ({how}); "
+             f"script args: {values_text((' '.join(map(str, res.get(i, 'workload.args', []))) for i in idx))}."]
+    if len(dilated) == len(sums) and sums:
+        lines.append("Hardware time = emulated / TDF: compute (device model) and network (soft switch delay "
+                     "line) dilated alike. Projected: the point's own trace replayed on the hardware model "
+                     "(no loss model: a lossy point's projection is its lossless reference).")
+    elif sums:
+        lines.append(f"WARNING: {len(sums) - len(dilated)} of {len(sums)} point(s) ran on an undilated "
+                     f"network: their times divide this machine's network by the TDF (not hardware time).")
+    invalid = {i: s["invalid"] for i, s in sums.items() if s["invalid"]}
+    lines.append(invalid_note(invalid, len(sums), "hollow markers"))
+    lines.append(run_mode_text(run))
+    if res.error:
+        lines.append(res.error)
+    return lines
 
 
 @figure("torch_loss_vs_time")
 def loss_vs_time(run: Run, out_dir: Path) -> list[Path]:
     sums = _points(run)
-    styles = _case_styles(run)
+    styles = _case_styles(sums)
     by_point: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for m in run.metrics_of("torch_iter"):
-        if m.get("point") in sums and m.get("rank") == 0 and m.get("loss") is not None:
+        if (m.get("point") in sums and m.get("rank") == 0 and m.get("loss") is not None
+                and not m.get("calibration")):
             by_point[m["point"]].append(m)
     fig, ax = plt.subplots(figsize=(7.0, 4.4))
+    handles = []
     for idx, recs in sorted(by_point.items()):
         s = sums[idx]
         recs.sort(key=lambda r: r["iter"])
-        ax.plot([r["t_s"] for r in recs], [r["loss"] for r in recs], STYLES[0] if not styles else
-                styles.get(recs[0].get("case") or "", "-"), color=COLOURS.get(s["collective"], "k"),
-                label=_label(dict(s, case=recs[0].get("case"))), lw=1.2)
-    if not by_point:
+        tdf = s.get("tdf") or s.get("time_scale") or 1.0
+        colour, ls = COLOURS.get(s["collective"], "k"), styles.get(s["case"], "-")
+        xs = np.array([r["t_s"] for r in recs]) / tdf
+        ys = np.array([r["loss"] for r in recs])
+        if s["invalid"]:   # hollow markers, not joined (many steps: smaller than style.hollow's)
+            ax.plot(xs, ys, ls="none", marker="o", markerfacecolor="none", markeredgecolor=colour, ms=4,
+                    markeredgewidth=1.0, label=f"{_label(s)} (invalid)")
+        else:
+            ax.plot(xs, ys, ls, color=colour, lw=1.4, label=_label(s))
+        proj = s.get("projected_hw_iter_ms")
+        if proj:
+            # The projection: the same losses at the projected time per iteration.
+            px = (np.arange(len(recs)) + 1) * proj / 1e3
+            ax.plot(px, ys, ls, color=colour, lw=0.6, marker="x", ms=3.5)
+    if by_point:
+        handles = ax.get_legend_handles_labels()[0]
+        if any(s.get("projected_hw_iter_ms") for s in sums.values()):
+            handles.append(legend_handle(marker="x", label="projected (thin, crosses)"))
+        ax.legend(handles=handles, fontsize=7)
+    else:
         ax.text(0.5, 0.5, "no successful torch points with losses", ha="center", va="center",
                 transform=ax.transAxes)
-    ax.set_xlabel("emulated time since start (s)")
+    ax.set_xlabel("hardware time since training start (s) = emulated / TDF")
     ax.set_ylabel("training loss (rank 0, per step)")
-    ax.set_title(f"Training loss vs time per collective\n{_caption(run, sums)}", fontsize=9)
-    if by_point:
-        ax.legend(fontsize=8)
-    return save(fig, run, out_dir, "torch_loss_vs_time")
+    ax.set_title("Training loss vs hardware time per collective", fontsize=9)
+    return save(fig, run, out_dir, "torch_loss_vs_time", _caption(run, sums))
 
 
 @figure("torch_iteration_time")
 def iteration_time(run: Run, out_dir: Path) -> list[Path]:
     sums = _points(run)
-    rows = []
-    for idx, s in sorted(sums.items()):
-        case = next((p.get("case") for p in run.points if p["index"] == idx), None)
-        if s.get("iter_compute_s") is not None:
-            rows.append((_label(dict(s, case=case)), s["collective"], s["iter_compute_s"] * 1e3,
-                         (s.get("iter_comm_s") or 0.0) * 1e3))
+    rows = [(_label(s), s) for _, s in sorted(sums.items()) if s.get("hw_compute_ms") is not None]
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 2), 4.4))
     if rows:
         x = np.arange(len(rows))
-        comp = [r[2] for r in rows]
-        comm = [r[3] for r in rows]
-        cols = [COLOURS.get(r[1], "k") for r in rows]
-        ax.bar(x, comp, color=cols, alpha=0.45, label="compute (device model x dilation)")
-        ax.bar(x, comm, bottom=comp, color=cols, hatch="//", edgecolor="white", label="communication")
-        ax.set_xticks(x, [r[0] for r in rows], rotation=20, ha="right", fontsize=8)
+        comp = [s["hw_compute_ms"] for _, s in rows]
+        comm = [s.get("hw_comm_ms") or 0.0 for _, s in rows]
+        for i, (_, s) in enumerate(rows):
+            c = COLOURS.get(s["collective"], "k")
+            bad = bool(s["invalid"])           # invalid: hollow bars in the collective's colour
+            ax.bar(i, comp[i], facecolor="none" if bad else c, edgecolor=c, alpha=1.0 if bad else 0.45, lw=1.2,
+                   label="compute (device model)" if i == 0 else None)
+            ax.bar(i, comm[i], bottom=comp[i], facecolor="none" if bad else c, hatch="//",
+                   edgecolor=c if bad else "white", lw=1.2 if bad else 0.0,
+                   label="communication (hatched)" if i == 0 else None)
+        proj = [(i, s["projected_hw_iter_ms"]) for i, (_, s) in enumerate(rows) if s.get("projected_hw_iter_ms")]
+        if proj:
+            ax.plot([i for i, _ in proj], [v for _, v in proj], ls="none", marker="x", color="k", ms=7,
+                    label="projected time per iteration")
+        ax.set_xticks(x, [lb + (" (invalid)" if s["invalid"] else "") for lb, s in rows],
+                      rotation=20, ha="right", fontsize=8)
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no successful torch points", ha="center", va="center", transform=ax.transAxes)
-    ax.set_ylabel("time per iteration (ms, mean over workers)")
-    ax.set_title(f"Time per iteration: compute vs communication\n{_caption(run, sums)}", fontsize=9)
-    return save(fig, run, out_dir, "torch_iteration_time")
+    ax.set_ylabel("hardware ms / iteration")
+    ax.set_title("Time per iteration (mean over workers): compute vs communication", fontsize=9)
+    return save(fig, run, out_dir, "torch_iteration_time", _caption(run, sums))

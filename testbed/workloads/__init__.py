@@ -65,3 +65,4 @@ from testbed.workloads import torch  # noqa: E402,F401
 from testbed.workloads import lhc  # noqa: E402,F401
 from testbed.workloads import easgd  # noqa: E402,F401
 from testbed.workloads import phub  # noqa: E402,F401
+from testbed.workloads import shadowsync  # noqa: E402,F401

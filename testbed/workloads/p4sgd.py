@@ -384,7 +384,7 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
     `projection` records: the point's own trace replayed on the hardware model
     at its worker count, and the same trace shape at PROJECTED_WORKERS."""
     from testbed.fidelity.projector import project_world  # noqa: PLC0415
-    from testbed.fidelity.records import fidelity_and_projection  # noqa: PLC0415
+    from testbed.fidelity.records import check_agreement, fidelity_and_projection  # noqa: PLC0415
 
     wl: P4sgdWorkload = scenario.workload
     compute_time = p4sgd_compute_time(wl)
@@ -423,23 +423,13 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
     summary["projected_hw_train_s"] = own["hw_train_s"]
     if summary.get("hw_train_s") and own["hw_train_s"]:
         ratio = summary["hw_train_s"] / own["hw_train_s"]
-        summary["emulated_vs_projected"] = fid["emulated_vs_projected"] = ratio
-        if abs(ratio - 1) > AGREEMENT_TOLERANCE:
-            # Time the projection does not have: host work outside the modeled device
-            # (Python per micro-batch, packet building) is not dilated away.
-            other = summary.get("other_share")
-            why = (f"emulated time is {ratio:.2f}x the projection of its own trace "
-                   f"(tolerance {AGREEMENT_TOLERANCE:.0%})"
-                   + (f"; host work outside the device model is {other:.0%} of the emulated time"
-                      if other is not None else ""))
-            summary["valid"] = fid["valid"] = False
-            summary["invalid_reasons"] = summary["invalid_reasons"] + [why]
-            fid["reasons"] = summary["invalid_reasons"]
-            fid.setdefault("flags", []).append("projection_disagrees")
+        summary["emulated_vs_projected"] = ratio
+        # Time the projection does not have: host work outside the modeled device
+        # (Python per micro-batch, packet building) is not dilated away.
+        other = summary.get("other_share")
+        check_agreement(summary, fid, ratio, detail=(f"; host work outside the device model is {other:.0%} "
+                                                     f"of the emulated time" if other is not None else ""))
     return [fid, *records]
-
-
-AGREEMENT_TOLERANCE = 0.15   # issue 8: emulation and projection within 15 %
 
 
 # Nodes per rank replayed (the rest extrapolated by rate, projector docs): all of a

@@ -174,7 +174,7 @@ def job_groups(wl: PhubWorkload, workers: list[str]) -> list[list[str]]:
 
 def hw_table(wl: PhubWorkload, workers: int) -> dict[str, list[float]]:
     """The hardware time of one key's exchange at 0, 1 and a geometric grid (8 steps per
-    octave) up to the largest key, for hosts.lhc.timing.HwTable: the network model's
+    octave) up to the largest key, for hosts.common.hw_table.HwTable: the network model's
     HW_ALGO allreduce, plus, for PHub, the server cores' modeled work on the key (the
     cores pace it at the TDF, so the exchange the workers measure contains it)."""
     from hosts.phub.server import modeled_key_s  # noqa: PLC0415

@@ -6,7 +6,16 @@
       args: [--model, lenet, --epochs, "2"]
       collective: ring                      # switch | ring | ps | gloo (DDP's own allreduce)
       batch_size: 32                        # per worker; the script reads report.config()
-      device: {type: v100, time_scale: 50}  # or {type: cpu}: measured CPU time
+      device: {type: v100}                  # time_scale auto (default) or N; {type: cpu}: measured CPU time
+
+Time (docs/pytorch.md, docs/time-fidelity.md): with a modeled device, compute is
+slept TDF x its modeled time and, on the soft switch, the network is dilated to
+the same TDF (`dilate_network`), so emulated seconds / TDF are hardware seconds.
+time_scale auto (default) calibrates the TDF on the script's own first
+iterations (or a probe of its DDP buckets), hosts/dnn/timing.py; the hardware
+time of each allreduce comes from `hw_table` (testbed.fidelity.network_model,
+gloo modeled as the ring). Each point gets the fidelity monitor's verdict and a
+projection of its own trace (`fidelity_records`).
 
 The host program is hosts.dnn.run_script (rendezvous environment, collective,
 DDP hook); the script's `hosts.dnn.report` calls produce per-iteration records
@@ -35,6 +44,9 @@ TORCH_TCP_PORT = 47800      # ring ranks +1+rank, the PS the base (hosts.common.
 MASTER_PORT_OFFSET = 60     # torch.distributed's rendezvous: port base + 60
 DEVICE_TYPES = ("cpu", "v100", "a100", "h100")
 DEVICE_KEYS = {"type", "precision", "efficiency", "hbm_efficiency", "launch_s", "time_scale"}
+# time_scale auto: the TDF of the first (undilated) calibration round, as LHC's CALIBRATION_START
+CALIBRATION_START = 500.0
+HW_TABLE_MAX_VALUES = 2 ** 26      # 256 MB buckets: above DDP's 25 MB default cap with room
 
 
 register_figures_if_loaded(*FIGURES)
@@ -63,11 +75,26 @@ class TorchWorkload(BaseModel):
     device: dict[str, Any] = Field(
         default_factory=lambda: {"type": "cpu"},
         description="Device model (hosts/dnn/device.py): {type: cpu|v100|a100|h100, precision, "
-                    "efficiency, hbm_efficiency, launch_s, time_scale}. cpu = measured CPU time.")
+                    "efficiency, hbm_efficiency, launch_s, time_scale}. cpu = measured CPU time (no "
+                    "dilation). time_scale: auto (default: calibrated on the script's first iterations, "
+                    "hosts/dnn/timing.py) or a number (fixed TDF); the network is dilated to it too.")
     seed: int = Field(1, ge=0, description="Passed to the script's environment (TESTBED_SEED).")
     timeout_s: float = Field(300.0, gt=0, description="A collective call that makes no progress this "
                                                       "long fails; the point fails after this + 60 s.")
     ina: InaParams = Field(default_factory=InaParams, description="In-switch transport (collective switch).")
+    ddp_hook: bool = Field(True, description="DDP's gradient buckets go through the testbed hook (timed and "
+                           "traced). false (collective gloo only): DDP's own allreduce, the hook-overhead "
+                           "baseline; no per-bucket times, no calibration on them.")
+    hardware: str = Field("tofino1-100g", description="Hardware network profile (testbed/fidelity/profiles/): "
+                                                      "calibration, network dilation, monitor and projection.")
+    calibration_rounds: int = Field(3, ge=1, le=10, description="time_scale auto: calibration rounds (the "
+                                    "script's first iterations, or probe rounds); round 0 runs undilated.")
+    dilate_network: bool = Field(
+        True, description="On the soft switch, slow the network to the point's TDF (docs/time-fidelity.md); "
+                          "false: the network runs at the emulator's own speed (times then mix hardware "
+                          "compute with this machine's network).")
+    network_headroom: float = Field(16.0, ge=1.0, le=100.0, description="dilate_network with time_scale "
+                                    "auto: TDF = this x the undilated network's slowdown.")
 
     @model_validator(mode="before")
     @classmethod
@@ -86,6 +113,9 @@ class TorchWorkload(BaseModel):
     @classmethod
     def _device(cls, v: dict[str, Any]) -> dict[str, Any]:
         kind = v.get("type", "cpu")
+        ts = v.get("time_scale", "auto")
+        if ts != "auto" and (isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts <= 0):
+            raise ValueError(f"device.time_scale must be auto or a number > 0, got {ts!r}")
         if kind not in DEVICE_TYPES:
             raise ValueError(f"device.type {kind!r}: use one of {', '.join(DEVICE_TYPES)}")
         bad = sorted(set(v) - (DEVICE_KEYS if kind != "cpu" else {"type"}))
@@ -96,13 +126,95 @@ class TorchWorkload(BaseModel):
         try:
             from hosts.dnn.device import DnnDevice  # noqa: PLC0415 - no torch import there
             if kind != "cpu":
-                DnnDevice(kind, **{k: x for k, x in v.items() if k != "type"})
+                DnnDevice(kind, **{k: x for k, x in v.items() if k not in ("type", "time_scale")})
         except (TypeError, ValueError) as e:
             raise ValueError(f"device: {e}") from None
         return v
 
+    @model_validator(mode="after")
+    def _hook(self) -> "TorchWorkload":
+        if not self.ddp_hook and self.collective != "gloo":
+            raise ValueError(f"ddp_hook false needs collective gloo (DDP's own allreduce), got {self.collective!r}")
+        if not self.ddp_hook and self.calibrated:
+            raise ValueError("ddp_hook false: set device.time_scale to a number (time_scale auto calibrates "
+                             "on the hook's buckets, which DDP's own allreduce does not show)")
+        return self
+
     def extra_hosts(self) -> list[str]:
         return ["ps"] if self.collective == "ps" else []
+
+    @property
+    def modeled(self) -> bool:
+        return self.device.get("type", "cpu") != "cpu"
+
+    @property
+    def calibrated(self) -> bool:
+        return self.modeled and self.device.get("time_scale", "auto") == "auto"
+
+    def device_spec(self) -> dict[str, Any]:
+        """The hosts' device block: auto starts at CALIBRATION_START (round 0)."""
+        if not self.modeled:
+            return {"type": "cpu"}
+        ts = self.device.get("time_scale", "auto")
+        return dict(self.device, time_scale=float(CALIBRATION_START if ts == "auto" else ts))
+
+
+def lossy_calibration(scn: Any) -> str | None:
+    """Why time_scale auto cannot run on this point's links, or None. On a dilated
+    network calibration holds the switch's loss off (Calibrator.start/finish);
+    undilated (dilate_network false) it would measure loss recovery (retransmission
+    timeouts), not the network."""
+    wl: TorchWorkload = scn.workload
+    lossy = [scn.links.loss_pct] + [o.loss_pct for o in scn.links.hosts.values() if o.loss_pct]
+    if not (wl.calibrated and any(lossy)) or wl.dilate_network:
+        return None
+    return (f"links.loss_pct {max(lossy):g} with workload.device.time_scale auto and dilate_network false: "
+            f"calibration on a lossy undilated network measures loss recovery, not the network (a TDF "
+            f"~20x too high, a run ~20x too long); set dilate_network true (the switch then holds the "
+            f"loss off while calibrating) or workload.device.time_scale to a number")
+
+
+# ---------------------------------------------------------------------------
+# Hardware time of an allreduce (calibration, network dilation)
+# ---------------------------------------------------------------------------
+def hw_op_time(wl: TorchWorkload, values: int, workers: int, profile: Any = None) -> float:
+    """Modeled hardware seconds of one allreduce of `values` float32 values with the
+    workload's collective (gloo: the ring; switch: with the scale-agreement pass)."""
+    from hosts.dnn.timing import model_algo  # noqa: PLC0415 - no torch import there
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.network_model import collective_time  # noqa: PLC0415
+    scale_round = wl.collective == "switch" and wl.ina.scale_exp is None
+    return collective_time("allreduce", model_algo(wl.collective), int(values), 4, workers,
+                           profile or load_profile(wl.hardware), scale_round=scale_round)
+
+
+def hw_table(wl: TorchWorkload, workers: int) -> dict[str, list[float]]:
+    """hw_op_time at 0, 1 and a geometric grid (8 per octave) up to HW_TABLE_MAX_VALUES,
+    for hosts.lhc.timing.HwTable (bucket sizes are the script's: unknown here)."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    prof = load_profile(wl.hardware)
+    sizes, v = [0, 1], 1.0
+    while sizes[-1] < HW_TABLE_MAX_VALUES:
+        v *= 2 ** (1 / 8)
+        if int(v) > sizes[-1]:
+            sizes.append(int(v))
+    return {"values": [float(x) for x in sizes], "hw_s": [hw_op_time(wl, x, workers, prof) for x in sizes]}
+
+
+def network_dilation(wl: TorchWorkload, switch_info: dict[str, Any], workers: int) -> dict[str, Any] | None:
+    """The hosts' network_dilation block: None without a soft switch, on a measured CPU
+    device or with dilate_network false. hw_op_s (the transport's expected op) starts
+    at one full packet's allreduce; the worker raises it to each op's own time."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.network_model import dilation_hardware  # noqa: PLC0415
+    from testbed.wire import MAX_VALUES_PER_PACKET  # noqa: PLC0415
+
+    control = switch_info.get("dilation_control")
+    if not control or not wl.dilate_network or not wl.modeled:
+        return None
+    return {"control": list(control), "hardware": dilation_hardware(load_profile(wl.hardware)),
+            "headroom": wl.network_headroom,
+            "hw_op_s": max(hw_op_time(wl, MAX_VALUES_PER_PACKET, workers), 1e-6)}
 
 
 # ---------------------------------------------------------------------------
@@ -121,6 +233,9 @@ class TorchRuntime(WorkloadRuntime):
         if wl.collective == "switch" and not ctx.switch:
             raise SkipPoint(f"collective 'switch' needs the in-network switch, which --net "
                             f"{ctx.net_mode} does not provide; use --net mininet or collective ring/ps/gloo")
+        refusal = lossy_calibration(scn)
+        if refusal:
+            raise ValueError(refusal)
         peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in workers]
         ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if wl.collective == "ps" else None
         port = ctx.tcp_port_base(TORCH_TCP_PORT, span=MASTER_PORT_OFFSET + 2)
@@ -128,8 +243,12 @@ class TorchRuntime(WorkloadRuntime):
             "world": len(workers), "collective": wl.collective, "peers": peers, "ps": ps, "port": port,
             "master_addr": peers[0]["ip"], "master_port": port + MASTER_PORT_OFFSET,
             "script": str(resolve_path(wl.script)), "args": list(wl.args), "batch_size": wl.batch_size,
-            "seed": wl.seed, "device": dict(wl.device), "start_at": ctx.start_at,
+            "seed": wl.seed, "device": wl.device_spec(), "start_at": ctx.start_at,
             "connect_timeout_s": 60.0, "timeout_s": wl.timeout_s,
+            "calibration": {"rounds": wl.calibration_rounds} if wl.calibrated else None,
+            "hw_table": hw_table(wl, len(workers)) if wl.modeled else None,
+            "network_dilation": network_dilation(wl, ctx.switch or {}, len(workers)),
+            "ddp_hook": wl.ddp_hook,
         }
         progs = []
         if ps is not None:
@@ -166,7 +285,8 @@ class TorchRuntime(WorkloadRuntime):
 # ---------------------------------------------------------------------------
 # collect (pure functions of the hosts' JSON lines)
 # ---------------------------------------------------------------------------
-_RENAME = {"iteration": "torch_iter", "final": "torch_final", "summary": "torch_host"}
+_RENAME = {"iteration": "torch_iter", "final": "torch_final", "summary": "torch_host",
+           "calibration": "calibration"}
 
 
 def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
@@ -178,38 +298,87 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
             t = _RENAME.get(r.get("type"))
             if t is not None:
                 out.append(dict(r, type=t, host=h))
-    out.append(point_summary(wl, workers, out))
+    summary = point_summary(wl, workers, out)
+    if wl.modeled and summary["ok"]:
+        out.extend(fidelity_records(wl, work_dir, summary))
+    out.append(summary)
     return out
 
 
+def _tdf(wl: TorchWorkload, hosts: dict[str, dict[str, Any]]) -> float:
+    """The TDF the workers ran at (calibrated or fixed): one value, or the point is wrong."""
+    tdfs = {h.get("tdf") for h in hosts.values() if h.get("tdf") is not None}
+    if len(tdfs) > 1:
+        raise ValueError(f"workers ran at different TDFs {sorted(tdfs)}: calibration did not agree")
+    return float(tdfs.pop()) if tdfs else float(wl.device_spec().get("time_scale", 1.0))
+
+
 def point_summary(wl: TorchWorkload, workers: list[str], recs: list[dict[str, Any]]) -> dict[str, Any]:
-    iters = [r for r in recs if r["type"] == "torch_iter"]
-    hosts = {r["host"]: r for r in recs if r["type"] == "torch_host"}
+    iters = [r for r in recs if r["type"] == "torch_iter" and not r.get("calibration")]
+    cal_iters = [r for r in recs if r["type"] == "torch_iter" and r.get("calibration") and r.get("rank") == 0]
+    hosts = {r["host"]: r for r in recs if r["type"] == "torch_host" and r.get("role", "worker") == "worker"}
     finals = [r for r in recs if r["type"] == "torch_final"]
-    rank0 = [r for r in iters if r.get("rank") == 0]
+    rank0 = sorted((r for r in iters if r.get("rank") == 0), key=lambda r: r["iter"])
     losses = [r["loss"] for r in rank0 if r.get("loss") is not None]
     accs = [r["acc"] for r in finals if r.get("acc") is not None]
     validity = [h.get("validity") or {} for h in hosts.values()]
+    tdf = _tdf(wl, hosts) if wl.modeled else 1.0
 
     def mean(key: str) -> float | None:
         v = [r[key] for r in iters if r.get(key) is not None]
         return float(np.mean(v)) if v else None
+    # Emulated time per iteration: the slowest worker's clock (restarted after calibration)
+    # at its last record, over the measured iterations.
+    ends = [max((r["t_s"] for r in iters if r["host"] == h), default=None) for h in workers]
+    ends = [e for e in ends if e is not None]
+    wall = max(ends) if ends else None
+    iter_s = wall / len(rank0) if wall is not None and rank0 else None
+    calibration_incomplete = [h for h, r in hosts.items() if r.get("calibration_complete") is False]
+    comp, comm = mean("compute_s"), mean("comm_s")
     return {
         "type": "torch_summary", "collective": wl.collective, "workers": len(workers),
-        "device": wl.device.get("type", "cpu"), "time_scale": wl.device.get("time_scale", 1.0),
+        "device": wl.device.get("type", "cpu"), "time_scale": tdf,
         "ok": bool(workers) and all(hosts.get(h, {}).get("ok") for h in workers),
         "errors": {h: r.get("error") for h, r in hosts.items() if r.get("error")},
-        "iterations": len(rank0), "final_loss": losses[-1] if losses else None,
+        "iterations": len(rank0), "calibration_iterations": len(cal_iters), "ddp_hook": wl.ddp_hook,
+        "bucket_values": next((h.get("bucket_sizes") for h in hosts.values() if h.get("bucket_sizes")), None),
+        "calibration_mode": next((h.get("calibration_mode") for h in hosts.values()), None),
+        "final_loss": losses[-1] if losses else None,
         "final_acc": float(np.mean(accs)) if accs else None,
         "final_acc_per_rank": [r.get("acc") for r in sorted(finals, key=lambda r: r.get("rank", 0))],
-        "wall_s": max((r["t_s"] for r in iters), default=None),
-        "iter_compute_s": mean("compute_s"), "iter_comm_s": mean("comm_s"),
+        "wall_s": wall, "iter_s": iter_s,
+        "iter_compute_s": comp, "iter_comm_s": comm,
         "iter_hw_compute_s": mean("hw_compute_s"),
         "comm_bytes_per_worker": (sum(r.get("comm_bytes", 0) for r in iters) / len(workers)) if workers else 0,
         "device_valid": all(v.get("valid", True) for v in validity),
         "device_violations": sum(v.get("violations", 0) for v in validity),
         "retransmissions": sum(((h.get("transport") or {}).get("retransmissions") or 0) for h in hosts.values()),
+        # Hardware time (emulated / TDF): compute and communication are dilated alike
+        # only where the network is (network_dilated); elsewhere these mix the two.
+        "tdf": tdf, "calibrated": wl.calibrated,
+        "network_dilated": any(bool(h.get("network_dilated")) for h in hosts.values()),
+        "hw_iter_ms": iter_s / tdf * 1e3 if iter_s is not None else None,
+        "hw_compute_ms": comp / tdf * 1e3 if comp is not None else None,
+        "hw_comm_ms": comm / tdf * 1e3 if comm is not None else None,
+        "valid": (all(v.get("valid", True) for v in validity) and not calibration_incomplete),
+        "invalid_reasons": ([f"calibration incomplete on {', '.join(calibration_incomplete)} (the script "
+                             f"reported fewer iterations than calibration_rounds + 1)"]
+                            if calibration_incomplete else []),
     }
+
+
+def fidelity_records(wl: TorchWorkload, work_dir: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The fidelity monitor's verdict and the projection of the point's own trace
+    (testbed.fidelity.records, shared by every workload; its agreement rule: the
+    emulated hardware time per iteration within 15 % of the projection)."""
+    from testbed.fidelity.records import fidelity_and_projection  # noqa: PLC0415
+
+    if not summary["device_valid"]:
+        summary["invalid_reasons"] = [*summary["invalid_reasons"], "device model exceeded"]
+    point = fidelity_and_projection(work_dir, wl.hardware, summary["tdf"], "torch",
+                                    max(1, summary.get("iterations") or 0), summary, max_nodes=4000,
+                                    extra={"collective": wl.collective})
+    return point.records
 
 
 def summary_row(r: dict[str, Any]) -> dict[str, Any]:
@@ -220,4 +389,8 @@ def summary_row(r: dict[str, Any]) -> dict[str, Any]:
             "final_acc": rnd(r["final_acc"]), "wall_s": rnd(r["wall_s"], 2),
             "compute_ms/it": rnd(r["iter_compute_s"] and r["iter_compute_s"] * 1e3, 2),
             "comm_ms/it": rnd(r["iter_comm_s"] and r["iter_comm_s"] * 1e3, 2),
-            "retx": r["retransmissions"], "device_valid": r["device_valid"], "ok": r["ok"]}
+            "tdf": r.get("tdf"), "hw_ms/it": rnd(r.get("hw_iter_ms"), 4),
+            "proj_hw_ms/it": rnd(r.get("projected_hw_iter_ms"), 4),
+            "emu/proj": rnd(r.get("emulated_over_projected"), 2),
+            "retx": r["retransmissions"], "device_valid": r["device_valid"], "valid": r.get("valid"),
+            "ok": r["ok"]}

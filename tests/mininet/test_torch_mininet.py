@@ -2,7 +2,8 @@
 through the soft switch's in-network SUM, at 0 % and 5 % loss per link.
 
 One `testbed run scenarios/torch/lenet.yaml --quick` pinned to collective
-switch, 2 workers, 12 steps, with the quick grid over loss 0 and 5 %. Checked:
+switch, 2 workers, 12 steps, with the quick grid over loss 0 and 5 %, at a fixed
+TDF of 12000 (network dilated to it by the soft switch). Checked:
 both points ok on every host; 5 % loss was applied and recovered by
 retransmissions; the training loss of every step and the final accuracy are
 the same at 5 % as at 0 % (the switch adds integers with an agreed scale, so
@@ -25,6 +26,8 @@ def test_torch_lenet_over_the_switch_is_exact_under_loss(tmp_path):
     argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "torch" / "lenet.yaml"),
             "--quick", "--no-plot", "--out", str(tmp_path),
             "--set", "workload.collective=switch",
+            # a fixed TDF: calibration on a lossy network would measure loss recovery (refused)
+            "--set", "workload.device={type: v100, time_scale: 12000}",
             "--set", "workload.args=[--model, lenet, --epochs, '1', --max-steps, '12']",
             "--set", "sweep.quick.grid.links.loss_pct=[0, 5]"]
     p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=230)
@@ -37,6 +40,7 @@ def test_torch_lenet_over_the_switch_is_exact_under_loss(tmp_path):
     assert sorted(sums) == [0, 5]
     for s in sums.values():
         assert s["ok"] and s["iterations"] == 12 and s["collective"] == "switch", s
+        assert s["network_dilated"] and s["tdf"] == 12000 and s["calibration_iterations"] == 0
     assert sums[5]["retransmissions"] > 0
     losses = {pct: [m["loss"] for m in sorted((m for m in metrics if m["type"] == "torch_iter"
                                                and m["links.loss_pct"] == pct and m["rank"] == 0),

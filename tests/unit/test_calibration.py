@@ -55,3 +55,38 @@ def test_calibrator_without_a_dilatable_network_follows_the_slowdown():
     assert c.after_round(300.0, {"tdf_net": 300.0, "tdf_cmp": 10.0}) == 300.0
     assert c.after_round(400.0, {"tdf_net": 400.0, "tdf_cmp": 10.0}) == pytest.approx(346.0)
     assert c.record("w1")["network_dilated"] is False
+
+
+def test_calibration_holds_the_impairments_until_it_finishes(tmp_path):
+    """Rank 0 asks the switch to hold loss off for every calibration round and to
+    apply it, at the final TDF, before the measured run; a fixed TDF applies it."""
+    import threading
+
+    from testbed.switch.soft.dilation import DilationControl
+
+    ctl = DilationControl(tmp_path)
+    seen, stop = [], threading.Event()
+
+    def switch_loop():
+        t = 0.0
+        while not stop.is_set():
+            t += 1.0
+            if ctl.poll(t):
+                seen.append((ctl.line.settings.tdf if ctl.line else 0.0, ctl.impairments_held))
+            stop.wait(0.002)
+
+    th = threading.Thread(target=switch_loop)
+    th.start()
+    nd = {"control": [str(tmp_path / "dilation.json")],
+          "hardware": {"latency_s": 1.83e-6, "link_rate_bps": 100e9}, "headroom": 16.0, "hw_op_s": 2e-6}
+    try:
+        c = cal.Calibrator(2e-6, 500.0, nd, rank=0)
+        c.start()
+        c.after_round(300.0, {"tdf_net": 300.0, "tdf_cmp": 400.0})
+        c.after_round(4800.0, {"tdf_net": 4800.0, "tdf_cmp": 400.0})
+        c.finish()
+        cal.Calibrator(0.0, 700.0, nd, rank=0).dilate(700.0)      # fixed time_scale: no calibration
+    finally:
+        stop.set()
+        th.join()
+    assert seen == [(0.0, True), (4800.0, True), (4800.0, True), (4800.0, False), (700.0, False)]

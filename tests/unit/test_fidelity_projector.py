@@ -149,6 +149,16 @@ def test_project_world_at_the_recorded_size_is_the_replay():
     assert {h["world"] for h, _ in synth} == {16} and {h["recorded_world"] for h, _ in synth} == {4}
 
 
+def test_project_world_at_the_recorded_count_keeps_a_straggler():
+    """Rank 1 computes 10x longer: replicating rank 0 would hide it."""
+    rs = [rec(0), rec(1)]
+    sync_step(rs[0], first_s=1e-6)
+    sync_step(rs[1], first_s=1e-5)
+    tr = traces_of(*rs)
+    assert project_world(tr, 2, TOFINO).makespan_s == pytest.approx(1e-5 + T64 + 2e-6, rel=1e-12, abs=0)
+    assert project_world(tr, 4, TOFINO).makespan_s < 1e-5      # other counts: rank 0's program
+
+
 def test_project_world_switch_is_flat_until_the_ports_run_out():
     tr = training_trace(world=4, iters=50)
     span = {w: project_world(tr, w, TOFINO).makespan_s for w in (16, 64, 256)}

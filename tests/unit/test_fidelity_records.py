@@ -29,7 +29,7 @@ def write_point(folder, iters=10, slow=1.0, algo="switch"):
 
 def test_a_valid_point_gets_both_records_and_the_summary_fields(tmp_path):
     per_iter = write_point(tmp_path)
-    summary = {"valid": True, "iter_ms": 2 * TDF * per_iter * 1e3}      # emulated twice the model
+    summary = {"valid": True, "iter_ms": 1.1 * TDF * per_iter * 1e3}    # emulated 10 % over the model
     pf = fidelity_and_projection(tmp_path, PROFILE, TDF, "demo", 10, summary, extra={"algorithm": "x"})
     fid, proj = pf.records
     assert fid["type"] == "fidelity" and fid["valid"] and summary["valid"]
@@ -37,8 +37,20 @@ def test_a_valid_point_gets_both_records_and_the_summary_fields(tmp_path):
     assert proj["type"] == "projection" and proj["workload"] == "demo" and proj["workers"] == 2
     assert proj["algorithm"] == "x" and proj["emulated"] and not proj["truncated"]
     assert proj["hw_iter_ms"] == pytest.approx(per_iter * 1e3, rel=1e-9) == summary["projected_hw_iter_ms"]
-    assert summary["emulated_over_projected"] == pytest.approx(2.0, rel=1e-9)
+    assert summary["emulated_over_projected"] == pytest.approx(1.1, rel=1e-9)
     assert summary["invalid_reasons"] == []
+
+
+def test_an_emulation_off_its_own_projection_is_invalid_with_the_reason(tmp_path):
+    per_iter = write_point(tmp_path)
+    summary = {"valid": True, "iter_ms": 2 * TDF * per_iter * 1e3,      # emulated twice the model
+               "invalid_reasons": ["the workload's own reason"]}
+    pf = fidelity_and_projection(tmp_path, PROFILE, TDF, "demo", 10, summary)
+    assert summary["emulated_over_projected"] == pytest.approx(2.0, rel=1e-9)
+    assert not summary["valid"] and not pf.fidelity["valid"]
+    assert summary["invalid_reasons"][0] == "the workload's own reason"
+    assert "emulated time is 2.00x the projection of its own trace (tolerance 15%)" in summary["invalid_reasons"]
+    assert "projection_disagrees" in pf.fidelity["flags"]
 
 
 def test_device_failure_and_a_slow_network_are_named(tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hosts.common import calibration as cal
-from hosts.lhc.timing import HwTable
+from hosts.common.hw_table import HwTable
 
 
 def test_hw_table_follows_the_network_model_between_grid_points():

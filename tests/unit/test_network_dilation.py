@@ -99,3 +99,16 @@ def test_request_waits_for_the_switch_and_reports_a_refusal(tmp_path):
         request([tmp_path / "dilation.json"], {**HW, "version": 2}, timeout_s=0.1)
     with pytest.raises(ValueError, match="tdf"):
         request([tmp_path / "dilation.json"], {**HW, "tdf": 0.1})
+
+
+def test_a_version_can_hold_the_impairments_off_and_the_next_turns_them_on(tmp_path):
+    ctl = DilationControl(tmp_path)
+    assert not ctl.impairments_held                          # no file: impairments as configured
+    (tmp_path / "dilation.json").write_text(json.dumps({**HW, "tdf": 0, "impairments": 0}))
+    assert ctl.poll(1.0) and ctl.impairments_held and ctl.line is None   # undilated, held
+    (tmp_path / "dilation.json").write_text(json.dumps({**HW, "version": 2, "impairments": 0}))
+    assert ctl.poll(2.0) and ctl.impairments_held and ctl.line is not None
+    (tmp_path / "dilation.json").write_text(json.dumps({**HW, "version": 3}))   # default: applied
+    assert ctl.poll(3.0) and not ctl.impairments_held
+    st = ctl.stats()
+    assert st["impairments_held_in_versions"] == [1, 2] and st["impairments_held_now"] is False

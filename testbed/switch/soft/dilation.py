@@ -20,7 +20,10 @@ dilated hardware, frames leave late and the fidelity monitor says so.
 The settings arrive while the switch runs (calibration picks TDF on the built
 network): `DilationControl` watches a JSON file in the switch's run folder,
 applies each new version and acknowledges it in `<file>.applied`, so that the
-writer knows when the dilated network is in place.
+writer knows when the dilated network is in place. A version may also hold the
+switch's impairments off (`impairments: 0`): calibration does, so that it
+measures the emulator and not the loss under study; the last version it writes
+turns them back on before the measured run.
 """
 from __future__ import annotations
 
@@ -76,6 +79,8 @@ class DilationControl:
         self.ack_path = ack_path(self.path)
         self.header_bytes = header_bytes
         self.line: DelayLine | None = None
+        self.impairments_held = False              # calibration runs without the impairments
+        self.held_versions: list[int] = []
         self.history: list[dict[str, Any]] = []    # every version applied, with its frame count
         self._seen: tuple[int, int] | None = None  # (mtime_ns, size) of the last file read
         self._next_poll = 0.0
@@ -101,9 +106,14 @@ class DilationControl:
         if self.line is not None:
             self.history.append(self.line.stats())
         self.line = DelayLine(settings, self.header_bytes) if settings.active else None
+        self.impairments_held = settings.impairments_held
+        if settings.impairments_held:
+            self.held_versions.append(settings.version)
         write_json_atomic(self.ack_path, {"applied": True, "version": settings.version})
         return True
 
     def stats(self) -> dict[str, Any]:
         versions = self.history + ([self.line.stats()] if self.line is not None else [])
-        return {"control": str(self.path), "versions": versions}
+        return {"control": str(self.path), "versions": versions,
+                "impairments_held_in_versions": self.held_versions,
+                "impairments_held_now": self.impairments_held}

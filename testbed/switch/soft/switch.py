@@ -225,7 +225,10 @@ class SoftSwitch:
                 events = ep.poll(timeout)
                 now = clock()
                 self.iterations += 1
-                dilation.poll(now)
+                if dilation.poll(now):
+                    held = dilation.impairments_held
+                    act_in = {} if held else self._active_in
+                    act_eg = {} if held else self._active_eg
                 line = dilation.line
 
                 frames: list[bytes] = []

@@ -1,0 +1,166 @@
+"""ShadowSync figures: examples/s vs trainers with linear scaling drawn, the
+eval NE difference of each background algorithm vs its foreground counterpart
+in %, and the average sync gap.
+
+Colour = algorithm (EASGD, MA, BMUF, no sync); line style = mode (shadow solid,
+foreground dashed) and the scenario's other cases after it. Points the device
+model flagged (the CPU was slower than the dilated model) are hollow.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from testbed.plots import figure
+from testbed.plots.captions import Resolution, invalid_note, invalid_reasons, per_case, run_mode_text
+from testbed.plots.style import band_description, legend_handle, plot_repeats, plt, save
+from testbed.results import Run
+from testbed.scenario import register_figure_names
+from testbed.workloads.shadowsync import FIGURES
+
+register_figure_names(*FIGURES)
+
+COLOURS = {"easgd": "#0072b2", "ma": "#d55e00", "bmuf": "#009e73", "none": "0.45"}
+NAMES = {"easgd": "EASGD", "ma": "MA", "bmuf": "BMUF", "none": "no sync"}
+MODE_LS = {"shadow": "-", "foreground": "--"}
+OTHER_LS = (":", "-.")
+
+
+def _summaries(run: Run) -> dict[int, dict[str, Any]]:
+    ok = {p["index"] for p in run.points if p.get("status") == "ok"}
+    return {m["point"]: m for m in run.metrics_of("shadowsync_summary") if m.get("point") in ok}
+
+
+def _case(run: Run, idx: int) -> str:
+    c = (run.point(idx) or {}).get("case") or "base"
+    return "base" if c in ("base", "shadow", "foreground") else c
+
+
+def _style(mode: str, case: str, cases: list[str]) -> str:
+    if case == "base":
+        return MODE_LS[mode]
+    return OTHER_LS[cases.index(case) % len(OTHER_LS)] if mode == "shadow" else "--"
+
+
+def _caption(run: Run, sums: dict[int, dict[str, Any]], extra: str = "",
+             how: str = "hollow markers, left out of lines and bands") -> list[str]:
+    res = Resolution(run)
+    what = per_case(res, sums, {
+        "iters": ("workload.iterations", lambda v: f"{'/'.join(map(str, v))} iterations/worker"),
+        "hogwild": ("workload.hogwild_workers", lambda v: f"{'/'.join(map(str, v))} Hogwild workers/trainer"),
+        "emb": ("workload.embedding_servers", lambda v: f"{'/'.join(map(str, v))} embedding PS"),
+        "k": ("workload.k", lambda v: "FR every k=" + "/".join(map(str, v))),
+        "batch": ("workload.batch_size", lambda v: f"batch {v[0]}"),
+        "device": ("workload.device", lambda v: f"{v[0].get('type')} model x{v[0].get('time_scale', 1):g}"),
+        "loss": ("links.loss_pct", lambda v: f"loss {'/'.join(f'{x:g}' for x in v)} %"),
+    })
+    invalid = {i: r for i in sums if (r := invalid_reasons(run, i, sums[i])) is not None}
+    net = {s.get("network_fidelity", "?").split(":")[0] for s in sums.values()}
+    return [f"DLRM-style CTR model, synthetic Criteo-schema clicks; {what}" + (f"; {extra}" if extra else ""),
+            invalid_note(invalid, len(sums), how=how),
+            "network fidelity: " + ", ".join(sorted(net)) + " (the monitor does not model p2p PS messages yet; "
+            "syncs are paced to the hardware model x time_scale, docs/shadowsync.md)",
+            run_mode_text(run)]
+
+
+def _bad(run: Run, idx: int, s: dict[str, Any]) -> bool:
+    return s.get("device_valid") is False
+
+
+@figure("shadowsync_throughput")
+def throughput(run: Run, out_dir: Path) -> list[Path]:
+    sums = _summaries(run)
+    cases = sorted({_case(run, i) for i in sums} - {"base"})
+    series: dict[tuple[str, str, str], dict[float, list[tuple[float, bool]]]] = defaultdict(lambda: defaultdict(list))
+    for idx, s in sums.items():
+        if s.get("examples_per_s"):
+            series[(s["algorithm"], s["mode"], _case(run, idx))][s["trainers"]].append(
+                (s["examples_per_s"], _bad(run, idx, s)))
+    fig, ax = plt.subplots(figsize=(7.2, 4.6))
+    most = 0
+    for (alg, mode, case), data in sorted(series.items()):
+        label = ("S-" if mode == "shadow" else "FR-") + NAMES[alg] if alg != "none" else "no sync"
+        most = max(most, plot_repeats(ax, data, color=COLOURS[alg], ls=_style(mode, case, cases),
+                                      label=label + ("" if case == "base" else f" ({case})")))
+        ones = [v for v, bad in data.get(1, []) if not bad]
+        if ones and mode == "shadow" and case == "base" and len(data) > 1:
+            xs = sorted(data)
+            ax.plot(xs, [float(np.median(ones)) * x for x in xs], color=COLOURS[alg], lw=0.8, ls=(0, (1, 3)),
+                    alpha=0.8)
+    if not series:
+        ax.text(0.5, 0.5, "no successful shadowsync points", ha="center", va="center", transform=ax.transAxes)
+    handles, _ = ax.get_legend_handles_labels()
+    handles.append(legend_handle(color="0.3", ls=(0, (1, 3)), label="linear scaling from 1 trainer"))
+    ax.legend(handles=handles, fontsize=7, handlelength=3.5)
+    ax.set_xticks(sorted({s["trainers"] for s in sums.values()}) or [1])
+    ax.set_xlabel("trainers")
+    ax.set_ylabel("training throughput (examples / emulated s)")
+    ax.set_title("Throughput vs trainers: background (S-*) vs foreground (FR-*) sync", fontsize=9)
+    return save(fig, run, out_dir, "shadowsync_throughput", _caption(run, sums, band_description(most)))
+
+
+@figure("shadowsync_ne")
+def ne_difference(run: Run, out_dir: Path) -> list[Path]:
+    """(NE(S-X) - NE(FR-X)) / NE(FR-X) in %, per algorithm and trainer count, pairing repeats."""
+    sums = _summaries(run)
+    by: dict[tuple[str, int, str, str], dict[int, float]] = defaultdict(dict)
+    for idx, s in sums.items():
+        if s.get("eval_ne") is not None and s["algorithm"] != "none":
+            rep = (run.point(idx) or {}).get("repeat", 0)
+            by[(s["algorithm"], s["trainers"], _case(run, idx), s["mode"])][rep] = s["eval_ne"]
+    rows = []
+    for (alg, n, case, mode), reps in by.items():
+        fr = by.get((alg, n, case, "foreground"))
+        if mode == "shadow" and fr:
+            diffs = [100 * (reps[r] - fr[r]) / fr[r] for r in reps if r in fr]
+            if diffs:
+                rows.append(((alg, n, case), diffs))
+    rows.sort(key=lambda r: (r[0][2], list(COLOURS).index(r[0][0]), r[0][1]))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(rows) + 2.5), 4.6))
+    most = 0
+    for x, ((alg, n, case), diffs) in enumerate(rows):
+        most = max(most, plot_repeats(ax, {x: [(d, False) for d in diffs]}, color=COLOURS[alg]))
+        ax.vlines(x, min(diffs), max(diffs), color=COLOURS[alg], lw=5, alpha=0.3)
+    ax.axhline(0, color="0.3", lw=0.8)
+    for y in (-0.5, 0.5):
+        ax.axhline(y, color="#b00000", lw=0.7, ls=":")
+    ax.set_xticks(range(len(rows)), [f"S-{NAMES[a]} vs FR-{NAMES[a]}\n{n} trainers" + ("" if c == "base" else f" ({c})")
+                                     for (a, n, c), _ in rows], rotation=30, ha="right", fontsize=7)
+    if not rows:
+        ax.text(0.5, 0.5, "no S-*/FR-* pairs in this run", ha="center", va="center", transform=ax.transAxes)
+    ax.set_ylabel("eval NE vs FR-* (%)")
+    ax.set_title("Eval NE of S-* vs FR-* (lower = better; target within +-0.5 %)", fontsize=9)
+    return save(fig, run, out_dir, "shadowsync_ne", _caption(
+        run, sums, band_description(most), how="drawn all the same: a device-timing violation changes "
+        "time, not what the model learned"))
+
+
+@figure("shadowsync_sync_gap")
+def sync_gap(run: Run, out_dir: Path) -> list[Path]:
+    sums = _summaries(run)
+    cases = sorted({_case(run, i) for i in sums} - {"base"})
+    series: dict[tuple[str, str, str, int], dict[float, list[tuple[float, bool]]]] = \
+        defaultdict(lambda: defaultdict(list))
+    for idx, s in sums.items():
+        if s.get("avg_sync_gap") is not None:
+            series[(s["algorithm"], s["mode"], _case(run, idx), s["embedding_servers"])][s["trainers"]].append(
+                (s["avg_sync_gap"], _bad(run, idx, s)))
+    fig, ax = plt.subplots(figsize=(7.2, 4.6))
+    most = 0
+    markers = ("o", "s", "^", "D")
+    emb = sorted({k[3] for k in series})
+    for (alg, mode, case, e), data in sorted(series.items()):
+        label = ("S-" if mode == "shadow" else "FR-") + NAMES[alg] + (f", {e} emb PS" if len(emb) > 1 else "")
+        most = max(most, plot_repeats(ax, data, color=COLOURS[alg], ls=_style(mode, case, cases),
+                                      marker=markers[emb.index(e) % len(markers)],
+                                      label=label + ("" if case == "base" else f" ({case})")))
+    if series:
+        ax.legend(fontsize=7, handlelength=3.5)
+    ax.set_xticks(sorted({s["trainers"] for s in sums.values()}) or [1])
+    ax.set_xlabel("trainers")
+    ax.set_ylabel("avg sync gap (worker iterations)")
+    ax.set_title("Sync gap: the shadow's staleness vs FR's fixed k x workers", fontsize=9)
+    return save(fig, run, out_dir, "shadowsync_sync_gap", _caption(run, sums, band_description(most)))

@@ -1,0 +1,103 @@
+"""ShadowSync end to end on loopback through `testbed run --net local`: every
+sparse update a worker pushed is applied by the embedding PS (counts compared),
+model averaging really leaves the trainers with one model, and the shadow
+process does not slow the workers (their iteration rate measured with and
+without it)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from testbed.results import load_run
+
+pytestmark = pytest.mark.local
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(tmp: Path, *sets: str) -> object:
+    argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "shadowsync" / "throughput.yaml"),
+            "--net", "local", "--quick", "--out", str(tmp)]
+    for s in sets:
+        argv += ["--set", s]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    runs = sorted(tmp.glob("*/*/manifest.json"))
+    assert len(runs) == 1
+    return load_run(runs[0].parent)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    # 2 trainers x 2 Hogwild workers, 2 embedding PSs; every algorithm, both modes, + no sync
+    return run_cli(tmp_path_factory.mktemp("shadowsync"), "workload.iterations=20", "workload.k=5",
+                   "workload.embedding_servers=2",
+                   "sweep.quick.grid={topology.workers: [2], workload.algorithm: [easgd, ma, bmuf, none]}",
+                   "sweep.quick.cases=[shadow, foreground]")
+
+
+def summaries(run) -> dict[str, dict]:
+    assert all(p["status"] == "ok" for p in run.points), [p.get("error") for p in run.points]
+    return {s["label"] + ("" if s["algorithm"] != "none" else "-" + s["mode"]): s
+            for s in run.metrics_of("shadowsync_summary")}
+
+
+def test_every_sparse_update_is_applied(run):
+    for label, s in summaries(run).items():
+        assert s["ok"], (label, s["errors"])
+        # 2 trainers x 2 workers x 20 iterations, each PUSH to both embedding PSs
+        assert s["pushes_sent"] == 2 * 2 * 20 * 2, label
+        assert s["pushes_applied"] == s["pushes_sent"] and s["rows_applied"] == s["rows_sent"], label
+        assert s["pushes_match"], label
+        assert s["rows_sent"] == 2 * 2 * 20 * 64 * 26, label     # batch 64 x 26 tables
+        assert all(0 <= x < 1 for x in s["emb_ps_load"]), label
+
+
+def test_servers_agree_with_each_trainers_own_count(run):
+    # the END message carries the worker's own count; each server compared it with its count
+    recs = [r for r in run.metrics_of("shadowsync_server") if r["role"] == "embedding_ps"]
+    assert recs and all(r["pushes_match"] for r in recs if r["client_pushes"] is not None)
+    # per point: 2 trainers x (2 workers + the eval connection) x 2 servers
+    assert sum(1 for r in recs if r["client_pushes"] is not None) == len(run.points) * 2 * 3 * 2
+    assert sum(r["pushes"] for r in recs) == len(run.points) * 2 * 2 * 20 * 2
+
+
+def test_model_averaging_leaves_one_model(run):
+    s = summaries(run)
+    for label in ("S-MA", "FR-MA"):
+        ne = s[label]["eval_ne_per_trainer"]
+        assert len(ne) == 2 and ne[0] == ne[1], label       # the last average is everyone's replica
+    # without sync the two trainers' replicas (and so their eval NE) differ
+    none = s["no-sync-shadow"]["eval_ne_per_trainer"]
+    assert none[0] != none[1]
+    assert s["S-EASGD"]["syncs"] and all(n >= 1 for n in s["S-EASGD"]["syncs"])
+    # FR syncs exactly every k=5 of 20 iterations, on every trainer
+    assert s["FR-BMUF"]["syncs"] == [4, 4] and s["FR-BMUF"]["avg_sync_gap"] == 5 * 2
+
+
+def worker_iteration_s(run, point_index: int) -> float:
+    """Median seconds per worker iteration, without the iteration's sync wait."""
+    its = [r for r in run.metrics_of("shadowsync_iter") if r["point"] == point_index]
+    assert its
+    return float(np.median([r["lookup_s"] + r["compute_s"] + r["push_s"] for r in its]))
+
+
+def test_shadow_does_not_block_or_slow_the_workers(run):
+    s = summaries(run)
+    shadow_pt = next(p["index"] for p in run.points if "shadow" in p["label"] and "algorithm=ma" in p["label"])
+    none_pt = next(p["index"] for p in run.points if "shadow" in p["label"] and "algorithm=none" in p["label"])
+    fr_pt = next(p["index"] for p in run.points if "foreground" in p["label"] and "algorithm=ma" in p["label"])
+    its = list(run.metrics_of("shadowsync_iter"))
+    # structurally: a shadow-mode worker never waits for a sync; a foreground one does
+    assert all(r["sync_s"] == 0 for r in its if r["point"] == shadow_pt)
+    assert sum(1 for r in its if r["point"] == fr_pt and r["sync_s"] > 0) == 2 * 2 * 4
+    # measured: the workers' iteration time with the shadow running vs with no sync at all
+    with_shadow, without = worker_iteration_s(run, shadow_pt), worker_iteration_s(run, none_pt)
+    print(f"worker iteration: {with_shadow * 1e3:.2f} ms with the S-MA shadow, {without * 1e3:.2f} ms without")
+    assert s["S-MA"]["syncs"][0] > 1
+    # loose on purpose (2 shared cores): the shadow must not cost the workers half their rate
+    assert with_shadow < 2.0 * without

@@ -1,0 +1,81 @@
+"""The ShadowSync figures draw from a results folder shaped like the runner's:
+throughput with the linear-scaling line, NE of S-X vs FR-X in % (paired by
+repeat), sync gap; captions from what ran."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from testbed import results as res
+
+pytestmark = pytest.mark.unit
+
+
+def shadowsync_run(tmp_path):
+    run_dir = res.new_run_dir("shadowsync-throughput", tmp_path)
+    scenario = {"name": "shadowsync-throughput", "topology": {"workers": 2, "kind": "star"},
+                "switch": {"backend": "soft"},
+                "workload": {"kind": "shadowsync", "algorithm": "easgd", "mode": "shadow", "k": 5,
+                             "iterations": 60, "device": {"type": "v100", "time_scale": 400}},
+                "sweep": {"grid": {"topology.workers": [1, 2], "workload.algorithm": ["easgd", "ma"]},
+                          "cases": [{"name": "shadow", "set": {"workload.mode": "shadow"}},
+                                    {"name": "foreground", "set": {"workload.mode": "foreground"}}],
+                          "repeats": 2, "seed": 1},
+                "figures": ["shadowsync_throughput", "shadowsync_ne", "shadowsync_sync_gap"]}
+    points, sums, idx = [], [], 0
+    for mode in ("shadow", "foreground"):
+        for n in (1, 2):
+            for alg in ("easgd", "ma"):
+                for r in range(2):
+                    points.append({"index": idx, "label": f"{idx:03d}-{mode}-workers={n}-algorithm={alg}-r{r}",
+                                   "case": mode, "params": {"topology.workers": n, "workload.algorithm": alg},
+                                   "repeat": r, "seed": idx})
+                    ne = 0.80 * (1.01 if mode == "shadow" and alg == "easgd" else 1.0) + 0.01 * r
+                    sums.append({"point": idx, "case": mode, "type": "shadowsync_summary", "algorithm": alg,
+                                 "mode": mode, "label": ("S-" if mode == "shadow" else "FR-") + alg.upper(),
+                                 "trainers": n, "embedding_servers": 1, "examples_per_s": 1000.0 * n,
+                                 "eval_ne": ne, "avg_sync_gap": 0.5 * n if mode == "shadow" else 10.0,
+                                 "device_valid": not (idx == 3), "valid": not (idx == 3),
+                                 "invalid_reasons": ["1 step(s) where the CPU was slower"] if idx == 3 else [],
+                                 "network_fidelity": "not modeled: p2p"})
+                    idx += 1
+    res.write_json(run_dir / "manifest.json", {
+        "status": "ok", "net": "local", "scenario": scenario, "points": points,
+        "cli": {"scenario": "x.yaml", "overrides": [], "net": "local", "quick": False},
+        "machine": {"cpus": 2}, "git": {"commit": "abc"}})
+    for p in points:
+        res.append_jsonl(run_dir / "points.jsonl", dict(p, status="ok", impairments=[]))
+    for s in sums:
+        res.append_jsonl(run_dir / "metrics.jsonl", s)
+    return run_dir
+
+
+def test_figures_draw_with_captions_and_the_ne_difference(tmp_path):
+    from testbed.plots import draw_figures, style  # noqa: PLC0415
+    run = res.load_run(shadowsync_run(tmp_path))
+    drawn: list = []
+    orig = style._close
+
+    def grab(fig):
+        ax = fig.axes[0]
+        drawn.append((style.caption_of(fig), [(line.get_xdata(), line.get_ydata()) for line in ax.lines]))
+        orig(fig)
+    style._close = grab
+    try:
+        paths = draw_figures(run)
+    finally:
+        style._close = orig
+    assert {p.name for p in paths} >= {"shadowsync_throughput.png", "shadowsync_ne.pdf", "shadowsync_sync_gap.png"}
+    tp, ne, gap = drawn
+    assert "linear scaling from 1 trainer" in tp[0] and "S-EASGD" in tp[0] and "FR-MA" in tp[0]
+    assert "INVALID: 1 of 16" in tp[0] and "60 iterations/worker" in tp[0]
+    assert "not modeled" in tp[0]
+    # S-EASGD is 1 % worse than FR-EASGD in every repeat, S-MA equal
+    ys = sorted(float(np.ravel(y)[0]) for _, y in ne[1] if len(np.ravel(y)) == 1)
+    assert any(y == pytest.approx(1.0, abs=0.05) for y in ys)
+    assert any(y == pytest.approx(0.0, abs=1e-9) for y in ys)
+    assert "drawn all the same" in ne[0]            # NE does not depend on timing
+    assert "Sync gap:" in gap[0]
+    # the shadow's gap grows with trainers here (0.5 n); FR's is k x workers
+    lines = [(list(np.ravel(x)), list(np.ravel(y))) for x, y in gap[1]]
+    assert ([1.0, 2.0], [0.5, 1.0]) in lines and ([1.0, 2.0], [10.0, 10.0]) in lines
