@@ -121,6 +121,7 @@ class WorkerConfig:
     network_dilation: dict[str, Any] | None = None   # hosts.common.network_dilation's block, or None
     trace: str | None = None
     trace_world: int = 1
+    trace_rank: int | None = None        # rank in the point's traces (jobs sharing a server: global); None = rank
     start_at: float | None = None
     connect_timeout_s: float = 30.0
     timeout_s: float = 60.0

@@ -74,7 +74,8 @@ AGREEMENT_PORT_OFFSET = 80      # above the server cores' ports (port + core, at
 def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
     from hosts.phub.timing import PhubTiming  # noqa: PLC0415
     model = make_model(cfg)
-    rec = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.rank, world=cfg.trace_world,
+    rec = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.rank if cfg.trace_rank is None else cfg.trace_rank,
+                        world=cfg.trace_world,
                         tdf=model.time_scale, device=model.describe(), workload="phub", role="worker",
                         algorithm=cfg.algorithm)
     model.trace = rec

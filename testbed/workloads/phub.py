@@ -264,7 +264,8 @@ class PhubRuntime(WorkloadRuntime):
                        "ina": ({**ina_settings(ctx.switch, h), "job_id": 1} if wl.algorithm == "switch"
                                else None),
                        "straggler": straggler_for(scn, h), "trace": str(ctx.work_dir / f"{h}.trace.jsonl"),
-                       "trace_world": traced, "start_at": ctx.start_at, "connect_timeout_s": 60.0,
+                       "trace_world": traced, "trace_rank": j * len(g) + rank,
+                       "start_at": ctx.start_at, "connect_timeout_s": 60.0,
                        "timeout_s": wl.timeout_s, "calibration": calibration, "network_dilation": dilation}
                 progs.append(HostProgram(h, self.module_argv("hosts.phub.worker",
                                                              self.write_config(ctx, h, cfg)), phase=1))
