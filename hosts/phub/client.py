@@ -7,6 +7,11 @@ per owning core (a batch of that layer's chunks per core: one message, not one
 per chunk); UPDATE messages are written straight into the worker's weights
 (`weights[key]`, flat float32 views of the model's own tensors). wait_key(key, it)
 blocks until every chunk of `key` holds the weights after iteration it - 1.
+
+Messages of iterations before `trace_from` (time_scale auto's calibration
+iterations) are not traced: the trace is the measured run. `spans(its)` gives
+calibration what it measures: per iteration, from the push of the first key to
+the arrival of its last updated chunk.
 """
 from __future__ import annotations
 
@@ -27,11 +32,16 @@ from hosts.phub.config import JobSpec
 
 class PHubClient:
     def __init__(self, links: list[P.Link], job: JobSpec, cores: int, rank: int,
-                 weights: Sequence[np.ndarray], server_name: str, trace: Any = None, timeout_s: float = 60.0):
+                 weights: Sequence[np.ndarray], server_name: str, trace: Any = None, timeout_s: float = 60.0,
+                 trace_from: int = 0):
         self.links, self.job, self.cores, self.rank = links, job, cores, rank
         self.plan = ChunkPlan(job.sizes, job.chunk_bytes)
         self.weights = list(weights)
         self.server_name, self.trace, self.timeout_s = server_name, trace, timeout_s
+        self.trace_from = trace_from
+        # calibration's measurements: (iteration, key) -> push time, last update's arrival
+        self._pushed_at: dict[tuple[int, int], float] = {}
+        self._done_at: dict[tuple[int, int], float] = {}
         self._lock = threading.Lock()               # guards the trace and the outbox
         self._cond = threading.Condition()
         self._outbox: list[tuple[int, np.ndarray, np.ndarray, Any]] = []
@@ -47,7 +57,8 @@ class PHubClient:
 
     @classmethod
     def connect(cls, *, server: HostAddr, port: int, cores: int, job: JobSpec, host: str, my_ip: str,
-                rank: int, weights, trace=None, connect_timeout_s: float, timeout_s: float) -> "PHubClient":
+                rank: int, weights, trace=None, connect_timeout_s: float, timeout_s: float,
+                trace_from: int = 0) -> "PHubClient":
         hello = make_hello(host, rank, job.identity(cores))
         links: list[P.Link] = []
         try:
@@ -62,7 +73,7 @@ class PHubClient:
             for ln in links:
                 ln.conn.close()
             raise
-        cl = cls(links, job, cores, rank, weights, server.name, trace, timeout_s)
+        cl = cls(links, job, cores, rank, weights, server.name, trace, timeout_s, trace_from)
         cl._thread.start()
         return cl
 
@@ -74,18 +85,38 @@ class PHubClient:
             payload = np.concatenate([self._chunk_view(cid) for cid in ids]) if ids else np.zeros(0, np.float32)
             self._post(c, P.header(P.INIT, self.job.job, 0, ids), payload.astype(np.float32, copy=False), None)
 
+    def send_tdf(self, tdf: float) -> None:
+        """Rank 0: every core paces its modeled work at this TDF from now on."""
+        for c in range(self.cores):
+            self._post(c, P.header(P.TDF, self.job.job, 0, []), np.array([tdf], np.float32), None)
+
+    def spans(self, its: Sequence[int]) -> list[tuple[float, float, int]]:
+        """(push, last update in, values) of the first key pushed in each iteration of
+        `its` (the last layer: backward's first gradient). It is the one exchange that
+        meets an idle server and network: later keys queue behind it, which hardware
+        would do too but the exchange's modeled time (one key alone) does not have."""
+        out = []
+        k = len(self.job.sizes) - 1
+        with self._cond:
+            for it in its:
+                if (it, k) in self._done_at and (it, k) in self._pushed_at:
+                    out.append((self._pushed_at[(it, k)], self._done_at[(it, k)], self.job.sizes[k]))
+        return out
+
     def push(self, key: int, grad: np.ndarray, it: int) -> None:
         parts: dict[int, list[tuple[int, np.ndarray]]] = {}
         for cid, view in self.plan.split(key, np.ascontiguousarray(grad, np.float32).reshape(-1)):
             parts.setdefault(owner(cid, self.cores), []).append((cid, view))
         t0 = time.perf_counter()
+        with self._cond:
+            self._pushed_at[(it, key)] = t0
         for c, items in parts.items():
             payload = np.concatenate([v for _, v in items])      # a copy: the grad buffer gets reused
             node = None
-            if self.trace is not None:
+            if self.trace is not None and it >= self.trace_from:
                 with self._lock:
                     node = self.trace.send(t0, None, peer=self.server_name, values=payload.size,
-                                           tag=f"push.c{c}", iteration=it, key=key)
+                                           tag=P.message_tag("push", self.job.job, c), iteration=it, key=key)
             self._post(c, P.header(P.PUSH, self.job.job, it, [cid for cid, _ in items]), payload, node)
 
     def wait_key(self, key: int, it: int) -> list[int]:
@@ -189,11 +220,11 @@ class PHubClient:
             k = self.plan.chunks[cid].key
             keys[k] = keys.get(k, 0) + 1
         node = None
-        if self.trace is not None:
+        if self.trace is not None and it >= self.trace_from:
             core = self.links.index(ln)
             with self._lock:
                 node = self.trace.recv(t0, t1, peer=self.server_name, values=payload.size,
-                                       tag=f"update.c{core}", iteration=it)
+                                       tag=P.message_tag("update", self.job.job, core), iteration=it)
         with self._cond:
             for k, n in keys.items():
                 self._got[k] += n
@@ -202,4 +233,5 @@ class PHubClient:
                 if self._got[k] == len(self.plan.key_chunks[k]):
                     self._got[k] = 0
                     self._done_it[k] = it
+                    self._done_at[(it, k)] = t1
             self._cond.notify_all()

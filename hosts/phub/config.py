@@ -77,6 +77,8 @@ class ServerConfig:
     trace: str | None = None
     trace_rank: int = 0
     trace_world: int = 1
+    trace_from: int = 0                  # first traced iteration (after calibration's)
+    reduce_bytes_per_s: float = 50e9     # a modeled core's summation rate (the profile's reduce_rate)
     tdf: float = 1.0
     start_at: float | None = None
     connect_timeout_s: float = 30.0
@@ -115,8 +117,11 @@ class WorkerConfig:
     ina: dict[str, Any] | None = None            # switch: hosts.common.config.InaSettings keys
     straggler: dict[str, float] | None = None
     exit_at: dict[str, int] | None = None        # fault injection: {iteration, layers} then exit(1)
+    calibration: dict[str, Any] | None = None    # time_scale auto: {rounds, iterations, hw_table}
+    network_dilation: dict[str, Any] | None = None   # hosts.common.network_dilation's block, or None
     trace: str | None = None
     trace_world: int = 1
+    trace_rank: int | None = None        # rank in the point's traces (jobs sharing a server: global); None = rank
     start_at: float | None = None
     connect_timeout_s: float = 30.0
     timeout_s: float = 60.0
@@ -126,6 +131,14 @@ class WorkerConfig:
             raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if not 0 <= self.rank < self.job.world:
             raise ConfigError(f"rank {self.rank} outside the job's world {self.job.world}")
+        c = self.calibration
+        if c is not None and (not isinstance(c, dict) or set(c) != {"rounds", "iterations", "hw_table"}
+                              or not all(isinstance(c[k], int) and c[k] >= 1 for k in ("rounds", "iterations"))):
+            raise ConfigError(f"calibration must be null or {{rounds >= 1, iterations >= 1, hw_table}}, got {c!r}")
+        nd = self.network_dilation
+        if nd is not None and (not isinstance(nd, dict) or set(nd) != {"control", "hardware", "headroom", "hw_op_s"}):
+            raise ConfigError(f"network_dilation must be null or {{control, hardware, headroom, hw_op_s}}, "
+                              f"got {nd!r}")
 
 
 def load_worker(path: str) -> WorkerConfig:

@@ -6,6 +6,9 @@ a uint32 header [kind, job, iteration, n, chunk ids...] and the float32 payload
   PUSH    worker -> core: gradient chunks of one layer that the core owns
   UPDATE  core -> worker: updated weights of chunks whose sum was complete
   END     worker -> core: no more pushes (after the last update arrived)
+  TDF     rank 0 -> core: the time dilation the workers agreed on (payload: one
+          float32), so the core paces its modeled work at the workers' TDF
+          (time_scale auto changes it after every calibration round)
 Workers never ask for weights (PHub's pull-request elision): the core sends a
 chunk's new weights as soon as its optimizer step ran.
 
@@ -26,9 +29,15 @@ import numpy as np
 
 from hosts.common.tcp import KIND_DATA, Conn, PeerTimeout, ProtocolError, RecvOp, SendOp
 
-INIT, PUSH, UPDATE, END = 1, 2, 3, 4
-KINDS = {INIT: "INIT", PUSH: "PUSH", UPDATE: "UPDATE", END: "END"}
+INIT, PUSH, UPDATE, END, TDF = 1, 2, 3, 4, 5
+KINDS = {INIT: "INIT", PUSH: "PUSH", UPDATE: "UPDATE", END: "END", TDF: "TDF"}
 _EMPTY = np.zeros(0, np.float32)
+
+
+def message_tag(kind: str, job: int, core: int) -> str:
+    """The trace tag of a PUSH or UPDATE: one per job and core (jobs sharing a server
+    aggregate separately: the projector's server model keeps their rounds apart)."""
+    return f"{kind}.j{job}.c{core}"
 
 
 def header(kind: int, job: int, iteration: int, ids: Sequence[int]) -> np.ndarray:

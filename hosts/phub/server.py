@@ -13,14 +13,25 @@ chunk has all N copies its optimizer step runs at once (optimizer.step) and the
 new weights go to every worker of the job (UPDATE; no pull requests).
 Several jobs share the server: each message carries its job id.
 
+Time: a core's work per PUSH is modeled (`modeled_work_s`: a per-message cost
+and the bytes it sums and optimizes at a modeled core's memory rate, [A] below)
+and paced like a device (hosts/common/device.py PacedDevice): the core sleeps
+TDF x the modeled time minus what Python took, before the updates leave. The
+TDF is the config's, then whatever rank 0 sends (TDF message: time_scale auto).
+Python slower than the dilated model is an overrun (the core's `device` record;
+the monitor counts it from the trace).
+
 Output (JSON lines): `core` per core (bytes, messages, seconds per stage:
 receive, aggregate, optimize, send, idle; GB/s of aggregation beside a plain
 numpy sum of the same bytes), and a `summary`. With a trace path, one trace of
-the whole server (role "server"): per message a recv node, a compute node
-(aggregate + optimize, measured: hw_s = real_s) and the update's send nodes.
+the whole server (role "server", reply_after "all": a chunk is answered once
+every worker's copy is in): per PUSH a recv node, a compute node (aggregate +
+optimize: hw_s modeled, real_s measured) and the update's send nodes; messages
+of iterations before `trace_from` (calibration) are not traced.
 """
 from __future__ import annotations
 
+import heapq
 import logging
 import multiprocessing as mp
 import sys
@@ -32,6 +43,7 @@ import numpy as np
 
 from hosts.collectives import check_hello, make_hello
 from hosts.common import program
+from hosts.common.device import PacedDevice
 from hosts.common.results import JsonlWriter
 from hosts.common.tcp import Conn, NetError, ProtocolError, accept_one, listen, recv_json, send_json
 from hosts.common.trace import TraceRecorder
@@ -40,6 +52,45 @@ from hosts.phub.chunking import ChunkPlan, owner
 from hosts.phub.config import JobSpec, ServerConfig, load_server
 
 log = logging.getLogger("phub.server")
+
+# The modeled server core: it sums incoming gradient bytes at the network profile's
+# `reduce_rate` (the same [A] rate the plain PS's model sums at, 50 GB/s in
+# tofino1-100g; passed in the config as reduce_bytes_per_s), and every core has that
+# rate (PHub's tall aggregation spreads chunks over cores to scale the server). The
+# optimizer reads and writes the weights, momentum and sum: 20 (Nesterov) or 12 (SGD)
+# bytes per value at the same rate [A]. Plus 1 us per message [A: PHub's per-chunk
+# queue-pair polling and completion; range 0.5-5 us; the PS model has none].
+CORE_MESSAGE_S = 1e-6
+
+
+def modeled_work_s(summed_values: int, optimized_values: int, has_momentum: bool,
+                   bytes_per_s: float) -> float:
+    """Hardware seconds of one PUSH on a modeled core (constants above)."""
+    opt_bytes = (20 if has_momentum else 12) * optimized_values
+    return CORE_MESSAGE_S + (4 * summed_values + opt_bytes) / bytes_per_s
+
+
+class CoreDevice(PacedDevice):
+    """A core's paced modeled work; its statistics (overruns) restart at the first
+    measured iteration (calibration's round 0 runs unpaced: every step overruns)."""
+
+    def __init__(self, tdf: float, measured_from: int):
+        super().__init__(tdf)
+        self.measured_from, self.measuring = measured_from, measured_from == 0
+
+    def at_iteration(self, it: int) -> None:
+        if not self.measuring and it >= self.measured_from:
+            self._reset_stats()
+            self.measuring = True
+
+
+def modeled_key_s(values: int, world: int, cores: int, has_momentum: bool, bytes_per_s: float) -> float:
+    """Hardware seconds the server adds to one key's exchange: its chunks spread over
+    `cores` cores working in parallel, each summing `world` copies of its share and
+    optimizing it once (what calibration adds to the network's time of the key)."""
+    share = -(-values // max(1, cores))
+    return (world * modeled_work_s(share, 0, has_momentum, bytes_per_s)
+            + modeled_work_s(0, share, has_momentum, bytes_per_s) - CORE_MESSAGE_S)
 
 
 @dataclass
@@ -57,8 +108,8 @@ class Stages:
 class JobState:
     """One job's chunks on one core: weights, momentum, running sums."""
 
-    def __init__(self, spec: JobSpec, core: int, cores: int):
-        self.spec = spec
+    def __init__(self, spec: JobSpec, core: int, cores: int, reduce_bytes_per_s: float = 50e9):
+        self.spec, self.reduce_bytes_per_s = spec, reduce_bytes_per_s
         self.plan = ChunkPlan(spec.sizes, spec.chunk_bytes)
         ids = self.plan.owned(core, cores)
         self.local: dict[int, slice] = {}
@@ -185,10 +236,11 @@ def accept_links(cfg: ServerConfig, core: int) -> dict[tuple[int, int], P.Link]:
 def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
     """Serve every job's chunks this core owns until every worker sent END."""
     links = accept_links(cfg, core)
-    states = {j.job: JobState(j, core, cfg.cores) for j in cfg.jobs}
+    states = {j.job: JobState(j, core, cfg.cores, cfg.reduce_bytes_per_s) for j in cfg.jobs}
     st = Stages()
     nodes: list[dict[str, Any]] = []
-    tr = _CoreTrace(nodes, cfg.host, core) if trace_on else None
+    tr = _CoreTrace(nodes, cfg.host, core, cfg.trace_from) if trace_on else None
+    dev = CoreDevice(cfg.tdf, cfg.trace_from)
     stall = P.Stall(cfg.timeout_s)
     t_start = time.perf_counter()
     by_link = list(links.items())
@@ -203,7 +255,7 @@ def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
                 st.recv_s += time.perf_counter() - t0
                 for hdr, payload, m0, m1 in msgs:
                     progressed = True
-                    _handle(states[job], links, job, rank, hdr, payload, m0, m1, st, tr, ln.conn.peer)
+                    _handle(states[job], links, job, rank, hdr, payload, m0, m1, st, tr, ln.conn.peer, dev)
             for (job, rank), ln in by_link:
                 if ln.busy:
                     t0 = time.perf_counter()
@@ -233,12 +285,12 @@ def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
             "idle_s": max(0.0, wall - st.recv_s - st.agg_s - st.opt_s - st.send_s),
             "bytes_in": sum(ln.bytes_in for ln in links.values()),
             "bytes_out": sum(ln.bytes_out for ln in links.values()),
-            "agg_gbps": st.agg_bytes / st.agg_s / 1e9 if st.agg_s else None,
-            **numpy_sum_reference(values, worlds), "nodes": nodes}
+            "agg_gbps": st.agg_bytes / st.agg_s / 1e9 if st.agg_s else None, "tdf": dev.time_scale,
+            "device": dev.validity(), **numpy_sum_reference(values, worlds), "nodes": nodes}
 
 
 def _handle(s: JobState, links, job: int, rank: int, hdr, payload, m0: float, m1: float, st: Stages,
-            tr: "_CoreTrace | None", peer: str) -> None:
+            tr: "_CoreTrace | None", peer: str, dev: CoreDevice) -> None:
     kind, hjob, it, ids = P.parse(hdr, peer)
     if hjob != job:
         raise ProtocolError(f"{peer} sent a message for job {hjob} on its job-{job} connection")
@@ -251,14 +303,27 @@ def _handle(s: JobState, links, job: int, rank: int, hdr, payload, m0: float, m1
     if kind == P.END:
         s.ended.add(rank)
         return
+    if kind == P.TDF:
+        if rank != 0 or payload.size != 1 or not payload[0] >= 1:
+            raise ProtocolError(f"{peer} sent TDF {payload[:2].tolist()}; only rank 0 sends one value >= 1")
+        dev.time_scale = float(payload[0])
+        return
     if kind != P.PUSH:
         raise ProtocolError(f"{peer} sent {P.KINDS[kind]}, a server-to-worker message")
+    dev.at_iteration(it)
     if tr:
         tr.recv(m0, m1, peer_rank=(job, rank), values=payload.size, it=it)
     c0 = time.perf_counter()
     done = s.push(rank, it, ids, payload, st)
+    real = time.perf_counter() - c0
+    hw = modeled_work_s(payload.size, sum(s.local[c].stop - s.local[c].start for c in done), s.v is not None,
+                        s.reduce_bytes_per_s)
+    dev.charge(hw * dev.time_scale, real)
+    if done:
+        dev.flush()                       # the updated chunks are "computed" before they leave
     if tr:
-        tr.compute(c0, time.perf_counter(), work={"chunks": len(ids), "completed": len(done)})
+        tr.compute(c0, time.perf_counter(), hw, real, it,
+                   work={"chunks": len(ids), "completed": len(done), "values": int(payload.size)})
     if not done:
         return
     t0 = time.perf_counter()
@@ -272,27 +337,33 @@ def _handle(s: JobState, links, job: int, rank: int, hdr, payload, m0: float, m1
 
 
 class _CoreTrace:
-    """One core's trace nodes (merged into the server's trace by the parent)."""
+    """One core's trace nodes (merged into the server's trace by the parent); nodes of
+    iterations before `trace_from` (calibration) are not recorded."""
 
-    def __init__(self, nodes: list[dict[str, Any]], host: str, core: int):
+    def __init__(self, nodes: list[dict[str, Any]], host: str, core: int, trace_from: int = 0):
         self.rec = TraceRecorder(None, host=host, rank=0, world=1, tdf=1.0)
         self.rec.nodes = nodes
-        self.core = core
+        self.core, self.trace_from = core, trace_from
 
     def _peer(self, job_rank: tuple[int, int]) -> str:
         return _worker_names[job_rank]
 
     def recv(self, t0, t1, *, peer_rank, values, it) -> None:
-        n = self.rec.recv(t0, t1, peer=self._peer(peer_rank), values=values, tag=f"push.c{self.core}",
-                          iteration=it, core=self.core)
+        if it < self.trace_from:
+            return
+        n = self.rec.recv(t0, t1, peer=self._peer(peer_rank), values=values,
+                          tag=P.message_tag("push", peer_rank[0], self.core), iteration=it, core=self.core)
         self.rec.waited(n)
 
-    def compute(self, t0, t1, work) -> None:
-        self.rec.compute(t0, t1, t1 - t0, t1 - t0, dict(work, core=self.core, step="aggregate+optimize"))
+    def compute(self, t0, t1, hw_s, real_s, it, work) -> None:
+        if it >= self.trace_from:
+            self.rec.compute(t0, t1, hw_s, real_s, dict(work, core=self.core, step="aggregate+optimize"))
 
     def send(self, t0, peer_rank, values, it):
-        n = self.rec.send(t0, None, peer=self._peer(peer_rank), values=values, tag=f"update.c{self.core}",
-                          iteration=it, core=self.core)
+        if it < self.trace_from:
+            return None
+        n = self.rec.send(t0, None, peer=self._peer(peer_rank), values=values,
+                          tag=P.message_tag("update", peer_rank[0], self.core), iteration=it, core=self.core)
         return lambda t1: self.rec.done(n, t1)
 
 
@@ -376,12 +447,19 @@ def run(cfg: ServerConfig, writer: JsonlWriter) -> list[dict[str, Any]]:
 
 
 def write_trace(cfg: ServerConfig, cores: list[dict[str, Any]]) -> None:
-    rec = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.trace_rank, world=cfg.trace_world, tdf=cfg.tdf,
-                        workload="phub", role="server", cores=cfg.cores)
-    for c in cores:
-        base = len(rec.nodes)
-        for n in c.pop("nodes"):
-            rec.nodes.append(dict(n, id=n["id"] + base, deps=[d + base for d in n["deps"]]))
+    tdf = cores[0].get("tdf") or cfg.tdf          # the TDF rank 0 sent last (every core got each one)
+    rec = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.trace_rank, world=cfg.trace_world, tdf=tdf,
+                        workload="phub", role="server", reply_after="all", cores=cfg.cores,
+                        device={"kind": "phub server core", "bytes_per_s": cfg.reduce_bytes_per_s,
+                                "message_s": CORE_MESSAGE_S})
+    # One program of the cores' nodes, merged by start time (each core's own order kept):
+    # concatenated core by core, a replay would serve core 1 only after core 0's last
+    # message, which waits for core 1's updates (a deadlock the real cores never had).
+    streams = [[(c["core"], n) for n in c.pop("nodes")] for c in cores]
+    new_id: dict[tuple[int, int], int] = {}
+    for core, n in heapq.merge(*streams, key=lambda cn: cn[1]["t0"]):
+        new_id[(core, n["id"])] = len(rec.nodes)
+        rec.nodes.append(dict(n, id=len(rec.nodes), deps=[new_id[(core, d)] for d in n["deps"]]))
     rec.close()
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from hosts.common import program
-from hosts.common.config import ConfigError, HostAddr
+from hosts.common.config import HostAddr
 from hosts.common.tcp import NetError
 from hosts.common.trace import TraceRecorder
 from hosts.phub.config import load_worker, WorkerConfig
@@ -57,26 +57,53 @@ def open_baseline(cfg: WorkerConfig):
                                    ina=InaSettings(**(cfg.ina or {})), run=cfg.job.identity(1), **kw)
 
 
+def open_agreement(cfg: WorkerConfig):
+    """PHub's workers share no collective: time_scale auto agrees on the TDF over a
+    host ring among the job's workers (hosts/phub/timing.py)."""
+    from hosts.collectives import make_hello  # noqa: PLC0415
+    from hosts.collectives.ring import RingAllreduce  # noqa: PLC0415
+    peers = tuple(HostAddr(p["name"], p["ip"]) for p in cfg.peers or [])
+    return RingAllreduce.connect(rank=cfg.rank, peers=peers, port_base=cfg.port + AGREEMENT_PORT_OFFSET,
+                                 hello=make_hello(cfg.host, cfg.rank, cfg.job.identity(0)),
+                                 connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
+
+
+AGREEMENT_PORT_OFFSET = 80      # above the server cores' ports (port + core, at most 64)
+
+
 def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
+    from hosts.phub.timing import PhubTiming  # noqa: PLC0415
     model = make_model(cfg)
-    rec = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.rank, world=cfg.trace_world,
+    rec = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.rank if cfg.trace_rank is None else cfg.trace_rank,
+                        world=cfg.trace_world,
                         tdf=model.time_scale, device=model.describe(), workload="phub", role="worker",
                         algorithm=cfg.algorithm)
     model.trace = rec
     spec, world = cfg.job.optimizer, cfg.job.world
-    client = coll = None
+    client = coll = agreement = None
+    n_cal = cfg.calibration["rounds"] * cfg.calibration["iterations"] if cfg.calibration else 0
     if cfg.algorithm == "phub":
         from hosts.phub.client import PHubClient  # noqa: PLC0415
         client = PHubClient.connect(server=cfg.server, port=cfg.port, cores=cfg.cores, job=cfg.job,
                                     host=cfg.host, my_ip=cfg.ip, rank=cfg.rank, weights=model.weights,
-                                    trace=rec if cfg.trace else None,
+                                    trace=rec if cfg.trace else None, trace_from=n_cal,
                                     connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
         if cfg.rank == 0:
             client.init_weights()
+        if cfg.calibration:
+            agreement = open_agreement(cfg)
     else:
         coll = open_baseline(cfg)
+    ina = getattr(coll, "client", None)          # the INA client (switch): its timers learn the dilation
+    timing = PhubTiming(cfg.calibration, cfg.network_dilation, cfg.rank, world, model,
+                        ina.expect_delay if ina is not None else (lambda seconds: None))
+    timing.dilate_fixed()
+    timing.begin()
+    agree = (agreement or coll).allreduce if cfg.calibration else None
     momentum = [np.zeros_like(w) for w in model.weights] if spec.has_state else None
-    total = cfg.warmup + cfg.iterations
+    total = n_cal + cfg.warmup + cfg.iterations
+    spans: list[tuple[float, float, int]] = []         # the baselines' ops of the calibration round
+    round_start, calibration = 0, None
     try:
         for it in range(total):
             t_it = time.perf_counter()
@@ -99,22 +126,39 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
                 for k in reversed(range(len(model.weights))):
                     c0 = time.perf_counter()
                     gsum = coll.allreduce(model.grads[k])
-                    node = rec.comm(c0, time.perf_counter(), op="allreduce",
-                                    algo={"wide_ps": "ps"}.get(cfg.algorithm, cfg.algorithm),
-                                    values=gsum.size, key=k, iteration=it)
-                    rec.waited(node)
+                    c1 = time.perf_counter()
+                    if it >= n_cal:
+                        node = rec.comm(c0, c1, op="allreduce",
+                                        algo={"wide_ps": "ps"}.get(cfg.algorithm, cfg.algorithm),
+                                        values=gsum.size, key=k, iteration=it)
+                        rec.waited(node)
+                    else:
+                        spans.append((c0, c1, int(gsum.size)))
                     opt_step(spec, model.weights[k], None if momentum is None else momentum[k],
                              np.asarray(gsum, np.float32), world)
                 comm_s = time.perf_counter() - t0
-            if client is not None and it == total - 1:
+            if client is not None and (it == total - 1 or timing.round_ends_at(it)):
                 for k in range(len(model.weights)):
-                    rec_nodes = client.wait_key(k, it)
-                    for n in rec_nodes:
+                    for n in client.wait_key(k, it):
                         rec.waited(n)
+            if timing.round_ends_at(it):
+                ops = client.spans(range(round_start, it + 1)) if client is not None else spans
+                tdf = timing.end_round(ops, agree)
+                if client is not None and cfg.rank == 0:
+                    client.send_tdf(tdf)
+                spans, round_start = [], it + 1
+                if it == n_cal - 1:            # calibrated: the measured run starts clean
+                    calibration = timing.finish(cfg.host)
+                    rec.reset()
+                    rec.set_tdf(tdf)
+                    writer.write(calibration)
             writer.write({"type": "iter", "host": cfg.host, "rank": cfg.rank, "job": cfg.job.job, "iter": it,
-                          "warmup": it < cfg.warmup, "iter_s": time.perf_counter() - t_it,
-                          "comm_s": comm_s, "loss": loss, "t_end": time.perf_counter()})
+                          "warmup": it < n_cal + cfg.warmup, "calibration": it < n_cal,
+                          "iter_s": time.perf_counter() - t_it, "comm_s": comm_s, "loss": loss,
+                          "t_end": time.perf_counter()})
     finally:
+        if agreement is not None:
+            agreement.close()
         if client is not None:
             client.close()
         elif coll is not None:
@@ -129,7 +173,8 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
     digest = model.digest()
     np.save(cfg.out.replace(".jsonl", ".weights.npy"), np.concatenate([w.reshape(-1) for w in model.weights]))
     return {"weights_sha1": digest, "device": model.validity(), "accuracy": model.accuracy(),
-            "tdf": model.time_scale}
+            "tdf": model.time_scale, "calibrated": calibration is not None,
+            "network_dilated": cfg.network_dilation is not None}
 
 
 def main(argv: list[str] | None = None) -> int:

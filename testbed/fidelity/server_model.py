@@ -29,10 +29,13 @@ Servers: each server trace (header role "server") becomes a service model:
     message, then worker 1's, ..., as a loop over sockets does).
   Serving a message occupies the server for its tag's service time, then the
   reply is sent (fabric.py: it queues on the server's uplink, so replies to N
-  workers serialize there). The server does not wait for other workers'
-  messages before answering one (no aggregation barrier): a workload whose
-  server answers only once every worker's chunk is in is projected with the
-  same server busy time but earlier first replies.
+  workers serialize there).
+  * replies: by default each message is answered once it is served. A server
+    whose header says `reply_after: "all"` aggregates: the k-th message of a
+    tag from every worker that sends that tag is one round, and the round's
+    replies (one per sender, in worker rank order) leave only once the last of
+    them is served (PHub's tall aggregation answers a chunk when all N copies
+    are in; a plain PS answers a tensor when every worker pushed it).
   Server compute the model does not attribute (setup), messages a server sends
   unasked and server-to-server messages are not projected.
 
@@ -52,6 +55,7 @@ from testbed.fidelity.fabric import Fabric, Message
 from testbed.fidelity.projector_checks import P2P, Trace, is_server
 
 SERVE_ORDERS = ("fcfs", "round_robin")
+REPLY_AFTER = ("each", "all")
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class ServiceModel:
     order: str
     service_s: dict[str, float]                         # request tag -> seconds per message
     replies: dict[str, Reply] = field(default_factory=dict)   # request tag -> its reply
+    reply_after: str = "each"                          # "all": reply once every worker's k-th is in
 
 
 def service_model(header: dict[str, Any], nodes: list[dict[str, Any]], rank: int) -> ServiceModel:
@@ -76,6 +81,9 @@ def service_model(header: dict[str, Any], nodes: list[dict[str, Any]], rank: int
     order = header.get("serve_order", "fcfs")
     if order not in SERVE_ORDERS:
         raise ValueError(f"trace of {host}: serve_order {order!r} (known: {', '.join(SERVE_ORDERS)})")
+    reply_after = header.get("reply_after", "each")
+    if reply_after not in REPLY_AFTER:
+        raise ValueError(f"trace of {host}: reply_after {reply_after!r} (known: {', '.join(REPLY_AFTER)})")
     busy: dict[str, float] = defaultdict(float)
     count: Counter = Counter()
     unanswered: dict[str, list[str]] = defaultdict(list)      # peer -> request tags, oldest first
@@ -102,7 +110,7 @@ def service_model(header: dict[str, Any], nodes: list[dict[str, Any]], rank: int
         replies[tag] = got.most_common(1)[0][0]
     if not count:
         raise ValueError(f"trace of {host}: a server that received no message (nothing to model)")
-    return ServiceModel(host, rank, order, {t: busy[t] / count[t] for t in count}, replies)
+    return ServiceModel(host, rank, order, {t: busy[t] / count[t] for t in count}, replies, reply_after)
 
 
 def synthesize_workers(traces: Sequence[Trace], world: int, template_rank: int = 0) -> list[Trace]:
@@ -157,6 +165,11 @@ class Server:
         self.by_peer = {w: simpy.Store(env) for w in self.order}
         self.reply_seq: Counter = Counter()
         self.busy_s = 0.0
+        # reply_after "all": per tag, the workers that send it, messages served per
+        # (worker, tag), and each round's served senders waiting for the rest
+        self.senders = senders_by_tag(model, recv_nodes)
+        self.served: Counter = Counter()
+        self.waiting: dict[tuple[str, int], list[str]] = defaultdict(list)
 
     def arrive(self, msg: Message, node: dict[str, Any]) -> None:
         tag, _, _ = parse_p2p_group(node["group"])     # known: expected_messages checked it
@@ -184,6 +197,19 @@ class Server:
         reply = self.model.replies.get(tag)
         if reply is None:
             return
+        if self.model.reply_after == "each":
+            self.send_reply(reply, src)
+            return
+        k = self.served[(src, tag)]
+        self.served[(src, tag)] += 1
+        round_ = self.waiting[(tag, k)]
+        round_.append(src)
+        if len(round_) == len(self.senders[tag]):       # the last copy is in: the round's replies
+            del self.waiting[(tag, k)]
+            for w in sorted(round_, key=self.order.index):
+                self.send_reply(reply, w)
+
+    def send_reply(self, reply: Reply, src: str) -> None:
         group = p2p_group(reply.tag, self.model.host, src)
         seq = self.reply_seq[group]
         self.reply_seq[group] += 1
@@ -191,6 +217,21 @@ class Server:
         node = {"group": group, "seq": seq, "values": recv["values"] if recv else reply.values,
                 "value_bytes": recv["value_bytes"] if recv else reply.value_bytes}
         self.env.process(self.fabric.transfer(self.message(node), node))
+
+
+def senders_by_tag(model: ServiceModel, recv_nodes: dict[tuple, dict]) -> dict[str, set[str]]:
+    """request tag -> the workers that send it (they are the ones receiving its
+    reply: every sender of an answered tag gets one), from the workers' recv nodes."""
+    out: dict[str, set[str]] = defaultdict(set)
+    by_reply = defaultdict(list)
+    for tag, reply in model.replies.items():
+        by_reply[reply.tag].append(tag)
+    for group, _ in recv_nodes:
+        tag, src, dst = parse_p2p_group(group)
+        if src == model.host:
+            for request in by_reply.get(tag, ()):
+                out[request].add(dst)
+    return out
 
 
 def expected_messages(workers: Sequence[Trace], cut: Sequence[list[dict]], servers: Sequence[ServiceModel]

@@ -17,7 +17,8 @@ _FIGURES: dict[str, FigureFn] = {}
 
 # Figure families; each module registers its figures on import.
 _FAMILIES = ("testbed.plots.allreduce", "testbed.plots.p4sgd", "testbed.plots.torch",
-             "testbed.plots.lhc", "testbed.plots.easgd", "testbed.plots.shadowsync")
+             "testbed.plots.lhc", "testbed.plots.easgd", "testbed.plots.shadowsync",
+             "testbed.plots.phub")
 
 
 def figure(name: str) -> Callable[[FigureFn], FigureFn]:

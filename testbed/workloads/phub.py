@@ -11,13 +11,20 @@ Metric records (metrics.jsonl):
                 iteration), server totals, weights agreement, device validity, and
                 the fidelity monitor's verdict where it models the point's messages
 Time: compute is a modeled GPU per layer (hosts/dnn/device.py's FLOPs model),
-slept x device.time_scale (fixed; `auto` calibration is not wired for PHub yet,
-and the network is not dilated: see docs/phub.md, "What is missing").
+slept x the TDF; the server's cores pace a modeled core's work the same way
+(hosts/phub/server.py). device.time_scale auto (default) calibrates the TDF on
+the point's own exchanges (hosts/phub/timing.py, hosts.common.calibration's
+Calibrator) against `hw_table` (the network model's time of one key's exchange);
+on the soft switch the network is dilated to that TDF (`network_dilation`).
+Fidelity (testbed.fidelity.records): the monitor's verdict and the projection at
+the point's worker count, and the same trace shape projected at 16-64 workers
+(PHub's server played by the service model, replying once every worker's copy
+of a chunk is in: reply_after "all").
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -27,8 +34,15 @@ from testbed.workloads import register_workload
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for)
 
-FIGURES = ("phub_iteration", "phub_stages")
+FIGURES = ("phub_iteration", "phub_stages", "phub_server")
 PHUB_TCP_PORT = 47900
+# time_scale auto: the first calibration round's TDF (as LHC's and P4SGD's CALIBRATION_START).
+CALIBRATION_START = 500.0
+# Worker counts the projection adds beyond what the machine emulates.
+PROJECTED_WORKERS = (16, 32, 64)
+# The network model's algorithm for one key's exchange (calibration's hardware time):
+# PHub's per-key push/update is a parameter server's allreduce of that key.
+HW_ALGO = {"phub": "ps", "wide_ps": "ps", "ring": "ring", "switch": "switch"}
 register_figures_if_loaded(*FIGURES)
 
 
@@ -53,8 +67,23 @@ class OptimizerParams(BaseModel):
 class DeviceParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     type: Literal["v100", "a100", "h100"] = Field("v100", description="Modeled GPU (hosts/dnn/device.py).")
-    time_scale: float = Field(100.0, gt=0, description="Fixed TDF of the modeled compute (auto is not "
-                                                       "supported for PHub yet).")
+    time_scale: Union[Literal["auto"], float] = Field(
+        "auto", description="TDF of the modeled compute (and the server's modeled cores). auto (default): "
+                            "calibrated by the workers on the point's own exchanges (docs/time-fidelity.md).")
+
+    @field_validator("time_scale")
+    @classmethod
+    def _ts(cls, v):
+        if v != "auto" and v <= 0:
+            raise ValueError(f"time_scale must be > 0 or auto, got {v}")
+        return v
+
+    @property
+    def calibrated(self) -> bool:
+        return self.time_scale == "auto"
+
+    def start_tdf(self) -> float:
+        return float(CALIBRATION_START if self.time_scale == "auto" else self.time_scale)
 
 
 @register_workload
@@ -79,6 +108,15 @@ class PhubWorkload(BaseModel):
     device: DeviceParams = Field(default_factory=DeviceParams)
     hardware: str = Field("tofino1-100g", description="Network profile for the fidelity monitor.")
     timeout_s: float = Field(120.0, gt=0)
+    calibration_rounds: int = Field(3, ge=1, le=10, description="time_scale auto: calibration rounds.")
+    calibration_iterations: int = Field(2, ge=1, le=10, description="time_scale auto: training iterations "
+                                        "per calibration round (PHub: each iteration's first key exchange "
+                                        "is measured; baselines: every allreduce).")
+    dilate_network: bool = Field(
+        True, description="On the soft switch, slow the network to the point's TDF (docs/time-fidelity.md, "
+                          "network dilation); false: the network runs at the emulator's own speed.")
+    network_headroom: float = Field(16.0, ge=1.0, le=100.0, description="dilate_network with time_scale "
+                                    "auto: TDF = this x the undilated network's slowdown.")
 
     @model_validator(mode="before")
     @classmethod
@@ -97,7 +135,21 @@ class PhubWorkload(BaseModel):
     def _jobs(self) -> "PhubWorkload":
         if self.jobs > 1 and self.algorithm != "phub":
             raise ValueError(f"jobs > 1 shares a PHub server; algorithm {self.algorithm} has none")
+        if self.calibrated and self.jobs > 1:
+            raise ValueError("device.time_scale auto with jobs > 1: each job would calibrate and dilate the "
+                             "network on its own; give a fixed time_scale")
         return self
+
+    @property
+    def calibrated(self) -> bool:
+        """time_scale auto on a modeled device (the CNN is measured: TDF 1, nothing to calibrate)."""
+        return self.model.kind == "profile" and self.device.calibrated
+
+    def tdf_start(self) -> float:
+        return self.device.start_tdf() if self.model.kind == "profile" else 1.0
+
+    def calibration_iterations_total(self) -> int:
+        return self.calibration_rounds * self.calibration_iterations if self.calibrated else 0
 
     def extra_hosts(self) -> list[str]:
         return ["ps"] if self.algorithm in ("phub", "wide_ps") else []
@@ -120,11 +172,53 @@ def job_groups(wl: PhubWorkload, workers: list[str]) -> list[list[str]]:
     return [workers[i * n:(i + 1) * n] for i in range(wl.jobs)]
 
 
+def hw_table(wl: PhubWorkload, workers: int) -> dict[str, list[float]]:
+    """The hardware time of one key's exchange at 0, 1 and a geometric grid (8 steps per
+    octave) up to the largest key, for hosts.common.hw_table.HwTable: the network model's
+    HW_ALGO allreduce, plus, for PHub, the server cores' modeled work on the key (the
+    cores pace it at the TDF, so the exchange the workers measure contains it)."""
+    from hosts.phub.server import modeled_key_s  # noqa: PLC0415
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.network_model import collective_time  # noqa: PLC0415
+    prof = load_profile(wl.hardware)
+    momentum = wl.optimizer.kind == "nesterov"          # as OptimizerSpec.has_state
+
+    def server_s(x: int) -> float:
+        return (modeled_key_s(x, workers, wl.server_cores, momentum, prof["reduce_rate"])
+                if wl.algorithm == "phub" and x else 0.0)
+    top = max(key_sizes(wl))
+    sizes, v = [0, 1], 1.0
+    while sizes[-1] < top:
+        v *= 2 ** (1 / 8)
+        if int(v) > sizes[-1]:
+            sizes.append(int(v))
+    return {"values": [float(x) for x in sizes],
+            "hw_s": [collective_time("allreduce", HW_ALGO[wl.algorithm], x, 4, workers, prof) + server_s(x)
+                     for x in sizes]}
+
+
+def network_dilation(wl: PhubWorkload, switch_info: dict[str, Any], workers: int) -> dict[str, Any] | None:
+    """The hosts' network_dilation block (as testbed/workloads/lhc.py's): None without a
+    soft switch, for the measured CNN or with dilate_network false. hw_op_s (what the
+    in-switch transport's timers expect) is the largest key's exchange."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.network_model import collective_time, dilation_hardware  # noqa: PLC0415
+
+    control = switch_info.get("dilation_control")
+    if not control or not wl.dilate_network or wl.model.kind != "profile":
+        return None
+    prof = load_profile(wl.hardware)
+    return {"control": list(control), "hardware": dilation_hardware(prof), "headroom": wl.network_headroom,
+            "hw_op_s": max(collective_time("allreduce", HW_ALGO[wl.algorithm], max(key_sizes(wl)), 4, workers,
+                                           prof), 1e-6)}
+
+
 @register_runtime
 class PhubRuntime(WorkloadRuntime):
     kind = "phub"
 
     def programs(self, ctx: PointContext) -> list[HostProgram]:
+        from testbed.fidelity.constants import load_profile  # noqa: PLC0415
         from testbed.outcomes import SkipPoint  # noqa: PLC0415
         scn = ctx.point.scenario
         wl: PhubWorkload = scn.workload
@@ -134,18 +228,27 @@ class PhubRuntime(WorkloadRuntime):
         workers = [h for h in scn.hosts() if h not in wl.extra_hosts()]
         groups = job_groups(wl, workers)
         sizes = key_sizes(wl)
-        port = ctx.tcp_port_base(PHUB_TCP_PORT, span=80)
+        port = ctx.tcp_port_base(PHUB_TCP_PORT, span=100)     # cores, then the agreement ring (+80)
         traced = len(workers) + (1 if wl.algorithm == "phub" else 0)
         jobs = [{"job": j + 1, "world": len(g), "sizes": sizes, "chunk_bytes": wl.chunk_bytes,
                  "optimizer": wl.optimizer.model_dump(), "workers": g} for j, g in enumerate(groups)]
         progs = []
         server = {"name": "ps", "ip": ctx.hosts["ps"].ip} if wl.extra_hosts() else None
+        n = len(groups[0])
+        calibration = ({"rounds": wl.calibration_rounds, "iterations": wl.calibration_iterations,
+                        "hw_table": hw_table(wl, n)} if wl.calibrated else None)
+        dilation = network_dilation(wl, ctx.switch or {}, n)
         if server:
             cfg = {"host": "ps", "ip": server["ip"], "port": port, "jobs": jobs,
                    "cores": wl.server_cores if wl.algorithm == "phub" else 1,
                    "out": str(ctx.work_dir / "ps.jsonl"),
                    "trace": str(ctx.work_dir / "ps.trace.jsonl") if wl.algorithm == "phub" else None,
-                   "trace_rank": len(workers), "trace_world": traced, "tdf": wl.device.time_scale,
+                   # calibrated: the cores run unpaced until rank 0 sends the first TDF (round 0
+                   # measures the emulator's own speed, the server's Python included)
+                   "trace_rank": len(workers), "trace_world": traced,
+                   "tdf": 1.0 if wl.calibrated else wl.tdf_start(),
+                   "trace_from": wl.calibration_iterations_total(),
+                   "reduce_bytes_per_s": load_profile(wl.hardware)["reduce_rate"],
                    "start_at": ctx.start_at, "connect_timeout_s": 60.0, "timeout_s": wl.timeout_s}
             module = "hosts.phub.server" if wl.algorithm == "phub" else "hosts.phub.wide_ps"
             progs.append(HostProgram("ps", self.module_argv(module, self.write_config(ctx, "ps", cfg)), phase=0))
@@ -154,14 +257,16 @@ class PhubRuntime(WorkloadRuntime):
                 cfg = {"host": h, "ip": ctx.hosts[h].ip, "rank": rank, "job": jobs[j],
                        "algorithm": wl.algorithm, "model": wl.model.model_dump(), "iterations": wl.iterations,
                        "warmup": wl.warmup, "seed": wl.seed, "batch_size": wl.batch_size,
-                       "device": wl.device.model_dump(), "out": str(ctx.work_dir / f"{h}.jsonl"),
+                       "device": {"type": wl.device.type, "time_scale": wl.tdf_start()},
+                       "out": str(ctx.work_dir / f"{h}.jsonl"),
                        "server": server, "port": port, "cores": wl.server_cores,
                        "peers": [{"name": x, "ip": ctx.hosts[x].ip} for x in g],
                        "ina": ({**ina_settings(ctx.switch, h), "job_id": 1} if wl.algorithm == "switch"
                                else None),
                        "straggler": straggler_for(scn, h), "trace": str(ctx.work_dir / f"{h}.trace.jsonl"),
-                       "trace_world": traced, "start_at": ctx.start_at, "connect_timeout_s": 60.0,
-                       "timeout_s": wl.timeout_s}
+                       "trace_world": traced, "trace_rank": j * len(g) + rank,
+                       "start_at": ctx.start_at, "connect_timeout_s": 60.0,
+                       "timeout_s": wl.timeout_s, "calibration": calibration, "network_dilation": dilation}
                 progs.append(HostProgram(h, self.module_argv("hosts.phub.worker",
                                                              self.write_config(ctx, h, cfg)), phase=1))
         return progs
@@ -175,7 +280,7 @@ class PhubRuntime(WorkloadRuntime):
 
     def timeout_s(self, ctx: PointContext) -> float:
         wl = ctx.point.scenario.workload
-        return wl.timeout_s * 2 + 60.0
+        return wl.timeout_s * 2 + 30.0 * (wl.iterations + wl.warmup + wl.calibration_iterations_total()) + 60.0
 
     def collect(self, ctx: PointContext) -> list[dict[str, Any]]:
         return collect_point(ctx.point.scenario, ctx.work_dir)
@@ -206,8 +311,12 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
         if not r.get("warmup"):
             per_it.setdefault((r["job"], r["iter"]), []).append(r["iter_s"])
     iter_s = _median([max(v) for v in per_it.values()])
-    tdf = wl.device.time_scale if wl.model.kind == "profile" else 1.0
-    n_it = max(1, wl.iterations + wl.warmup)
+    # The TDF the workers ran at (calibrated or fixed): one value, or the point is wrong.
+    tdfs = {s.get("tdf") for s in sums.values() if s and s.get("tdf") is not None}
+    if len(tdfs) > 1:
+        raise ValueError(f"workers ran at different TDFs {sorted(tdfs)}: calibration did not agree")
+    tdf = tdfs.pop() if tdfs else wl.tdf_start()
+    n_it = max(1, wl.iterations + wl.warmup + wl.calibration_iterations_total())    # the server's whole run
     errors = [s.get("error") for s in sums.values() if s and s.get("error")]
     if ssum and ssum.get("error"):
         errors.insert(0, ssum["error"])
@@ -228,7 +337,8 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
         "final_loss": next((r["loss"] for r in sorted(iters, key=lambda r: -r["iter"]) if r.get("loss") is not None), None),
         "accuracy": _median([s.get("accuracy") for s in sums.values() if s]),
         "device_valid": all(((s or {}).get("device") or {}).get("valid", True) for s in sums.values()),
-        "network_dilated": False,
+        "calibrated": wl.calibrated,
+        "network_dilated": any(bool((s or {}).get("network_dilated")) for s in sums.values()),
     }
     if cores:
         agg_bytes = sum(c["agg_bytes"] for c in cores)
@@ -237,24 +347,83 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
         summary.update(server_agg_gbps=agg_bytes / agg_s / 1e9 if agg_s else None,
                        server_agg_gbps_per_core=_median([c.get("agg_gbps") for c in cores]),
                        numpy_sum_gbps_per_core=_median([c.get("numpy_gbps") for c in cores]),
-                       server_bytes_in=sum(c["bytes_in"] for c in cores))
-    summary.update(_fidelity(wl, work_dir, tdf))
-    summary["valid"] = bool(summary["device_valid"] and summary.get("fidelity_valid") is not False)
-    return [*iters, *cores, summary]
+                       server_bytes_in=sum(c["bytes_in"] for c in cores),
+                       server_device_valid=all((c.get("device") or {}).get("valid", True) for c in cores))
+    cals = [dict(r, type="calibration") for h in workers for r in raw[h] if r.get("type") == "calibration"]
+    summary["valid"] = summary["device_valid"]
+    return [*iters, *cores, *cals, *fidelity_records(wl, work_dir, summary), summary]
 
 
-def _fidelity(wl: PhubWorkload, work_dir: Path, tdf: float) -> dict[str, Any]:
-    """The monitor's verdict where it can model this point's operations; otherwise
-    labeled "not modeled" (p2p messages and server traces are being taught to it)."""
-    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
-    from testbed.fidelity.monitor import fidelity_report, load_traces  # noqa: PLC0415
-    try:
-        traces = load_traces(work_dir)
-        rep = fidelity_report(traces, load_profile(wl.hardware), tdf, max_overrun_share=0.05)
-    except Exception as e:  # noqa: BLE001 - reported in the summary, never hidden
-        return {"fidelity": f"not modeled: {type(e).__name__}: {str(e)[:200]}", "fidelity_valid": None}
-    return {"fidelity": "checked", "fidelity_valid": bool(rep.valid), "fidelity_reasons": list(rep.reasons),
-            "net_ratio_p50": rep.ratio_p50}
+def one_queue_per_job(traces):
+    """The traces as the server's service model (other worker counts) can read them:
+    each PUSH/UPDATE tag loses its core (`push.j1.c0` -> `push.j1`) and every p2p group's
+    seqs are renumbered in program order. The model pairs a reply with the earliest
+    unanswered message from that worker, which with one tag per core pairs an update
+    of core 0 with a push to core 1 (replies of the wrong tag, a stalled projection);
+    with one tag per job every push is answered by one update. The price: the model
+    serves the cores' messages one at a time (one queue; the own-count replay, one
+    program per server, does the same)."""
+    from hosts.common.trace import p2p_group, parse_p2p_group  # noqa: PLC0415
+    out = []
+    for h, nodes in traces:
+        seq: dict[str, int] = {}
+        mine = []
+        for n in nodes:
+            if n.get("kind") == "comm" and n.get("algo") == "p2p":
+                tag, src, dst = parse_p2p_group(n["group"])
+                group = p2p_group(tag.rsplit(".c", 1)[0] if tag.startswith(("push.", "update.")) else tag, src, dst)
+                n = {**n, "group": group, "seq": seq.get(group, 0)}
+                seq[group] = n["seq"] + 1
+            mine.append(n)
+        out.append((h, mine))
+    return out
+
+
+def _projected_nodes(traces) -> int:
+    return max((len(n) for h, n in traces if h.get("role") != "server"), default=0)
+
+
+def fidelity_records(wl: PhubWorkload, work_dir: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The monitor's verdict and the projection at the point's worker count
+    (testbed.fidelity.records), then the same trace shape at PROJECTED_WORKERS (the
+    template worker replicated; PHub's server by the service model). Fills the summary's
+    `projected_hw_iter_ms_<n>` for each n."""
+    from testbed.fidelity.projector import project_world  # noqa: PLC0415
+    from testbed.fidelity.records import fidelity_and_projection  # noqa: PLC0415
+
+    # The traces hold the warmup and measured iterations (calibration's are not traced).
+    iters = max(1, (summary.get("iterations") or 0) + wl.warmup)
+    point = fidelity_and_projection(work_dir, wl.hardware, summary["tdf"], "phub", iters, summary,
+                                    device_reason="device model exceeded", max_nodes=None,
+                                    extra={"algorithm": wl.algorithm, "chunk_bytes": wl.chunk_bytes,
+                                           "model": summary["model"]})
+    fid = point.fidelity
+    fid["calibrated"] = wl.calibrated
+    summary["fidelity"] = ("valid" if fid["valid"] else "invalid: " + "; ".join(fid["reasons"]))[:300]
+    if point.projected is None or wl.jobs > 1:      # two jobs: a replicated template is one job, not two
+        return point.records
+    records = point.records
+    per_iter = _projected_nodes(point.traces) / iters
+    traces = one_queue_per_job(point.traces) if wl.algorithm == "phub" else point.traces
+    for n in PROJECTED_WORKERS:
+        if n <= point.projected.world:
+            continue
+        # Two iterations of every rank are simulated and the rest extrapolated (the
+        # projector's max_nodes: a repeating pattern): 64 ranks x a full trace is minutes.
+        cap = max(40, int(2.5 * per_iter))
+        try:
+            proj = project_world(traces, n, point.profile, max_nodes=cap)
+        except (ValueError, RuntimeError) as e:        # refused or stalled: named in the record
+            records.append({"type": "projection", "workload": "phub", "workers": n, "error": str(e)})
+            summary[f"projected_hw_iter_ms_{n}"] = None
+            continue
+        ms = proj.makespan_s / iters * 1e3
+        summary[f"projected_hw_iter_ms_{n}"] = ms
+        records.append({"type": "projection", "workload": "phub", "workers": n, "emulated": False,
+                        "profile": point.profile.label(), "hw_run_s": proj.makespan_s, "hw_iter_ms": ms,
+                        "truncated": bool(proj.truncated), "algorithm": wl.algorithm,
+                        "chunk_bytes": wl.chunk_bytes, "model": summary["model"]})
+    return records
 
 
 def summary_row(s: dict[str, Any]) -> dict[str, Any]:
@@ -266,4 +435,7 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
             "opt_ms": r(s.get("server_opt_s_per_iter_ms")), "send_ms": r(s.get("server_send_s_per_iter_ms")),
             "agg_gbps": r(s.get("server_agg_gbps_per_core")), "numpy_gbps": r(s.get("numpy_sum_gbps_per_core")),
             "weights_agree": s["weights_agree"], "ok": s["ok"], "tdf": s["tdf"],
-            "fidelity": (s.get("fidelity") or "")[:40], "valid": s["valid"]}
+            "net_ratio": r(s.get("net_ratio_p50"), 2), "proj_ms": r(s.get("projected_hw_iter_ms")),
+            "emu/proj": r(s.get("emulated_over_projected"), 2),
+            **{f"proj{n}_ms": r(s.get(f"projected_hw_iter_ms_{n}")) for n in PROJECTED_WORKERS},
+            "valid": s["valid"], "fidelity": (s.get("fidelity") or "")[:60]}

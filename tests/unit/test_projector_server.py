@@ -79,9 +79,9 @@ def test_messages_without_a_reply_are_served_and_the_worker_goes_on():
     assert pr.finish_s[2] == pr.makespan_s > 0.95 * 20 * 50e-6      # the ps serves all 20 pushes
 
 
-def two_unequal_workers(order):
+def two_unequal_workers(order, **server_meta):
     """w0 computes 100 us before its push, w1 pushes at once; the ps serves 50 us each."""
-    tr = ps_job(workers=2, iters=1, service=(50e-6,), values=1, serve_order=order)
+    tr = ps_job(workers=2, iters=1, service=(50e-6,), values=1, serve_order=order, **server_meta)
     w0 = host("w0", 0, 3)
     w0.compute(0, 0, hw_s=100e-6, real_s=0)
     w0.send(0, 0, peer="ps", values=1, tag="push")
@@ -101,6 +101,22 @@ def test_round_robin_waits_for_the_next_worker_in_rank_order():
     # round robin: the server waits for w0 first, w1 is served after it
     assert rr.finish_s[0] == fcfs.finish_s[0]
     assert rr.finish_s[1] == pytest.approx(100e-6 + t + 2 * 50e-6 + t, rel=1e-9)
+
+
+def test_an_aggregating_server_replies_once_every_worker_is_in():
+    t = message_time(4, TOFINO)
+    each, barrier = two_unequal_workers("fcfs"), two_unequal_workers("fcfs", reply_after="all")
+    # w1's push is served at once, but its reply waits for w0's copy (served 100 + t .. 150 + t us)
+    assert barrier.finish_s[1] >= 100e-6 + t + 50e-6 + t
+    assert barrier.finish_s[1] == pytest.approx(100e-6 + t + 50e-6 + t, abs=0.5e-6)
+    assert each.finish_s[1] < 60e-6 + 2 * t                     # without the barrier it did not wait
+    assert barrier.finish_s[0] == pytest.approx(each.finish_s[0], abs=0.5e-6)
+    # at other counts the rounds hold: with 8 replicas every push round waits for all 8
+    tr = ps_job(workers=4, iters=5, reply_after="all")
+    assert project_world(tr, 8, TOFINO).messages == 2 * 8 * 5
+    h, nodes = ps_job(iters=1, reply_after="some")[-1]
+    with pytest.raises(ValueError, match="reply_after 'some'"):
+        service_model(h, nodes, 0)
 
 
 def test_what_the_model_cannot_play_is_refused_with_the_reason():

@@ -1,0 +1,78 @@
+"""PHub on Mininet through the soft switch (TDF calibrated, network dilated).
+
+`testbed run scenarios/phub/loss.yaml --quick` (3 workers; PHub and the plain PS
+at 0 % and 5 % loss on every link, applied by the soft switch): PHub's weights
+after training equal the plain (wide-aggregation) PS's bit for bit at both loss
+rates (TCP resends what the switch drops; the rank-ordered tall sum is the PS's
+sum), the switch really dropped frames at 5 %, and every point carries a
+fidelity verdict and a projection.
+
+`testbed run scenarios/phub/workers.yaml --quick` at 2 workers: PHub, the plain
+PS, the ring and the in-switch baseline all complete on the same network.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.mininet, pytest.mark.timeout(1500)]
+
+ROOT = Path(__file__).resolve().parents[2]
+LOSS_PCT = 5
+
+
+def _weights(point_dir: Path) -> dict[str, bytes]:
+    return {p.name: np.load(p).tobytes() for p in sorted(point_dir.glob("w*.weights.npy"))}
+
+
+def _run(tmp_path: Path, scenario: str, *sets: str) -> tuple[Path, list[dict], list[dict]]:
+    argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "phub" / scenario),
+            "--quick", "--no-plot", "--out", str(tmp_path), *[x for s in sets for x in ("--set", s)]]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1400)
+    assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    (run_dir,) = [m.parent for m in tmp_path.glob("*/*/manifest.json")]
+    points = [json.loads(line) for line in (run_dir / "points.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(pt["status"] == "ok" for pt in points), [(pt["label"], pt.get("error")) for pt in points]
+    return run_dir, points, metrics
+
+
+def test_phub_equals_plain_ps_bit_for_bit_at_0_and_5_percent_loss(tmp_path):
+    run_dir, points, metrics = _run(tmp_path, "loss.yaml")
+    summary = {pt["index"]: next(m for m in metrics if m.get("point") == pt["index"]
+                                 and m["type"] == "phub_summary") for pt in points}
+    by = {(pt["case"], pt["params"]["links.loss_pct"]): pt for pt in points}
+    assert set(by) == {(c, loss) for c in ("phub", "wide_ps") for loss in (0, LOSS_PCT)}
+    for loss in (0, LOSS_PCT):
+        phub = _weights(run_dir / "points" / by[("phub", loss)]["label"])
+        ps = _weights(run_dir / "points" / by[("wide_ps", loss)]["label"])
+        assert len(phub) == len(ps) == 3
+        ref = next(iter(ps.values()))
+        assert all(w == ref for w in ps.values()) and all(w == ref for w in phub.values()), loss
+    # the two loss rates trained the same model the same way: same weights too
+    assert _weights(run_dir / "points" / by[("phub", 0)]["label"]) == \
+        _weights(run_dir / "points" / by[("phub", LOSS_PCT)]["label"])
+    for (case, loss), pt in by.items():
+        s = summary[pt["index"]]
+        assert s["ok"] and s["weights_agree"] and s["calibrated"] and s["network_dilated"], (case, loss, s)
+        assert isinstance((pt.get("fidelity") or {}).get("valid"), bool), (case, loss)
+        assert s["projected_hw_iter_ms"] and s["projected_hw_iter_ms"] > 0, (case, loss)
+        if loss:
+            imp = [i for i in pt["impairments"] if i["parameter"] == "loss_pct"]
+            assert imp and all(i["applied"] for i in imp), imp
+            assert sum(i["observed"]["dropped"] for i in imp) > 0, (case, imp)
+
+
+def test_quick_workers_run_with_the_in_switch_baseline(tmp_path):
+    run_dir, points, metrics = _run(tmp_path, "workers.yaml", "sweep.quick.grid.topology.workers=[2]",
+                                    "workload.model.size_scale=0.002")
+    assert sorted(pt["case"] for pt in points) == ["phub", "ring", "switch", "wide_ps"]
+    sums = [m for m in metrics if m["type"] == "phub_summary"]
+    assert sorted(s["algorithm"] for s in sums) == ["phub", "ring", "switch", "wide_ps"]
+    assert all(s["ok"] and s["weights_agree"] and s["workers"] == 2 and s["network_dilated"] for s in sums), sums
+    assert all(s["projected_hw_iter_ms"] and s.get("projected_hw_iter_ms_64") for s in sums), sums

@@ -1,0 +1,84 @@
+"""PHub's time pieces: the server core model, the calibration table, the workload's
+checks, and the projection of a multi-core server at other worker counts."""
+from __future__ import annotations
+
+import pytest
+
+from hosts.common.trace import TraceRecorder
+from hosts.phub.server import CORE_MESSAGE_S, modeled_key_s, modeled_work_s
+from testbed.fidelity.constants import load_profile
+from testbed.fidelity.network_model import collective_time
+from testbed.fidelity.projector import project, project_world
+from testbed.workloads.phub import PhubWorkload, hw_table, one_queue_per_job
+
+TOFINO = load_profile("tofino1-100g")
+
+
+def test_a_core_sums_at_the_given_rate_and_pays_per_message():
+    assert modeled_work_s(0, 0, True, 50e9) == CORE_MESSAGE_S
+    assert modeled_work_s(1000, 0, True, 50e9) == pytest.approx(1e-6 + 4000 / 50e9)
+    assert modeled_work_s(0, 1000, True, 50e9) == pytest.approx(1e-6 + 20000 / 50e9)     # Nesterov
+    assert modeled_work_s(0, 1000, False, 50e9) == pytest.approx(1e-6 + 12000 / 50e9)    # SGD
+    # a key's chunks on 2 cores in parallel: 4 copies of half the key summed, then optimized
+    assert modeled_key_s(1000, 4, 2, True, 50e9) == pytest.approx(4 * (1e-6 + 2000 / 50e9) + 10000 / 50e9)
+
+
+def test_calibration_table_adds_the_servers_work_for_phub_only():
+    phub = PhubWorkload(model={"kind": "profile", "name": "alexnet", "size_scale": 0.001})
+    ps = phub.model_copy(update={"algorithm": "wide_ps"})
+    tp, tw = hw_table(phub, 4), hw_table(ps, 4)
+    assert tp["values"] == tw["values"] and tp["values"][-1] >= max(round(4096 * 9216 * 0.001), 1)
+    i = tp["values"].index(1000.0) if 1000.0 in tp["values"] else len(tp["values"]) // 2
+    v = int(tp["values"][i])
+    assert tw["hw_s"][i] == pytest.approx(collective_time("allreduce", "ps", v, 4, 4, TOFINO))
+    assert tp["hw_s"][i] == pytest.approx(tw["hw_s"][i] + modeled_key_s(v, 4, 2, True, TOFINO["reduce_rate"]))
+
+
+def test_workload_refuses_calibrating_two_jobs():
+    with pytest.raises(ValueError, match="time_scale auto with jobs > 1"):
+        PhubWorkload(jobs=2)
+    assert PhubWorkload(jobs=2, device={"type": "v100", "time_scale": 4000.0}).jobs == 2
+    assert not PhubWorkload(model={"kind": "cnn"}).calibrated          # measured CPU: nothing to calibrate
+
+
+def two_core_job(iters=3, workers=2):
+    """Workers push one layer to two cores and wait for both updates. The server's
+    trace (cores merged by time): w0's push to core 0 is in first, but core 1 has
+    both copies first and answers first (reply_after all, as PHub's server does)."""
+    ws = [TraceRecorder(None, host=f"w{k}", rank=k, world=workers + 1, tdf=1.0) for k in range(workers)]
+    ps = TraceRecorder(None, host="ps", rank=workers, world=workers + 1, tdf=1.0, role="server",
+                       reply_after="all")
+    for it in range(iters):
+        for w in ws:
+            w.compute(0, 0, hw_s=50e-6, real_s=0)
+            for c in (0, 1):
+                w.send(0, 0, peer="ps", values=1000, tag=f"push.j1.c{c}")
+        order = [("w0", 0), *[(f"w{k}", 1) for k in range(workers)], *[(f"w{k}", 0) for k in range(1, workers)]]
+        for i, (w, c) in enumerate(order):
+            ps.waited(ps.recv(0, 0, peer=w, values=1000, tag=f"push.j1.c{c}"))
+            ps.compute(0, 0, hw_s=5e-6, real_s=0)
+            if i == workers or i == len(order) - 1:        # core 1's, then core 0's round is complete
+                for k in range(workers):
+                    ps.send(0, 0, peer=f"w{k}", values=1000, tag=f"update.j1.c{c}")
+        for w in ws:
+            for c in (1, 0):
+                w.waited(w.recv(0, 0, peer="ps", values=1000, tag=f"update.j1.c{c}"))
+    return [(r.header, r.nodes) for r in (*ws, ps)]
+
+
+def test_one_queue_per_job_lets_the_server_model_play_a_multi_core_server():
+    tr = two_core_job()
+    # one tag per core: the model pairs core 1's updates with core 0's pushes
+    with pytest.raises(RuntimeError, match="projection stalled"):
+        project_world(tr, 4, TOFINO)
+    q = one_queue_per_job(tr)
+    groups = {n["group"] for _, nodes in q for n in nodes if n.get("kind") == "comm"}
+    assert groups == {f"p2p:{t}:{a}>{b}" for k in (0, 1) for t, a, b in
+                      (("push.j1", f"w{k}", "ps"), ("update.j1", "ps", f"w{k}"))}
+    seqs = [n["seq"] for n in q[0][1] if n.get("kind") == "comm" and n["op"] == "send"]
+    assert seqs == list(range(6))                        # renumbered in program order
+    at2, at8 = (project_world(q, n, TOFINO) for n in (2, 8))
+    assert at2.messages == 2 * 2 * 2 * 3 and at8.messages == 2 * 2 * 8 * 3
+    # 8 workers' pushes queue on the server: slower than 2, and the own-count replay agrees at 2
+    assert at8.makespan_s > at2.makespan_s
+    assert project(tr, TOFINO).makespan_s == pytest.approx(at2.makespan_s, rel=0.25)
