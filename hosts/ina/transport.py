@@ -245,7 +245,14 @@ class InaClient:
         self._rto_cache = timeout_s
         self.stats = InaStats()
         self._clock = clock
-        self._next_seq = first_seq & 0xFFFFFFFF
+        # Seqs wrap at a multiple of 2 x window (not at 2^32 unless the window divides
+        # 2^31): a slot's consecutive chunks must alternate slot_ver ((seq // W) & 1)
+        # across the wrap too, or a chunk would overwrite its predecessor's result in
+        # the switch while a worker that lost that result still needs it (found by the
+        # property test at window 5). The switch's serial seq arithmetic is unaffected:
+        # the skipped seqs are fewer than 2 x window.
+        self.seq_space = (_SEQ_SPACE // (2 * window)) * (2 * window)
+        self._next_seq = (first_seq & 0xFFFFFFFF) % self.seq_space
         # Per slot: a FIFO of runs of chunks (_Seg); the head run's current chunk
         # is `_hci[slot]`; it is on the wire iff `_hseq[slot]` >= 0 (its seq).
         W = window
@@ -430,8 +437,8 @@ class InaClient:
         W, slots, out, c0 = self.window, self._slots, [], 0
         while c0 < nchunks:
             seq0 = self._next_seq
-            n = min(nchunks - c0, _SEQ_SPACE - seq0)       # a run never wraps seq
-            self._next_seq = (seq0 + n) & 0xFFFFFFFF
+            n = min(nchunks - c0, self.seq_space - seq0)   # a run never wraps seq
+            self._next_seq = (seq0 + n) % self.seq_space
             slot0 = seq0 % W
             seg = _Seg(h, seq0, slot0, n, c0, op, is_exp, patience_s)
             for i in range(min(n, W)):

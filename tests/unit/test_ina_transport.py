@@ -483,7 +483,7 @@ def test_bulk_tensor_exactly_once_both_receive_paths(monkeypatch, vec_min, n, wi
         assert hx.result.tobytes() == want.tobytes()
         assert hy.result.tolist() == np.sum(ys, axis=0).tolist()
         assert c.stats.results == chunks and c.in_flight == 0
-        assert c.next_seq == (first_seq + chunks) % 2**32
+        assert c.next_seq == (first_seq % c.seq_space + chunks) % c.seq_space
     assert completions(pipe) == chunks
 
 
@@ -502,16 +502,34 @@ def test_bulk_packets_match_the_scalar_encoding():
         def close(self):
             pass
 
-    c = InaClient(Sink(), 9, 2, 4, window=7, first_seq=2**32 - 3, scale_exp=10)
+    space = (2**32 // 14) * 14                  # window 7: seqs wrap at a multiple of 2 x 7
+    c = InaClient(Sink(), 9, 2, 4, window=7, first_seq=space - 3, scale_exp=10)
+    assert c.seq_space == space
     x = np.linspace(-3, 3, 64 * 9 + 5).astype(np.float32)
     c.submit(x)
     assert len(sent) == 7                                  # the window
     ints, _ = fp.quantize(x, 10, 4)
     for p in sent:
         hd = wire.unpack_header(p, 0)
-        i = (hd.seq - (2**32 - 3)) % 2**32
+        i = (hd.seq - (space - 3)) % space
         lo, hi = i * LANES, min(x.size, (i + 1) * LANES)
         assert hd.slot == hd.seq % 7 and hd.slot_ver == (hd.seq // 7) % 2
         want = wire.pack_header(op=wire.OP_SUM, job_id=9, slot=hd.slot, slot_ver=hd.slot_ver,
                                 worker_id=2, seq=hd.seq, count=hi - lo, exponent=hd.exponent)
         assert p == want + ints[lo:hi].astype(">i4").tobytes()
+
+
+@pytest.mark.parametrize("window", [1, 3, 5, 7, 16, 256, 1000])
+def test_a_slots_chunks_alternate_versions_across_the_seq_wrap(window):
+    """Consecutive chunks in one slot must flip slot_ver, also where seq wraps: at
+    window 5 seq 2^32-4 and seq 1 both landed in slot 1 with version 0, and the
+    second overwrote the first's result in the switch."""
+    c = InaClient(None, 1, 0, 2, window=window)
+    seqs = [(c.seq_space - 3 * window + k) % c.seq_space for k in range(6 * window)]
+    last_ver: dict[int, int] = {}
+    for s in seqs:
+        slot, ver = s % window, (s // window) & 1
+        if slot in last_ver:
+            assert ver != last_ver[slot], (window, s)
+        last_ver[slot] = ver
+    assert c.seq_space % (2 * window) == 0 and 2**32 - c.seq_space < 2 * window
