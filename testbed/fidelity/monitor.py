@@ -17,6 +17,18 @@ receiver's recv node, against its sender's send node (same group and seq):
     measured = recv.t1 - max(send.t0, recv.t0)   (from when both were there)
     modeled  = network_model.message_time(bytes, profile)
 
+Messages queue on the hardware as in the emulation: one host's uplink sends its
+messages one after another, one host's downlink receives them one after
+another (a server's N replies, N workers' pushes to one server). Time a
+message spends waiting behind others on those links is the modeled network's
+own queueing, not a slow emulator, so it is taken out like a late peer's
+compute: replaying every message in order of its send on per-host up- and
+downlinks, each busy TDF x link_busy_s (network_model.message_cost), gives each
+message's queueing delay q, and
+
+    measured = recv.t1 - max(send.t0 + q, recv.t0)
+
+(`p2p_queued` counts the messages with q > 0).
 A message whose receiver began waiting after its sender had finished sending
 (recv.t0 >= send.t1) was buffered: the bytes were already in, so the wait
 measures nothing of the network. It is counted (`p2p_buffered`) and left out of
@@ -56,9 +68,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from hosts.common.trace import read_trace
+from hosts.common.trace import parse_p2p_group, read_trace
 from testbed.fidelity.constants import HardwareProfile
-from testbed.fidelity.network_model import collective_time, message_time
+from testbed.fidelity.network_model import collective_time, message_cost, message_time
 
 Trace = tuple[dict[str, Any], list[dict[str, Any]]]
 DEFAULT_BAND = (0.8, 1.25)
@@ -78,6 +90,7 @@ class FidelityReport:
     comm_ops_incomplete: int = 0       # t1 missing: never completed
     p2p_messages: int = 0              # messages with a slowdown (in comm_ops)
     p2p_buffered: int = 0              # messages the receiver found already in: not measured
+    p2p_queued: int = 0                # messages that waited behind others on a host's link
     net_slowdown_p50: float | None = None
     net_slowdown_p90: float | None = None
     net_slowdown_p99: float | None = None
@@ -138,6 +151,7 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
     last_arrival, members = _arrivals(traces)
     sends = {(n["group"], n["seq"]): n for _, nodes in traces for n in nodes
              if n["kind"] == "comm" and n["op"] == "send" and n["algo"] == "p2p"}
+    queued = _link_queueing(sends, profile, tdf, rep)
     for header, nodes in traces:
         for n in nodes:
             if n["kind"] == "comm":
@@ -145,7 +159,7 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
                     rep.comm_ops_incomplete += 1
                     continue
                 if n["algo"] == "p2p":
-                    slowdown = _message_slowdown(n, sends, profile, rep)
+                    slowdown = _message_slowdown(n, sends, profile, rep, queued)
                     if slowdown is not None:
                         slowdowns.append(slowdown)
                     continue
@@ -236,8 +250,27 @@ def _arrivals(traces: Sequence[Trace]) -> tuple[dict[tuple[str, int], float], di
     return last, count
 
 
+def _link_queueing(sends: dict[tuple[str, int], dict[str, Any]], profile: HardwareProfile, tdf: float,
+                   rep: FidelityReport) -> dict[tuple[str, int], float]:
+    """Each message's wait (emulated seconds) behind other messages on its sender's
+    uplink and its receiver's downlink, replayed in order of send (module docstring)."""
+    up_free: dict[str, float] = {}
+    down_free: dict[str, float] = {}
+    out: dict[tuple[str, int], float] = {}
+    for key, send in sorted(sends.items(), key=lambda kv: kv[1]["t0"]):
+        _, src, dst = parse_p2p_group(key[0])
+        busy = tdf * message_cost(int(send["values"]) * int(send["value_bytes"]), profile).link_busy_s
+        start = max(send["t0"], up_free.get(src, 0.0), down_free.get(dst, 0.0))
+        up_free[src] = down_free[dst] = start + busy
+        out[key] = start - send["t0"]
+        if out[key] > 0:
+            rep.p2p_queued += 1
+    return out
+
+
 def _message_slowdown(recv: dict[str, Any], sends: dict[tuple[str, int], dict[str, Any]],
-                      profile: HardwareProfile, rep: FidelityReport) -> float | None:
+                      profile: HardwareProfile, rep: FidelityReport,
+                      queued: dict[tuple[str, int], float] | None = None) -> float | None:
     """A recv node's slowdown against its send (module docstring); None when not measured."""
     if recv["op"] != "recv":
         return None                      # the send side: measured on its recv
@@ -250,7 +283,8 @@ def _message_slowdown(recv: dict[str, Any], sends: dict[tuple[str, int], dict[st
         return None
     rep.p2p_messages += 1
     modeled = message_time(int(recv["values"]) * int(recv["value_bytes"]), profile)
-    return max(0.0, recv["t1"] - max(send["t0"], recv["t0"])) / modeled
+    q = (queued or {}).get((recv["group"], recv["seq"]), 0.0)
+    return max(0.0, recv["t1"] - max(send["t0"] + q, recv["t0"])) / modeled
 
 
 def calibrate_tdf(measured_op_s: Iterable[float], modeled_op_s: float) -> float:
