@@ -118,7 +118,7 @@ class LhcWorkload(BaseModel):
     iterations: int = Field(10, ge=1, description="Measured iterations.")
     warmup: int = Field(1, ge=0, description="Unmeasured iterations first.")
     compute_ms: Optional[float] = Field(None, ge=0, description="Modeled backward time per iteration (ms, "
-                                        "hardware); null = the profile's, 0 for synthetic gradients.")
+                                        "hardware); null = the profile's, scaled by the gradient's size_scale; 0 for synthetic gradients.")
     topk_ratio: float = Field(0.01, gt=0, le=1, description="topk_ring: share of entries each worker sends.")
     sketch: SketchParams = Field(default_factory=SketchParams, description="Sketch sizing.")
     device: DeviceParams = Field(default_factory=DeviceParams, description="Encode/decode device model.")
@@ -165,8 +165,15 @@ class LhcWorkload(BaseModel):
         if self.compute_ms is not None:
             return self.compute_ms
         if self.gradient.get("kind") == "profile":
+            # The profile's backward time is the full model's; a shrunk model
+            # (size_scale) computes proportionally less, so compute and communication
+            # keep the full model's ratio (unscaled, NCF at 0.5 % of its size spent 8 ms
+            # computing per iteration for microseconds of network: 4 minutes of
+            # emulated time per iteration at TDF 31,000).
             from hosts.lhc.profiles import get_profile
-            return get_profile(self.gradient["model"]).compute_ms
+            prof = get_profile(self.gradient["model"])
+            scale = self.gradient.get("size_scale")
+            return prof.compute_ms * (prof.size_scale if scale is None else float(scale))
         return 0.0
 
 

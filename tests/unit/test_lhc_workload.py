@@ -31,7 +31,11 @@ def test_bad_workload_fields_are_named():
         _scenario(base % "algorithm: lhc_tree")
     scn = _scenario(base % "algorithm: dense_ps, gradient: {kind: profile, model: bert}")
     assert scn.workload.extra_hosts() == ["ps"]
-    assert scn.workload.modeled_compute_ms() == profiles.PROFILES["bert"].compute_ms
+    bert = profiles.PROFILES["bert"]
+    # a shrunk model computes proportionally less (its default size_scale, or the one given)
+    assert scn.workload.modeled_compute_ms() == pytest.approx(bert.compute_ms * bert.size_scale)
+    scn = _scenario(base % "gradient: {kind: profile, model: bert, size_scale: 0.01}")
+    assert scn.workload.modeled_compute_ms() == pytest.approx(bert.compute_ms * 0.01)
 
 
 def _iter(rank, it, *, ok=True, digest="a", agg=0.01, comm=0.005, warm=False):
