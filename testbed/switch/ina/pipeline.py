@@ -342,6 +342,8 @@ class InaPipeline:
         if self.drop_simulator.armed():
             keep = ~self.drop_simulator.decide(ports)
             rows, ports = rows[keep], ports[keep]
+            if not len(rows):      # all dropped (the reductions below need one row)
+                return [], fwd
         rec = ina[rows]
         job = rec["job_id"].astype(np.int64)
         wid = rec["worker_id"].astype(np.int64)
