@@ -8,7 +8,9 @@ VENV=${VENV:-.venv}
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 
-APT_PACKAGES=(mininet bridge-utils tcpdump tshark ethtool nftables iproute2 iputils-ping procps psmisc util-linux)
+# gcc + python3-dev: scripts/build_fastpath.py compiles the INA pipeline's C hot loop.
+APT_PACKAGES=(mininet bridge-utils tcpdump tshark ethtool nftables iproute2 iputils-ping procps psmisc util-linux
+              gcc python3-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -65,5 +67,7 @@ if not torch.__version__.startswith(want) or cuda or torch.version.cuda:
              f"torch=={want} from the CPU wheel index")
 print(f"setup: torch {torch.__version__} (CPU build, no CUDA packages)")
 PYEOF
+# The compiled INA pipeline (testbed/switch/ina/_fastpath.c -> .so in the package).
+"$VENV/bin/python" scripts/build_fastpath.py
 "$VENV/bin/python" -c 'import p4runtime_sh.shell, google.protobuf as pb; print("setup: p4runtime-shell OK, protobuf", pb.__version__)'
 echo "setup: done. Try: make run"

@@ -364,11 +364,17 @@ def switch_problems(sw: Switch) -> list[tuple[Loc, str]]:
                          f"programs: {', '.join(known) or 'none'}"))
     opts = sw.options
     if sw.backend == "soft":
-        from testbed.switch.soft.config import MAX_BATCH  # noqa: PLC0415 - the switch's own bound
+        from testbed.switch.soft.config import (  # noqa: PLC0415 - the switch's own bounds
+            MAX_BATCH, PIPELINE_IMPLS)
         for key, owner in SOFT_RESERVED.items():
             if key in opts:
                 problems.append((("switch", "options", key), f"set by the testbed from {owner}; "
                                  f"remove it from switch.options"))
+        impl = opts.get("pipeline_impl")
+        if impl is not None and impl not in PIPELINE_IMPLS:
+            problems.append((("switch", "options", "pipeline_impl"),
+                             f"must be one of {', '.join(PIPELINE_IMPLS)} (absent: compiled "
+                             f"when `make setup` built it), got {impl!r}"))
         checks = {"batch": (1, MAX_BATCH), "nice": NICE_RANGE}
         for key, (lo, hi) in checks.items():
             if key in opts:

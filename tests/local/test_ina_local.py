@@ -39,8 +39,9 @@ def free_ports() -> tuple[int, int]:
     return free_loopback_ports(N)
 
 
-def start_switch(tmp: Path, base: int, wport: int, loss: float) -> SoftSwitchProcess:
-    cfg = loopback_switch_config(N, base, wport, slot_count=32,
+def start_switch(tmp: Path, base: int, wport: int, loss: float,
+                 impl: str = "compiled") -> SoftSwitchProcess:
+    cfg = loopback_switch_config(N, base, wport, slot_count=32, pipeline_impl=impl,
                                  drop_probabilities={str(r + 1): loss for r in range(N)})
     return SoftSwitchProcess(cfg, tmp).start()
 
@@ -104,10 +105,11 @@ def check_bit_exact(records: dict[int, list[dict]]) -> list[dict]:
     return summaries
 
 
+@pytest.mark.parametrize("impl", ["compiled", "reference"])     # testbed/switch/ina/fastpath.py
 @pytest.mark.parametrize("loss", [0.0, 0.05])
-def test_switch_allreduce_bit_exact(tmp_path, loss):
+def test_switch_allreduce_bit_exact(tmp_path, loss, impl):
     base, wport = free_ports()
-    sw = start_switch(tmp_path, base, wport, loss)
+    sw = start_switch(tmp_path, base, wport, loss, impl)
     try:
         records = run_workers(tmp_path, base, wport)
     finally:
@@ -115,6 +117,7 @@ def test_switch_allreduce_bit_exact(tmp_path, loss):
     summaries = check_bit_exact(records)
     retx = sum(s["transport"]["retransmissions"] for s in summaries)
     stats = json.loads((tmp_path / "s1.stats.json").read_text())
+    assert stats["pipeline_impl"] == impl
     dropped = stats["pipeline"]["counters"]["DropSimulator.dropped"]["total"]
     if loss:
         assert dropped > 0 and retx > 0, (dropped, retx)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from testbed import wire
-from testbed.switch.ina import InaPipeline
+from testbed.switch.ina import CompiledInaPipeline, InaPipeline
 from testbed.switch.pipeline import make_pipeline
 
 import ina_harness as H
@@ -20,7 +20,7 @@ J1 = H.job_config(1, 2, slot_count=8)
 J3 = H.job_config(3, 3, slot_base=8, slot_count=4)
 
 
-@pytest.fixture(params=["vector", "scalar"])
+@pytest.fixture(params=["vector", "scalar", "compiled"])
 def mode(request):
     return request.param
 
@@ -29,6 +29,8 @@ def mk(mode, *jobs, **extra) -> InaPipeline:
     cfg = H.pipeline_config(*(jobs or (J1,)), **extra)
     if mode == "vector":
         return InaPipeline(cfg, scalar_below=1)
+    if mode == "compiled":          # testbed/switch/ina/fastpath.py (C hot loop)
+        return CompiledInaPipeline(cfg)
     return InaPipeline(cfg, vectorized=False)
 
 

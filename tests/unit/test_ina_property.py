@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from testbed import wire
-from testbed.switch.ina import InaPipeline
+from testbed.switch.ina import CompiledInaPipeline, InaPipeline
 
 import ina_harness as H
 
@@ -19,18 +19,21 @@ steps = st.lists(st.builds(H.Step, st.sampled_from(H.STEP_KINDS),
                            st.integers(0, 10_000), st.integers(1, 12)), max_size=250)
 
 
-def factory(vectorized: bool):
+def factory(impl: str):
+    if impl == "compiled":          # testbed/switch/ina/fastpath.py (C hot loop)
+        return CompiledInaPipeline
     # scalar_below=1: even one-frame batches take the vectorized path
-    return lambda cfg: InaPipeline(cfg, vectorized=vectorized, scalar_below=1)
+    return lambda cfg: InaPipeline(cfg, vectorized=impl == "vector", scalar_below=1)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n_workers=st.integers(1, 4), chunks=st.integers(1, 9), k=st.sampled_from([0, 1, 3, 64]),
        window=st.integers(1, 3), op=st.sampled_from([wire.OP_SUM, wire.OP_OR, wire.OP_MAX]),
-       vectorized=st.booleans(), seed=st.integers(0, 2**16), schedule=steps)
-def test_exactly_once_under_any_schedule(n_workers, chunks, k, window, op, vectorized, seed,
+       impl=st.sampled_from(["vector", "scalar", "compiled"]), seed=st.integers(0, 2**16),
+       schedule=steps)
+def test_exactly_once_under_any_schedule(n_workers, chunks, k, window, op, impl, seed,
                                          schedule):
-    fab = H.make_job_run(factory(vectorized), n_workers=n_workers, chunks=chunks, k=k,
+    fab = H.make_job_run(factory(impl), n_workers=n_workers, chunks=chunks, k=k,
                          window=window, op=op, seed=seed)
     fab.run(schedule)
     assert fab.drain(), "workers did not finish: the protocol deadlocked"

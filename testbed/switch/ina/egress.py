@@ -100,10 +100,14 @@ class Egress:
         self.multicast_groups = MulticastGroups(lock, self._invalidate, ports)
         self._prefix: dict[tuple[int, int, int], bytes | None] = {}
         self._replicas: dict[tuple[int, int, int], list[tuple[int, bytes]]] = {}
+        # The compiled path's memo of replicas(), keyed by one int
+        # (group << 24 | sport << 8 | count); replaced, like the others, on any change.
+        self.replicas_by_key: dict[int, list[tuple[int, bytes]]] = {}
 
     def _invalidate(self, *_args) -> None:
         self._prefix = {}
         self._replicas = {}
+        self.replicas_by_key = {}
 
     def _src(self) -> tuple[bytes, bytes]:
         _, p = self.switch_address.default

@@ -57,7 +57,6 @@ from operator import itemgetter
 import numpy as np
 
 from testbed import wire
-from testbed.switch.pipeline import register_pipeline
 
 from . import aggregator as agg_mod
 from .aggregator import LANES, Aggregator
@@ -114,6 +113,8 @@ def _classify(f: bytes):
 
 
 class InaPipeline:
+    pipeline_impl = "reference"     # fastpath.CompiledInaPipeline: "compiled"
+
     def __init__(self, config: dict | None = None, *, vectorized: bool = True,
                  scalar_below: int = 32):
         cfg = dict(config or {})
@@ -341,6 +342,8 @@ class InaPipeline:
         if self.drop_simulator.armed():
             keep = ~self.drop_simulator.decide(ports)
             rows, ports = rows[keep], ports[keep]
+            if not len(rows):      # all dropped (the reductions below need one row)
+                return [], fwd
         rec = ina[rows]
         job = rec["job_id"].astype(np.int64)
         wid = rec["worker_id"].astype(np.int64)
@@ -431,9 +434,3 @@ class InaPipeline:
                 for port, pre in replicas(groups[j], sports[j], cj):
                     append((port, pre + payload))
 
-
-def build(config: dict) -> InaPipeline:
-    return InaPipeline(config)
-
-
-register_pipeline("ina", build)

@@ -62,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         modes = sorted({io.mode for io in switch.ports.values()})
         write_json_atomic(cfg.ready_path, {"pid": os.getpid(), "name": cfg.name, "ports": ports,
                                            "io_mode": "+".join(modes), "time": time.time()})
-        log.info("%s ready: pid %d, ports %s, io %s, pipeline %s, batch %d", cfg.name,
-                 os.getpid(), ports, "+".join(modes), cfg.pipeline, cfg.batch)
+        log.info("%s ready: pid %d, ports %s, io %s, pipeline %s (%s), batch %d", cfg.name,
+                 os.getpid(), ports, "+".join(modes), cfg.pipeline,
+                 getattr(switch.pipeline, "pipeline_impl", "-"), cfg.batch)
         prof_path = os.environ.get("SOFTSWITCH_PROFILE")
         if prof_path:  # developer hook: cProfile the loop, dump pstats at exit
             import cProfile

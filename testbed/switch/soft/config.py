@@ -14,7 +14,9 @@ from testbed.switch.soft.impairments import Impair
 log = logging.getLogger("softswitch")
 
 KNOWN_KEYS = ("name", "ports", "forwarding", "flood", "impairments", "seed", "pcap_dir",
-              "stats_path", "ready_path", "batch", "pipeline", "p4runtime_addr")
+              "stats_path", "ready_path", "batch", "pipeline", "pipeline_impl", "p4runtime_addr")
+# How the "ina" pipeline runs (testbed/switch/ina/fastpath.py); absent = compiled when built.
+PIPELINE_IMPLS = ("compiled", "reference")
 REQUIRED = ("name", "ports", "stats_path", "ready_path")
 MAX_BATCH = 1024
 # Upper bound per recv, not a wait: bigger batches cost no latency and cut
@@ -147,6 +149,11 @@ class SwitchConfig:
         pipeline = d.get("pipeline", "forward") or "forward"
         if not isinstance(pipeline, str):
             err("pipeline", "must be a pipeline name such as 'forward' or 'ina'")
+
+        impl = d.get("pipeline_impl")
+        if impl is not None and impl not in PIPELINE_IMPLS:
+            err("pipeline_impl", f"{impl!r} is not one of {', '.join(PIPELINE_IMPLS)} "
+                                 f"(or absent: compiled when built)")
 
         paths: dict[str, Path | None] = {}
         for k in ("stats_path", "ready_path", "pcap_dir"):

@@ -335,6 +335,8 @@ class SoftSwitch:
             "batch": self.batch,
             "ports": ports,
             "pipeline": {"name": self.pipeline_name, "counters": self.pipeline.counters()},
+            # "compiled" | "reference" for the ina program (None: a pipeline with one implementation)
+            "pipeline_impl": getattr(self.pipeline, "pipeline_impl", None),
             "drops": {"bad_output_port": self.bad_port_drops,
                       "delay_queue_at_exit": self.dropped_at_exit},
             "network_dilation": self.dilation.stats(),
