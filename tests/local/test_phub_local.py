@@ -81,7 +81,10 @@ def test_dead_worker_is_reported_and_nothing_is_left(tmp_path):
     assert codes["j1w2"] == 1                                   # the injected death
     assert codes["ps"] == 3 and codes["j1w0"] == 3 and codes["j1w1"] == 3
     err = next(r for r in records(run["out"]["ps"]) if r["type"] == "summary")["error"]
-    assert "worker j1w2 (job 1, rank 2) closed the connection" in err
+    # The dead worker is named; its socket shows as closed (FIN) or reset (RST: it died
+    # with unread data in its receive buffer), depending on timing.
+    assert "worker j1w2 (job 1, rank 2)" in err
+    assert "closed the connection" in err or "Connection reset by peer" in err, err
     assert "waiting for rank 2" in err
     w0 = next(r for r in records(run["out"]["j1w0"]) if r["type"] == "summary")
     assert not w0["ok"] and "PHub server ps core" in w0["error"]
