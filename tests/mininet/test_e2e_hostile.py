@@ -22,14 +22,17 @@ from e2e_harness import (fixed_point_reference_digest, LiveRun, PYTHON, QUICKSTA
 # --- 6. an impersonating host ------------------------------------------------------
 # Long enough that the run is still sending when the attacker's 200 frames (3 ms
 # apart) go out: with 4 iterations a fast run ended first and the attacker's
-# namespace had lost its interface ("Network is unreachable").
-IMPERSONATION_ITERATIONS = 150
+# namespace had lost its interface ("Network is unreachable"); 150 back-to-back
+# iterations still did under heavy load. 40 ms of compute per iteration makes the
+# run last >= 100 x 2 x 40 ms = 8 s whatever the load.
+IMPERSONATION_ITERATIONS = 100
 IMPERSONATION_ARGS = [
     QUICKSTART, "--quick", "--no-plot",
     "--set", "sweep.grid.workload.algorithm=[switch]",
     "--set", "sweep.quick.cases=[baseline]",
     "--set", "sweep.quick.set.workload.sizes=[4096, 65536]",
     "--set", f"sweep.quick.set.workload.iterations={IMPERSONATION_ITERATIONS}",
+    "--set", "sweep.quick.set.workload.compute_ms=40",
 ]
 FORGED = 200
 
