@@ -85,9 +85,9 @@ def test_dead_worker_is_reported_and_nothing_is_left(tmp_path):
     # with unread data in its receive buffer), depending on timing.
     assert "worker j1w2 (job 1, rank 2)" in err
     assert "closed the connection" in err or "Connection reset by peer" in err, err
-    # What the core was doing: a chunk waiting for the dead rank, or (the core's chunks
-    # of that iteration not reached yet) nothing in flight.
-    assert "waiting for rank 2" in err or "no chunk in flight" in err, err
+    # What the core was doing at the death depends on timing: chunks in flight (waiting
+    # for the dead rank, or for a live one that had not pushed them yet), or none.
+    assert "chunk(s) in flight" in err or "no chunk in flight" in err, err
     w0 = next(r for r in records(run["out"]["j1w0"]) if r["type"] == "summary")
     assert not w0["ok"] and "PHub server ps core" in w0["error"]
     assert all(p.poll() is not None for p in run["procs"].values())
