@@ -24,6 +24,34 @@ from hosts.common.tcp import Conn, NetError, connect_with_retry, recv_array, rec
 LOOKUP, PUSH, ELASTIC, END = 1, 2, 3, 0
 OP_NAMES = {LOOKUP: "lookup", PUSH: "push", ELASTIC: "elastic", END: "end"}
 
+# Client names (the HELLO's `host`), one per connection so that a server's trace
+# groups (p2p:<tag>:<client>><server>) match one client's trace. Traced: Hogwild
+# worker 0 (the trainer's own name) and the shadow ("<host>-shadow", its own trace).
+# Not traced: Hogwild workers 1.. ("<host>-h<j>") and the final eval ("<host>-eval"):
+# only worker 0 writes a trace (docs/shadowsync.md, Time).
+SHADOW_SUFFIX, EVAL_SUFFIX = "-shadow", "-eval"
+
+
+def worker_client(host: str, j: int) -> str:
+    return host if j == 0 else f"{host}-h{j}"
+
+
+def shadow_client(host: str) -> str:
+    return host + SHADOW_SUFFIX
+
+
+def eval_client(host: str) -> str:
+    return host + EVAL_SUFFIX
+
+
+def trainer_of(client: str) -> str:
+    """The trainer host a client name belongs to (push accounting is per trainer)."""
+    return client.split("-", 1)[0]
+
+
+def traced_client(client: str) -> bool:
+    return "-" not in client or client.endswith(SHADOW_SUFFIX)
+
 
 def header(op: int, n: int) -> np.ndarray:
     return np.array([op, n], np.int64)
@@ -51,7 +79,7 @@ class EmbeddingClient:
     """One worker's connections to every embedding PS (tables sharded table-wise)."""
 
     def __init__(self, settings, servers, port: int, *, me: str, my_ip: str, rank: int,
-                 connect_timeout_s: float, timeout_s: float, trace=None, tag: str = ""):
+                 connect_timeout_s: float, timeout_s: float, trace=None):
         self.s = settings
         self.dim = settings.model["dim"]
         self.servers = servers
@@ -63,7 +91,7 @@ class EmbeddingClient:
         self.pushes = 0          # PUSH requests sent (over all servers)
         self.rows_pushed = 0
         self.lookups = 0
-        self.trace, self.tag = trace, tag
+        self.trace = trace
 
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """B x T ids -> B x T x dim rows (the servers' current values)."""
@@ -78,8 +106,8 @@ class EmbeddingClient:
             rows = recv_array(conn, np.empty(b * len(tables) * self.dim, np.float32))
             t2 = time.perf_counter()
             if self.trace is not None:
-                self.trace.send(t0, t1, peer=h.name, values=mine.size, value_bytes=8, tag="lookup" + self.tag)
-                self.trace.waited(self.trace.recv(t1, t2, peer=h.name, values=rows.size, tag="rows" + self.tag))
+                self.trace.send(t0, t1, peer=h.name, values=mine.size, value_bytes=8, tag="lookup")
+                self.trace.waited(self.trace.recv(t1, t2, peer=h.name, values=rows.size, tag="rows"))
             out[:, tables, :] = torch.from_numpy(rows).view(b, len(tables), self.dim)
             self.lookups += 1
         return out
@@ -94,7 +122,7 @@ class EmbeddingClient:
             send_array(conn, ids[:, tables].contiguous().numpy().reshape(-1))
             send_array(conn, g.reshape(-1))
             if self.trace is not None:
-                self.trace.send(t0, time.perf_counter(), peer=h.name, values=g.size, tag="push" + self.tag)
+                self.trace.send(t0, time.perf_counter(), peer=h.name, values=g.size, tag="push")
             self.pushes += 1
             self.rows_pushed += b * len(tables)
 

@@ -59,7 +59,9 @@ class Server:
         self.role, self.cfg, self.s = role, cfg, s
         self.lock = threading.Lock()          # guards the trace recorder only, never the tables
         self.trace = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.rank, world=cfg.world, tdf=1.0,
-                                   workload="shadowsync", role="server", server=role)
+                                   workload="shadowsync", role="server", server=role,
+                                   # PUSH has no reply (the projector's service model must know)
+                                   unanswered_tags=["push"] if role == "embedding_ps" else [])
         dim = s.model["dim"]
         if role == "embedding_ps":
             self.tables = {t: initial_table(s.seed, t, s.model["table_sizes"][t], dim)
@@ -117,12 +119,19 @@ class Server:
 
     def _p2p(self, st: Served, t_wait: float, t_in: float, tag: str, values: int, vbytes: int,
              reply_values: int, reply_tag: str | None) -> None:
-        if not self.trace.enabled:
+        if not self.trace.enabled or not P.traced_client(st.host):
             return
         with self.lock:
-            self.trace.recv(t_wait, t_in, peer=st.host, values=values, value_bytes=vbytes, tag=tag)
+            got = self.trace.recv(t_wait, t_in, peer=st.host, values=values, value_bytes=vbytes, tag=tag)
             if reply_tag is not None:
-                self.trace.send(t_in, time.perf_counter(), peer=st.host, values=reply_values, tag=reply_tag)
+                # The reply needs the request: a step that waited for it (trace dependencies
+                # run through compute nodes). Its hardware time is 0: the PS's table work is
+                # not modeled [A] (docs/shadowsync.md, Time), so the projection charges the
+                # server only its links.
+                t_out = time.perf_counter()
+                self.trace.waited(got)
+                self.trace.compute(t_in, t_out, 0.0, t_out - t_in, {"step": tag})
+                self.trace.send(t_out, time.perf_counter(), peer=st.host, values=reply_values, tag=reply_tag)
 
 
 def accept_all(cfg, s) -> list[tuple[Conn, Served]]:

@@ -33,6 +33,7 @@ import queue
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,12 +49,15 @@ from hosts.dnn.dlrm import tower_profile
 from hosts.shadowsync import rules
 from hosts.shadowsync.config import ConfigError, load
 from hosts.shadowsync.data import open_source, stream_batches
-from hosts.shadowsync.protocol import EmbeddingClient, SyncLink
+from hosts.shadowsync.protocol import EmbeddingClient, SyncLink, eval_client, shadow_client, worker_client
 from hosts.shadowsync.replica import build_tower, flat_grad, share
 
 log = logging.getLogger("shadowsync.trainer")
 EVAL_CHUNK = 1024
 SHADOW_NICE = 10
+# The trace group of the trainers' sync allreduce: its members are the shadows (S-*)
+# or the trainers' worker 0 (FR-*), never every traced host ("world").
+SYNC_GROUP = "trainers"
 
 
 class Syncer:
@@ -61,7 +65,7 @@ class Syncer:
     rule of Settings.algorithm, over the sync PS (easgd) or the allreduce (ma, bmuf).
     Used by the shadow process (S-*) and by worker 0 in the foreground (FR-*)."""
 
-    def __init__(self, cfg, s, flat: torch.Tensor, trace: TraceRecorder | None):
+    def __init__(self, cfg, s, flat: torch.Tensor, trace: TraceRecorder | None, me: str):
         self.s, self.flat, self.trace = s, flat, trace
         # The network's floor: no sync is faster than the modeled hardware's, dilated
         # like compute (local mode has no network dilation; see docs/shadowsync.md).
@@ -70,7 +74,7 @@ class Syncer:
         self.link = self.coll = None
         self.count = 0
         if s.algorithm == "easgd":
-            self.link = SyncLink(s, cfg.sync_ps, cfg.port, me=cfg.host, my_ip=cfg.ip, rank=cfg.rank,
+            self.link = SyncLink(s, cfg.sync_ps, cfg.port, me=me, my_ip=cfg.ip, rank=cfg.rank,
                                  connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
         else:
             from hosts.dnn.config import TorchWorkerConfig  # noqa: PLC0415
@@ -85,6 +89,11 @@ class Syncer:
         snap = self.flat.clone()
         n = snap.numel()
         t0 = time.perf_counter()
+        if self.trace is not None:
+            # A zero-time step before each sync: trace dependencies run through compute
+            # nodes, and the shadow has no other; without it the projector would start
+            # all of the shadow's syncs at once instead of one after the other.
+            self.trace.compute(t0, t0, 0.0, 0.0, {"step": "sync"})
         if self.link is not None:
             d = torch.from_numpy(self.link.elastic(snap.numpy()))
             t1 = time.perf_counter()
@@ -100,7 +109,7 @@ class Syncer:
             t1 = time.perf_counter()
             if self.trace is not None:
                 self.trace.waited(self.trace.comm(t0, t1, op="allreduce", algo=self.tcfg.collective,
-                                                  values=n + 1))
+                                                  values=n + 1, group=SYNC_GROUP))
             sum_w, flags = tot[:-1], float(tot[-1])
             if self.s.algorithm == "ma":
                 new = rules.s_ma(sum_w, self.s.trainers)
@@ -143,12 +152,12 @@ def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, results, t_st
         src = open_source(s.dataset, s.model["table_sizes"], s.seed)
         batches = stream_batches(src, cfg.rank * s.hogwild_workers + j, s.trainers * s.hogwild_workers,
                                  s.batch_size)
-        emb = EmbeddingClient(s, cfg.embedding_servers, cfg.port, me=cfg.host, my_ip=cfg.ip, rank=cfg.rank,
-                              connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s,
-                              trace=trace, tag=f".{j}" if j else "")
+        emb = EmbeddingClient(s, cfg.embedding_servers, cfg.port, me=worker_client(cfg.host, j), my_ip=cfg.ip,
+                              rank=cfg.rank, connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s,
+                              trace=trace)
         foreground = s.mode == "foreground" and s.syncs
         if foreground and j == 0:
-            syncer = Syncer(cfg, s, flat, trace)
+            syncer = Syncer(cfg, s, flat, trace, cfg.host)
         b0 = src.eval_set(min(s.batch_size, 64))
         with torch.no_grad():
             tower(b0.dense, torch.zeros(len(b0), b0.ids.shape[1], s.model["dim"]))   # warm-up: lazy init not charged
@@ -230,11 +239,15 @@ def shadow_main(cfg, s, flat, iters, done, results) -> None:
     os.nice(SHADOW_NICE)
     out: dict[str, Any] = {"kind": "shadow", "ok": False}
     syncer = None
-    trace = TraceRecorder(cfg.trace.replace(".trace.jsonl", ".shadow-trace.jsonl"), host=cfg.host,
-                          rank=cfg.rank, world=cfg.trace_world, tdf=float(cfg.device.get("time_scale", 1.0)),
-                          workload="shadowsync", role="shadow") if cfg.trace else None
+    # The shadow is a traced host of its own ("<host>-shadow", role shadow), ranked after
+    # the trainers and the servers: world = trainers + servers + shadows.
+    me = shadow_client(cfg.host)
+    trace = TraceRecorder(str(Path(cfg.trace).with_name(me + ".trace.jsonl")), host=me,
+                          rank=cfg.trace_world - s.trainers + cfg.rank, world=cfg.trace_world,
+                          tdf=float(cfg.device.get("time_scale", 1.0)), workload="shadowsync",
+                          role="shadow", trainer=cfg.host) if cfg.trace else None
     try:
-        syncer = Syncer(cfg, s, flat, trace)
+        syncer = Syncer(cfg, s, flat, trace, me)
         last, gaps, times = sum(iters), [], []
         pause = s.shadow_pause_ms / 1e3
         while True:
@@ -305,8 +318,8 @@ def run(cfg, s, writer: JsonlWriter) -> dict[str, Any]:
         procs.append(ctx.Process(target=shadow_main, args=(cfg, s, flat, iters, done, results), name="shadow"))
     for p in procs:
         p.start()
-    emb = EmbeddingClient(s, cfg.embedding_servers, cfg.port, me=cfg.host, my_ip=cfg.ip, rank=cfg.rank,
-                          connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
+    emb = EmbeddingClient(s, cfg.embedding_servers, cfg.port, me=eval_client(cfg.host), my_ip=cfg.ip,
+                          rank=cfg.rank, connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
     outs: list[dict] = []
     try:
         deadline = time.monotonic() + cfg.timeout_s * 4 + s.iterations * 5
