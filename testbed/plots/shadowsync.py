@@ -58,7 +58,8 @@ def _caption(run: Run, sums: dict[int, dict[str, Any]], extra: str = "",
         "emb": ("workload.embedding_servers", lambda v: f"{'/'.join(map(str, v))} embedding PS"),
         "k": ("workload.k", lambda v: "FR every k=" + "/".join(map(str, v))),
         "batch": ("workload.batch_size", lambda v: f"batch {v[0]}"),
-        "device": ("workload.device", lambda v: f"{v[0].get('type')} model x{v[0].get('time_scale', 1):g}"),
+        "device": ("workload.device", lambda v: f"{v[0].get('type')} model" + (
+            " (TDF calibrated)" if v[0].get("time_scale") == "auto" else f" x{v[0].get('time_scale', 1):g}")),
         "loss": ("links.loss_pct", lambda v: f"loss {'/'.join(f'{x:g}' for x in v)} %"),
     })
     invalid = {i: r for i in sums if (r := invalid_reasons(run, i, sums[i])) is not None}
