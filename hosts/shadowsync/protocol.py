@@ -15,6 +15,8 @@ run's Settings.identity()). Then requests, each one int64 header frame
           no other channel)
   MEASURE n = 0: calibration is over for this client; the server traces its messages
           from here on (its trace, like the client's, is the measured run only)
+  UNTRACE n = 0: the server stops tracing this client (the shadow's trace ends after
+          its first syncs, hosts/shadowsync/trainer.py SHADOW_TRACED_SYNCS_PER_ITER)
   END     n = number of PUSH requests this client sent (the server checks its count)
 """
 from __future__ import annotations
@@ -27,8 +29,9 @@ import torch
 from hosts.collectives import check_hello, make_hello
 from hosts.common.tcp import Conn, NetError, connect_with_retry, recv_array, recv_json, send_array, send_json
 
-LOOKUP, PUSH, ELASTIC, AGREE, MEASURE, END = 1, 2, 3, 4, 5, 0
-OP_NAMES = {LOOKUP: "lookup", PUSH: "push", ELASTIC: "elastic", AGREE: "agree", MEASURE: "measure", END: "end"}
+LOOKUP, PUSH, ELASTIC, AGREE, MEASURE, UNTRACE, END = 1, 2, 3, 4, 5, 6, 0
+OP_NAMES = {LOOKUP: "lookup", PUSH: "push", ELASTIC: "elastic", AGREE: "agree", MEASURE: "measure",
+            UNTRACE: "untrace", END: "end"}
 
 # Client names (the HELLO's `host`), one per connection so that a server's trace
 # groups (p2p:<tag>:<client>><server>) match one client's trace. Traced: Hogwild
@@ -171,6 +174,9 @@ class SyncLink:
 
     def measure(self) -> None:
         send_array(self.conn, header(MEASURE, 0))
+
+    def untrace(self) -> None:
+        send_array(self.conn, header(UNTRACE, 0))
 
     def elastic(self, w: np.ndarray) -> np.ndarray:
         send_array(self.conn, header(ELASTIC, w.size))

@@ -53,6 +53,7 @@ class Served:
                   "bytes_in": 0, "bytes_out": 0, "busy_s": 0.0}
         self.client_pushes: int | None = None
         self.measuring = True            # False until MEASURE while the trainers calibrate
+        self.traced = True               # False after UNTRACE
 
 
 class Agreement:
@@ -107,8 +108,8 @@ class Server:
             t_wait = time.perf_counter()
             op, n = P.recv_header(conn)
             t0 = time.perf_counter()
-            if op == P.MEASURE:
-                st.measuring = True
+            if op in (P.MEASURE, P.UNTRACE):
+                st.measuring, st.traced = True, op == P.MEASURE
                 continue
             if op == P.END:
                 st.client_pushes = n if self.role == "embedding_ps" else None
@@ -157,7 +158,7 @@ class Server:
 
     def _p2p(self, st: Served, t_wait: float, t_in: float, tag: str, values: int, vbytes: int,
              reply_values: int, reply_tag: str | None) -> None:
-        if not self.trace.enabled or not P.traced_client(st.host) or not st.measuring:
+        if not self.trace.enabled or not P.traced_client(st.host) or not st.measuring or not st.traced:
             return
         with self.lock:
             got = self.trace.recv(t_wait, t_in, peer=st.host, values=values, value_bytes=vbytes, tag=tag)

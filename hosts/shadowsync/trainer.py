@@ -302,6 +302,8 @@ def shadow_main(cfg, s, flat, iters, done, shared: Shared, results) -> None:
             if measured and syncer.trace is not None and \
                     syncer.count >= SHADOW_TRACED_SYNCS_PER_ITER * s.iterations:
                 syncer.trace = None                   # the trace file keeps what was recorded
+                if syncer.link is not None:
+                    syncer.link.untrace()             # and the sync PS stops tracing this shadow too
             times.append(time.perf_counter() - t0)
             now = sum(iters)
             gaps.append(now - last)
