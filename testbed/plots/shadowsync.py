@@ -152,7 +152,7 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
     ticks = sorted({s["trainers"] for s in sums.values()} | {n for p in proj.values() for n in p}) or [1]
     ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.set_xlabel("trainers")
-    ax.set_ylabel("training throughput (examples / s of the modeled hardware)")
+    ax.set_ylabel("examples / s (modeled hardware)")
     ax.set_title("Throughput vs trainers: background (S-*) vs foreground (FR-*) sync", fontsize=9)
     ratio = shadow_over_foreground(proj)
     extra = band_description(most) + ("; projected S/FR " + ", ".join(
