@@ -217,7 +217,9 @@ def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, shared: Share
             t3 = time.perf_counter()
             iters[j] += 1
             sync_s = 0.0
-            if foreground and (it + 1) % s.k == 0:
+            # every k iterations of the calibration, then every k of the measured run (so
+            # the measured run ends with a sync when k divides its iterations, as uncalibrated)
+            if foreground and ((it if it < shared.iterations else it - shared.iterations) + 1) % s.k == 0:
                 barrier.wait(timeout=cfg.timeout_s)
                 if j == 0:
                     syncer.sync(False)
@@ -250,6 +252,8 @@ def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, shared: Share
                 shared.barrier.wait(timeout=cfg.timeout_s)
                 if shared.last_round(it):        # a fresh device: its statistics are the run's
                     dev = _device(dict(cfg.device, time_scale=shared.tdf.value), tower, s.batch_size)
+                    if syncer is not None:
+                        syncer.count = 0
                     recs, loss_sum, label_sum, n_seen = [], 0.0, 0.0, 0
                     t_first = time.perf_counter()
                 else:

@@ -112,15 +112,20 @@ def test_calibrated_run_agrees_on_one_tdf_and_traces_only_the_measured_run(tmp_p
     own traces plays, and so do 16 trainers)."""
     run = run_cli(tmp_path, "workload.iterations=12", "workload.calibration_rounds=2",
                   "workload.calibration_iterations=3", "workload.project_trainers=[16]",
-                  "sweep.quick.grid={topology.workers: [2], workload.algorithm: [ma, easgd]}",
-                  "sweep.quick.cases=[shadow]")
-    assert [p["status"] for p in run.points] == ["ok", "ok"]
+                  "workload.k=4", "sweep.quick.grid={topology.workers: [2], workload.algorithm: [ma, easgd]}",
+                  "sweep.quick.cases=[shadow, foreground]")
+    assert [p["status"] for p in run.points] == ["ok"] * 4
+    # FR-MA: k=4 of the 12 measured iterations (calibration's syncs are not counted), the
+    # last one at the end, so both trainers end with the same replica
+    fr = next(x for x in run.metrics_of("shadowsync_summary") if x["label"] == "FR-MA")
+    assert fr["syncs"] == [3, 3] and fr["eval_ne_per_trainer"][0] == fr["eval_ne_per_trainer"][1]
     # S-EASGD: the shadows' ELASTIC messages (traced from MEASURE to UNTRACE) match the sync PS's
     projs = {r["label"]: r for r in run.metrics_of("projection")}
-    assert set(projs) == {"S-MA", "S-EASGD"} and not any("error" in r for r in projs.values()), projs
+    assert set(projs) == {"S-MA", "S-EASGD", "FR-MA", "FR-EASGD"}
+    assert not any("error" in r for r in projs.values()), projs
     s = next(x for x in run.metrics_of("shadowsync_summary") if x["label"] == "S-MA")
     cals = list(run.metrics_of("calibration"))
-    assert sorted(c["host"] for c in cals) == ["w1", "w1", "w2", "w2"] and all(len(c["rounds"]) == 2 for c in cals)
+    assert sorted(c["host"] for c in cals) == ["w1"] * 4 + ["w2"] * 4 and all(len(c["rounds"]) == 2 for c in cals)
     cals = [c for c in cals if c["point"] == s["point"]]
     assert {c["tdf"] for c in cals} == {s["tdf"]} and s["calibrated"] and not cals[0]["network_dilated"]
     # calibration is training too: (3 x 2 + 12) iterations x 2 workers x 2 trainers pushed, all applied
