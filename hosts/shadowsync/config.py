@@ -41,6 +41,7 @@ class Settings:
     shadow_pause_ms: float   # the shadow's pause between two syncs (0 = back to back)
     sync_hw_s: float         # modeled hardware time of one sync (the workload's network model);
                              # a sync is paced to at least this x the trainer's time_scale
+    calibrated: bool         # time_scale auto: trainers calibrate first (servers trace after MEASURE)
     eval_examples: int
     seed: int
     model: dict              # {table_sizes, dim, bottom, top}
@@ -48,7 +49,7 @@ class Settings:
 
     KEYS = frozenset({"algorithm", "mode", "k", "trainers", "hogwild_workers", "embedding_servers",
                       "iterations", "batch_size", "lr_dense", "lr_embed", "alpha", "bmuf_eta",
-                      "bmuf_zeta", "nesterov", "shadow_pause_ms", "sync_hw_s", "eval_examples", "seed", "model",
+                      "bmuf_zeta", "nesterov", "shadow_pause_ms", "sync_hw_s", "calibrated", "eval_examples", "seed", "model",
                       "dataset"})
 
     @classmethod
@@ -62,9 +63,11 @@ class Settings:
                  bmuf_eta=c.number("bmuf_eta", lo=0), bmuf_zeta=c.number("bmuf_zeta", positive=True),
                  shadow_pause_ms=c.number("shadow_pause_ms", lo=0), sync_hw_s=c.number("sync_hw_s", lo=0),
                  eval_examples=c.int("eval_examples", lo=2), seed=c.int("seed", lo=0))
-        nesterov = c.data.get("nesterov")
+        nesterov, calibrated = c.data.get("nesterov"), c.data.get("calibrated")
         if not isinstance(nesterov, bool):
             c.error("nesterov", f"must be true or false, got {nesterov!r}")
+        if not isinstance(calibrated, bool):
+            c.error("calibrated", f"must be true or false, got {calibrated!r}")
         model = c.data.get("model")
         if not isinstance(model, dict) or set(model) != set(MODEL_KEYS):
             c.error("model", f"must be {{{', '.join(MODEL_KEYS)}}}, got {model!r}")
@@ -77,7 +80,7 @@ class Settings:
         if v["alpha"] is not None and v["alpha"] >= 1:
             c.error("alpha", f"the moving rate must be < 1, got {v['alpha']}")
         c.finish(set(cls.KEYS))
-        return cls(**v, nesterov=nesterov, model=dict(model), dataset=dict(dataset))
+        return cls(**v, nesterov=nesterov, calibrated=calibrated, model=dict(model), dataset=dict(dataset))
 
     def identity(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in sorted(self.KEYS)}
@@ -135,6 +138,8 @@ class TrainerConfig:
     collective: dict | None         # S-/FR-MA, BMUF: a hosts.dnn TorchWorkerConfig (ring | switch | ps)
     device: dict                    # hosts.dnn.device.make_device spec
     straggler: dict | None          # {start_s, slowdown, delay_ms}
+    calibration: dict | None        # time_scale auto: {rounds, iterations, lookup_hw_s: [per embedding PS]}
+    network_dilation: dict | None   # the soft switch's delay line (hosts.common.calibration.Calibrator)
     start_at: float | None
     connect_timeout_s: float
     timeout_s: float
@@ -142,7 +147,7 @@ class TrainerConfig:
     trace: str | None
 
     KEYS = frozenset({"host", "ip", "rank", "trace_world", "embedding_servers", "sync_ps", "port", "collective", "device",
-                      "straggler", "start_at", "connect_timeout_s", "timeout_s", "out", "trace"})
+                      "straggler", "calibration", "network_dilation", "start_at", "connect_timeout_s", "timeout_s", "out", "trace"})
 
     @classmethod
     def parse(cls, data: Any, where: str) -> "TrainerConfig":
@@ -163,13 +168,21 @@ class TrainerConfig:
         if not isinstance(device, dict):
             c.error("device", f"must be a device spec object, got {device!r}")
         straggler = c.straggler("straggler")
+        cal, nd = c.data.get("calibration"), c.data.get("network_dilation")
+        if cal is not None and not (isinstance(cal, dict) and set(cal) == {"rounds", "iterations", "lookup_hw_s"}
+                                    and isinstance(cal["rounds"], int) and cal["rounds"] >= 1
+                                    and isinstance(cal["iterations"], int) and cal["iterations"] >= 1
+                                    and isinstance(cal["lookup_hw_s"], list) and cal["lookup_hw_s"]):
+            c.error("calibration", f"must be null or {{rounds >= 1, iterations >= 1, lookup_hw_s: [...]}}, got {cal!r}")
+        if nd is not None and not isinstance(nd, dict):
+            c.error("network_dilation", f"must be null or an object, got {nd!r}")
         start_at = c.number("start_at", nullable=True)
         ct, to = c.number("connect_timeout_s", positive=True), c.number("timeout_s", positive=True)
         out = c.str("out")
         trace = c.data.get("trace")
         c.finish(set(cls.KEYS))
         return cls(host, ip, rank, trace_world, tuple(servers), sync_ps, port, coll, dict(device),
-                   None if straggler is None else straggler.__dict__, start_at, ct, to, out, trace)
+                   None if straggler is None else straggler.__dict__, cal, nd, start_at, ct, to, out, trace)
 
 
 def load(source: str | Path | dict, role: str) -> tuple[Any, Settings]:

@@ -52,6 +52,36 @@ class Served:
         self.c = {"lookups": 0, "pushes": 0, "rows_looked_up": 0, "rows_applied": 0, "elastic": 0,
                   "bytes_in": 0, "bytes_out": 0, "busy_s": 0.0}
         self.client_pushes: int | None = None
+        self.measuring = True            # False until MEASURE while the trainers calibrate
+        self.traced = True               # False after UNTRACE
+
+
+class Agreement:
+    """Rounds of a SUM over the trainers' vectors (AGREE): each trainer's call
+    returns once every trainer sent its vector of that round."""
+
+    def __init__(self, parties: int):
+        self.parties = parties
+        self.cv = threading.Condition()
+        self.round, self.acc, self.got = 0, None, set()
+        self.results: dict[int, np.ndarray] = {}
+
+    def add(self, v: np.ndarray, who: str, timeout_s: float) -> np.ndarray:
+        with self.cv:
+            r = self.round
+            if who in self.got:
+                raise NetError(f"{who} sent two AGREE vectors in round {r}")
+            if self.acc is not None and self.acc.size != v.size:
+                raise NetError(f"{who} sent an AGREE vector of {v.size} values, others {self.acc.size}")
+            self.acc = v.copy() if self.acc is None else self.acc + v
+            self.got.add(who)
+            if len(self.got) == self.parties:
+                self.results[r], self.acc, self.got = self.acc, None, set()
+                self.round += 1
+                self.cv.notify_all()
+            elif not self.cv.wait_for(lambda: r in self.results, timeout=timeout_s):
+                raise NetError(f"AGREE round {r}: {len(self.got)} of {self.parties} trainers after {timeout_s} s")
+            return self.results[r]
 
 
 class Server:
@@ -59,8 +89,11 @@ class Server:
         self.role, self.cfg, self.s = role, cfg, s
         self.lock = threading.Lock()          # guards the trace recorder only, never the tables
         self.trace = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.rank, world=cfg.world, tdf=1.0,
-                                   workload="shadowsync", role="server", server=role)
+                                   workload="shadowsync", role="server", server=role,
+                                   # PUSH has no reply (the projector's service model must know)
+                                   unanswered_tags=["push"] if role == "embedding_ps" else [])
         dim = s.model["dim"]
+        self.agreement = Agreement(s.trainers)
         if role == "embedding_ps":
             self.tables = {t: initial_table(s.seed, t, s.model["table_sizes"][t], dim)
                            for t in s.tables_of(cfg.index)}
@@ -75,6 +108,9 @@ class Server:
             t_wait = time.perf_counter()
             op, n = P.recv_header(conn)
             t0 = time.perf_counter()
+            if op in (P.MEASURE, P.UNTRACE):
+                st.measuring, st.traced = True, op == P.MEASURE
+                continue
             if op == P.END:
                 st.client_pushes = n if self.role == "embedding_ps" else None
                 return
@@ -100,6 +136,11 @@ class Server:
                 st.c["rows_applied"] += n * len(self.order)
                 st.c["bytes_in"] += ids.numel() * 8 + g.numel() * 4
                 self._p2p(st, t_wait, t1, "push", g.numel(), 4, 0, None)
+            elif op == P.AGREE:
+                if self.role != "embedding_ps" or self.cfg.index != 0:
+                    raise NetError(f"{conn.peer} sent AGREE to {self.cfg.host}: only embedding PS 0 agrees")
+                v = recv_array(conn, np.empty(n, np.float64))
+                send_array(conn, self.agreement.add(v, st.host, self.cfg.timeout_s))
             elif op == P.ELASTIC:
                 if self.role != "sync_ps":
                     raise NetError(f"{conn.peer} sent ELASTIC to an embedding PS")
@@ -117,12 +158,20 @@ class Server:
 
     def _p2p(self, st: Served, t_wait: float, t_in: float, tag: str, values: int, vbytes: int,
              reply_values: int, reply_tag: str | None) -> None:
-        if not self.trace.enabled:
+        if not self.trace.enabled or not P.traced_client(st.host) or not st.measuring or not st.traced:
             return
         with self.lock:
-            self.trace.recv(t_wait, t_in, peer=st.host, values=values, value_bytes=vbytes, tag=tag)
+            got = self.trace.recv(t_wait, t_in, peer=st.host, values=values, value_bytes=vbytes, tag=tag)
             if reply_tag is not None:
-                self.trace.send(t_in, time.perf_counter(), peer=st.host, values=reply_values, tag=reply_tag)
+                # The reply needs the request: a step that waited for it (trace dependencies
+                # run through compute nodes). Its hardware time is 0: the PS's table work is
+                # not modeled [A] (docs/shadowsync.md, Time), so the projection charges the
+                # server only its links; real_s 0 too (no device to overrun: the monitor's
+                # compute check is about modeled devices).
+                t_out = time.perf_counter()
+                self.trace.waited(got)
+                self.trace.compute(t_in, t_out, 0.0, 0.0, {"step": tag, "unmodeled_cpu_s": t_out - t_in})
+                self.trace.send(t_out, time.perf_counter(), peer=st.host, values=reply_values, tag=reply_tag)
 
 
 def accept_all(cfg, s) -> list[tuple[Conn, Served]]:
@@ -139,7 +188,9 @@ def accept_all(cfg, s) -> list[tuple[Conn, Served]]:
             check_hello(theirs, mine=hello, peer=f"trainer {theirs.get('host') if isinstance(theirs, dict) else '?'}")
             conn.peer = f"trainer {theirs['host']}"
             send_json(conn, hello)
-            out.append((conn, Served(theirs["host"], theirs["rank"])))
+            st = Served(theirs["host"], theirs["rank"])
+            st.measuring = not s.calibrated      # calibrating clients say MEASURE when they are done
+            out.append((conn, st))
     finally:
         server.close()
     return out

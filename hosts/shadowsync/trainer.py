@@ -33,6 +33,7 @@ import queue
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,12 +49,23 @@ from hosts.dnn.dlrm import tower_profile
 from hosts.shadowsync import rules
 from hosts.shadowsync.config import ConfigError, load
 from hosts.shadowsync.data import open_source, stream_batches
-from hosts.shadowsync.protocol import EmbeddingClient, SyncLink
+from hosts.shadowsync.protocol import EmbeddingClient, SyncLink, eval_client, shadow_client, worker_client
 from hosts.shadowsync.replica import build_tower, flat_grad, share
+from hosts.shadowsync.timing import Round, Shared
 
 log = logging.getLogger("shadowsync.trainer")
 EVAL_CHUNK = 1024
 SHADOW_NICE = 10
+# The shadow traces its first SHADOW_TRACED_SYNCS_PER_ITER x iterations syncs of the
+# measured run [A]: it syncs back to back, and where a sync costs next to nothing (one
+# trainer: an allreduce of one) it made 2.3 million trace nodes in a minute, which the
+# projector then replayed 64 times. The workers never wait for the shadow, so its
+# trace changes no projected worker time; the cut is at the same allreduce on every
+# shadow (they count in lockstep), so their groups stay whole.
+SHADOW_TRACED_SYNCS_PER_ITER = 4
+# The trace group of the trainers' sync allreduce: its members are the shadows (S-*)
+# or the trainers' worker 0 (FR-*), never every traced host ("world").
+SYNC_GROUP = "trainers"
 
 
 class Syncer:
@@ -61,16 +73,14 @@ class Syncer:
     rule of Settings.algorithm, over the sync PS (easgd) or the allreduce (ma, bmuf).
     Used by the shadow process (S-*) and by worker 0 in the foreground (FR-*)."""
 
-    def __init__(self, cfg, s, flat: torch.Tensor, trace: TraceRecorder | None):
-        self.s, self.flat, self.trace = s, flat, trace
-        # The network's floor: no sync is faster than the modeled hardware's, dilated
-        # like compute (local mode has no network dilation; see docs/shadowsync.md).
-        self.floor_s = s.sync_hw_s * float(cfg.device.get("time_scale", 1.0))
+    def __init__(self, cfg, s, flat: torch.Tensor, trace: TraceRecorder | None, me: str, shared: Shared):
+        self.s, self.flat, self.trace, self.shared = s, flat, trace, shared
+        self.all_measuring = not s.calibrated      # every trainer past calibration (as of the last sync)
         self.paced_s = 0.0
         self.link = self.coll = None
         self.count = 0
         if s.algorithm == "easgd":
-            self.link = SyncLink(s, cfg.sync_ps, cfg.port, me=cfg.host, my_ip=cfg.ip, rank=cfg.rank,
+            self.link = SyncLink(s, cfg.sync_ps, cfg.port, me=me, my_ip=cfg.ip, rank=cfg.rank,
                                  connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
         else:
             from hosts.dnn.config import TorchWorkerConfig  # noqa: PLC0415
@@ -81,10 +91,20 @@ class Syncer:
             self.v = torch.zeros_like(flat)
 
     def sync(self, finished: bool) -> bool:
-        """One sync; True when every trainer said `finished` (allreduce) or this one did (easgd)."""
+        """One sync; True when every trainer said `finished` (allreduce) or this one did (easgd).
+        Sets all_measuring: every trainer (allreduce) or this one (easgd) is past calibration."""
+        # The network's floor: no sync is faster than the modeled hardware's, dilated like
+        # compute (local mode has no network dilation; see docs/shadowsync.md).
+        floor_s = self.s.sync_hw_s * self.shared.tdf.value
+        measuring = bool(self.shared.measuring.value)
         snap = self.flat.clone()
         n = snap.numel()
         t0 = time.perf_counter()
+        if self.trace is not None:
+            # A zero-time step before each sync: trace dependencies run through compute
+            # nodes, and the shadow has no other; without it the projector would start
+            # all of the shadow's syncs at once instead of one after the other.
+            self.trace.compute(t0, t0, 0.0, 0.0, {"step": "sync"})
         if self.link is not None:
             d = torch.from_numpy(self.link.elastic(snap.numpy()))
             t1 = time.perf_counter()
@@ -93,15 +113,16 @@ class Syncer:
                 self.trace.send(t0, t0, peer=peer, values=n, tag="elastic")
                 self.trace.waited(self.trace.recv(t0, t1, peer=peer, values=n, tag="elastic_reply"))
             rules.apply_delta(self.flat, snap, snap - d)
-            all_done = finished
+            all_done, self.all_measuring = finished, measuring
         else:
-            vec = torch.cat([snap, torch.tensor([1.0 if finished else 0.0])])
+            vec = torch.cat([snap, torch.tensor([1.0 if finished else 0.0, 1.0 if measuring else 0.0])])
             tot = torch.as_tensor(self.coll.allreduce(vec)).reshape(-1)
             t1 = time.perf_counter()
             if self.trace is not None:
                 self.trace.waited(self.trace.comm(t0, t1, op="allreduce", algo=self.tcfg.collective,
-                                                  values=n + 1))
-            sum_w, flags = tot[:-1], float(tot[-1])
+                                                  values=n + 2, group=SYNC_GROUP))
+            sum_w, flags = tot[:-2], float(tot[-2])
+            self.all_measuring = float(tot[-1]) >= self.s.trainers - 0.5
             if self.s.algorithm == "ma":
                 new = rules.s_ma(sum_w, self.s.trainers)
             else:
@@ -110,7 +131,7 @@ class Syncer:
             rules.apply_delta(self.flat, snap, new)
             all_done = flags >= self.s.trainers - 0.5
         self.count += 1
-        left = self.floor_s - (time.perf_counter() - t0)
+        left = floor_s - (time.perf_counter() - t0)
         if left > 0:
             time.sleep(left)
             self.paced_s += left
@@ -123,39 +144,44 @@ class Syncer:
             self.coll.close()
 
 
-def _device(cfg, tower, batch: int):
-    dev = make_device(cfg.device)
+def _device(spec: dict, tower, batch: int):
+    dev = make_device(spec)
     dev.model = tower_profile(tower, batch=min(batch, 4))
     return dev
 
 
-def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, results, t_start: float) -> None:
+def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, shared: Shared, results,
+                t_start: float) -> None:
     torch.set_num_threads(1)
     out: dict[str, Any] = {"kind": "worker", "worker": j, "ok": False}
     emb = syncer = None
     trace = TraceRecorder(cfg.trace if j == 0 else None, host=cfg.host, rank=cfg.rank, world=cfg.trace_world,
-                          tdf=float(cfg.device.get("time_scale", 1.0)), workload="shadowsync", role="worker",
+                          tdf=shared.tdf.value, workload="shadowsync", role="worker",
                           hogwild_worker=j) if j == 0 and cfg.trace else None
     try:
-        dev = _device(cfg, tower, s.batch_size)
+        dev = _device(dict(cfg.device, time_scale=shared.tdf.value), tower, s.batch_size)
         if trace is not None:
             trace.header["device"] = dev.describe()
         src = open_source(s.dataset, s.model["table_sizes"], s.seed)
         batches = stream_batches(src, cfg.rank * s.hogwild_workers + j, s.trainers * s.hogwild_workers,
                                  s.batch_size)
-        emb = EmbeddingClient(s, cfg.embedding_servers, cfg.port, me=cfg.host, my_ip=cfg.ip, rank=cfg.rank,
-                              connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s,
-                              trace=trace, tag=f".{j}" if j else "")
+        emb = EmbeddingClient(s, cfg.embedding_servers, cfg.port, me=worker_client(cfg.host, j), my_ip=cfg.ip,
+                              rank=cfg.rank, connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s,
+                              trace=trace)
         foreground = s.mode == "foreground" and s.syncs
         if foreground and j == 0:
-            syncer = Syncer(cfg, s, flat, trace)
+            syncer = Syncer(cfg, s, flat, trace, cfg.host, shared)
+        calib = Round(shared, cfg.network_dilation, cfg.rank, s.trainers) if shared.cc and j == 0 else None
+        if calib is not None:
+            emb.spans = []
         b0 = src.eval_set(min(s.batch_size, 64))
         with torch.no_grad():
             tower(b0.dense, torch.zeros(len(b0), b0.ids.shape[1], s.model["dim"]))   # warm-up: lazy init not charged
         strag = cfg.straggler
         recs, loss_sum, label_sum, n_seen = [], 0.0, 0.0, 0
+        real_s = hw_s = 0.0                          # this calibration round's compute
         t_first = time.perf_counter()
-        for it in range(s.iterations):
+        for it in range(shared.iterations + s.iterations):
             b = next(batches)
             t0 = time.perf_counter()
             pooled = emb.lookup(b.ids)
@@ -176,6 +202,7 @@ def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, results, t_st
                     time.sleep(modeled - real)
             else:
                 hw *= slow
+                real_s, hw_s = real_s + real, hw_s + hw
                 modeled = hw * dev.time_scale
                 dev.charge(modeled, real)
                 dev.flush()
@@ -190,7 +217,9 @@ def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, results, t_st
             t3 = time.perf_counter()
             iters[j] += 1
             sync_s = 0.0
-            if foreground and (it + 1) % s.k == 0:
+            # every k iterations of the calibration, then every k of the measured run (so
+            # the measured run ends with a sync when k divides its iterations, as uncalibrated)
+            if foreground and ((it if it < shared.iterations else it - shared.iterations) + 1) % s.k == 0:
                 barrier.wait(timeout=cfg.timeout_s)
                 if j == 0:
                     syncer.sync(False)
@@ -199,10 +228,38 @@ def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, results, t_st
             loss_sum += float(loss) * len(b)
             label_sum += float(b.labels.sum())
             n_seen += len(b)
-            recs.append({"iter": it, "t_s": time.perf_counter() - t_first, "loss": float(loss),
+            recs.append({"iter": it - shared.iterations, "t_s": time.perf_counter() - t_first, "loss": float(loss),
                          "lookup_s": t1 - t0, "compute_s": t2 - t1, "push_s": t3 - t2, "sync_s": sync_s})
+            if shared.round_end(it):
+                # All of the trainer's workers end the round together; worker 0 agrees on
+                # the next TDF with the other trainers (hosts/shadowsync/timing.py).
+                shared.ratio[j] = real_s / hw_s if hw_s > 0 else 0.0
+                real_s = hw_s = 0.0
+                shared.barrier.wait(timeout=cfg.timeout_s)
+                if calib is not None:
+                    calib.decide(emb.spans, emb.agree)
+                    emb.spans = []
+                    if shared.last_round(it):
+                        out["calibration"] = calib.finish(cfg.host)
+                        emb.spans = None
+                        if trace is not None:          # the trace is the measured run only
+                            trace.reset()
+                            trace.header["tdf"] = shared.tdf.value
+                        emb.measure()
+                        if syncer is not None and syncer.link is not None:
+                            syncer.link.measure()
+                        shared.measuring.value = 1
+                shared.barrier.wait(timeout=cfg.timeout_s)
+                if shared.last_round(it):        # a fresh device: its statistics are the run's
+                    dev = _device(dict(cfg.device, time_scale=shared.tdf.value), tower, s.batch_size)
+                    if syncer is not None:
+                        syncer.count = 0
+                    recs, loss_sum, label_sum, n_seen = [], 0.0, 0.0, 0
+                    t_first = time.perf_counter()
+                else:
+                    dev.time_scale = shared.tdf.value
         t_end = time.perf_counter()
-        out.update(ok=True, iterations=s.iterations, records=recs, t0_perf=t_first, t_end_perf=t_end,
+        out.update(ok=True, iterations=s.iterations, records=recs, tdf=shared.tdf.value, t0_perf=t_first, t_end_perf=t_end,
                    loss_sum=loss_sum, label_sum=label_sum, examples=n_seen, pushes=emb.pushes,
                    rows_pushed=emb.rows_pushed, lookups=emb.lookups, validity=dev.validity(),
                    syncs=syncer.count if syncer else 0)
@@ -223,28 +280,48 @@ def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, results, t_st
         results.put(out)
 
 
-def shadow_main(cfg, s, flat, iters, done, results) -> None:
+def shadow_main(cfg, s, flat, iters, done, shared: Shared, results) -> None:
     torch.set_num_threads(1)
     # On the hardware the shadow thread has a core of its own; here it shares the
     # machine's with the workers, so it yields to them [A] (docs/shadowsync.md).
     os.nice(SHADOW_NICE)
     out: dict[str, Any] = {"kind": "shadow", "ok": False}
     syncer = None
-    trace = TraceRecorder(cfg.trace.replace(".trace.jsonl", ".shadow-trace.jsonl"), host=cfg.host,
-                          rank=cfg.rank, world=cfg.trace_world, tdf=float(cfg.device.get("time_scale", 1.0)),
-                          workload="shadowsync", role="shadow") if cfg.trace else None
+    # The shadow is a traced host of its own ("<host>-shadow", role shadow), ranked after
+    # the trainers and the servers: world = trainers + servers + shadows.
+    me = shadow_client(cfg.host)
+    trace = TraceRecorder(str(Path(cfg.trace).with_name(me + ".trace.jsonl")), host=me,
+                          rank=cfg.trace_world - s.trainers + cfg.rank, world=cfg.trace_world,
+                          tdf=shared.tdf.value, workload="shadowsync",
+                          role="shadow", trainer=cfg.host) if cfg.trace else None
     try:
-        syncer = Syncer(cfg, s, flat, trace)
+        syncer = Syncer(cfg, s, flat, trace, me, shared)
+        measured = not s.calibrated
         last, gaps, times = sum(iters), [], []
         pause = s.shadow_pause_ms / 1e3
         while True:
             finished = done.value >= s.hogwild_workers
             t0 = time.perf_counter()
             all_done = syncer.sync(finished)
+            if measured and syncer.trace is not None and \
+                    syncer.count >= SHADOW_TRACED_SYNCS_PER_ITER * s.iterations:
+                syncer.trace = None                   # the trace file keeps what was recorded
+                if syncer.link is not None:
+                    syncer.link.untrace()             # and the sync PS stops tracing this shadow too
             times.append(time.perf_counter() - t0)
             now = sum(iters)
             gaps.append(now - last)
             last = now
+            if not measured and syncer.all_measuring:
+                # Calibration is over (for every trainer: the same allreduce on every shadow):
+                # the trace and the statistics are the measured run's from here.
+                measured = True
+                if trace is not None:
+                    trace.reset()
+                    trace.header["tdf"] = shared.tdf.value
+                if syncer.link is not None:
+                    syncer.link.measure()
+                gaps, times, syncer.count, syncer.paced_s = [], [], 0, 0.0
             if all_done:
                 break
             if pause:
@@ -295,18 +372,21 @@ def run(cfg, s, writer: JsonlWriter) -> dict[str, Any]:
     iters = ctx.Array("q", s.hogwild_workers, lock=False)
     done = ctx.Value("i", 0)
     barrier = ctx.Barrier(s.hogwild_workers) if s.mode == "foreground" else None
+    shared = Shared(ctx, cfg.calibration, s.hogwild_workers, float(cfg.device.get("time_scale", 1.0)))
     results = ctx.Queue()
     if cfg.start_at is not None and cfg.start_at > time.time():
         time.sleep(cfg.start_at - time.time())
     t_start = time.time()
-    procs = [ctx.Process(target=worker_main, args=(j, cfg, s, tower, flat, iters, done, barrier, results, t_start),
+    procs = [ctx.Process(target=worker_main, args=(j, cfg, s, tower, flat, iters, done, barrier, shared, results,
+                                                             t_start),
                          name=f"hogwild-{j}") for j in range(s.hogwild_workers)]
     if s.mode == "shadow" and s.syncs:
-        procs.append(ctx.Process(target=shadow_main, args=(cfg, s, flat, iters, done, results), name="shadow"))
+        procs.append(ctx.Process(target=shadow_main, args=(cfg, s, flat, iters, done, shared, results),
+                                 name="shadow"))
     for p in procs:
         p.start()
-    emb = EmbeddingClient(s, cfg.embedding_servers, cfg.port, me=cfg.host, my_ip=cfg.ip, rank=cfg.rank,
-                          connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
+    emb = EmbeddingClient(s, cfg.embedding_servers, cfg.port, me=eval_client(cfg.host), my_ip=cfg.ip,
+                          rank=cfg.rank, connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
     outs: list[dict] = []
     try:
         deadline = time.monotonic() + cfg.timeout_s * 4 + s.iterations * 5
@@ -324,6 +404,8 @@ def run(cfg, s, writer: JsonlWriter) -> dict[str, Any]:
         shadow = next((o for o in outs if o["kind"] == "shadow"), None)
         errors = [o["error"] for o in outs if o.get("error")]
         for w in workers:
+            if w.get("calibration"):
+                writer.write(w["calibration"])
             for r in w.get("records", []):
                 writer.write({"type": "iteration", "host": cfg.host, "rank": cfg.rank, "worker": w["worker"], **r})
         ne, ctr = evaluate(tower, emb, open_source(s.dataset, s.model["table_sizes"], s.seed), s.eval_examples) \
@@ -374,7 +456,9 @@ def main(argv: list[str] | None = None) -> int:
         "sync_gaps": gaps, "sync_s": (shadow or {}).get("sync_s"),
         "avg_sync_gap": (float(np.mean(gaps)) if gaps else
                          (s.k * s.hogwild_workers if s.mode == "foreground" and s.syncs else None)),
-        "validity": [w.get("validity") for w in workers]})
+        "validity": [w.get("validity") for w in workers],
+        # the TDF the measured run ran at (calibrated: worker 0's last decision, shared)
+        "tdf": next((w["tdf"] for w in workers if w.get("tdf") is not None), None)})
     writer.close()
     return 0 if not res["errors"] else program.EXIT_NET
 

@@ -22,7 +22,11 @@ Servers: each server trace (header role "server") becomes a service model:
     recv from the same peer; a tag whose recvs were all answered gets a reply of
     the recorded reply tag (sized as the worker's recv node of that (group,
     seq), else as recorded); a tag never answered gets none; answering only some
-    is refused (the model cannot tell which).
+    is refused (the model cannot tell which). A server whose clients send both
+    requests that are answered and messages that never are (an embedding PS:
+    lookups and fire-and-forget pushes on one connection) names the latter in its
+    header (`unanswered_tags`); they are left out of the pairing, else a reply
+    would be paired with an older push of the same peer.
   * order: every message the server receives is served first come first served
     (by arrival), or, when the server's header says `serve_order:
     "round_robin"`, in worker rank order (the server waits for worker 0's next
@@ -87,6 +91,7 @@ def service_model(header: dict[str, Any], nodes: list[dict[str, Any]], rank: int
     busy: dict[str, float] = defaultdict(float)
     count: Counter = Counter()
     unanswered: dict[str, list[str]] = defaultdict(list)      # peer -> request tags, oldest first
+    never = set(header.get("unanswered_tags", ()))             # tags the server never answers
     answers: dict[str, Counter] = defaultdict(Counter)        # request tag -> Counter(Reply)
     current = None
     for n in nodes:
@@ -98,7 +103,8 @@ def service_model(header: dict[str, Any], nodes: list[dict[str, Any]], rank: int
             if n["op"] == "recv":
                 current = tag
                 count[tag] += 1
-                unanswered[src].append(tag)
+                if tag not in never:
+                    unanswered[src].append(tag)
             elif unanswered[dst]:
                 answers[unanswered[dst].pop(0)][Reply(tag, int(n["values"]), int(n["value_bytes"]))] += 1
     replies = {}

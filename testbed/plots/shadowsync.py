@@ -3,8 +3,12 @@ eval NE difference of each background algorithm vs its foreground counterpart
 in %, and the average sync gap.
 
 Colour = algorithm (EASGD, MA, BMUF, no sync); line style = mode (shadow solid,
-foreground dashed) and the scenario's other cases after it. Points the device
-model flagged (the CPU was slower than the dilated model) are hollow.
+foreground dashed) and the scenario's other cases after it. Points whose
+emulation is not valid (the fidelity monitor or the device model) are hollow.
+Throughput is in examples per second of the modeled hardware (emulated / TDF:
+calibrated points run at different TDFs); each S-*/FR-* series' projection from
+the traces of its largest emulated point (testbed/workloads/shadowsync.py
+project_trainers) is the thin line with crosses.
 """
 from __future__ import annotations
 
@@ -54,20 +58,62 @@ def _caption(run: Run, sums: dict[int, dict[str, Any]], extra: str = "",
         "emb": ("workload.embedding_servers", lambda v: f"{'/'.join(map(str, v))} embedding PS"),
         "k": ("workload.k", lambda v: "FR every k=" + "/".join(map(str, v))),
         "batch": ("workload.batch_size", lambda v: f"batch {v[0]}"),
-        "device": ("workload.device", lambda v: f"{v[0].get('type')} model x{v[0].get('time_scale', 1):g}"),
+        "device": ("workload.device", lambda v: f"{v[0].get('type')} model" + (
+            " (TDF calibrated)" if v[0].get("time_scale") == "auto" else f" x{v[0].get('time_scale', 1):g}")),
         "loss": ("links.loss_pct", lambda v: f"loss {'/'.join(f'{x:g}' for x in v)} %"),
     })
     invalid = {i: r for i in sums if (r := invalid_reasons(run, i, sums[i])) is not None}
-    net = {s.get("network_fidelity", "?").split(":")[0] for s in sums.values()}
+    tdfs = sorted({s["tdf"] for s in sums.values() if s.get("tdf")})
+    tdf = (f"TDF {tdfs[0]:g}" if len(tdfs) == 1 else f"TDF {tdfs[0]:g}-{tdfs[-1]:g}") if tdfs else "TDF ?"
+    cal = "calibrated" if any(s.get("calibrated") for s in sums.values()) else "fixed"
     return [f"DLRM-style CTR model, synthetic Criteo-schema clicks; {what}" + (f"; {extra}" if extra else ""),
             invalid_note(invalid, len(sums), how=how),
-            "network fidelity: " + ", ".join(sorted(net)) + " (the monitor does not model p2p PS messages yet; "
-            "syncs are paced to the hardware model x time_scale, docs/shadowsync.md)",
+            f"{tdf} ({cal}); network and device checked by the fidelity monitor (docs/shadowsync.md)",
             run_mode_text(run)]
 
 
 def _bad(run: Run, idx: int, s: dict[str, Any]) -> bool:
-    return s.get("device_valid") is False
+    return s.get("valid", s.get("device_valid")) is False
+
+
+def _rate(s: dict[str, Any]) -> float | None:
+    """Examples per second of the modeled hardware (older summaries: per emulated second x TDF)."""
+    if s.get("hw_examples_per_s"):
+        return s["hw_examples_per_s"]
+    return s["examples_per_s"] * s.get("tdf", s.get("time_scale", 1.0)) if s.get("examples_per_s") else None
+
+
+def projections(sums: dict[int, dict[str, Any]], case_of) -> dict[tuple[str, str, str], dict[int, float]]:
+    """Per (algorithm, mode, case): trainers -> projected examples/s, from the summaries at
+    the series' largest emulated count (median over repeats): its own-count projection
+    and every `projected` count."""
+    top: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for idx, s in sums.items():
+        if s.get("projected_hw_examples_per_s"):
+            key = (s["algorithm"], s["mode"], case_of(idx))
+            if top[key] and top[key][0]["trainers"] < s["trainers"]:
+                top[key] = []
+            if not top[key] or top[key][0]["trainers"] == s["trainers"]:
+                top[key].append(s)
+    out = {}
+    for key, ss in top.items():
+        pts: dict[int, list[float]] = defaultdict(list)
+        for s in ss:
+            pts[s["trainers"]].append(s["projected_hw_examples_per_s"])
+            for n, r in (s.get("projected") or {}).items():
+                pts[int(n)].append(r)
+        out[key] = {n: float(np.median(v)) for n, v in sorted(pts.items())}
+    return out
+
+
+def shadow_over_foreground(proj: dict[tuple[str, str, str], dict[int, float]]) -> dict[str, dict[int, float]]:
+    """Projected S-X / FR-X throughput per algorithm and trainer count (base case)."""
+    out = {}
+    for (alg, mode, case), s in proj.items():
+        fr = proj.get((alg, "foreground", case))
+        if mode == "shadow" and case == "base" and fr:
+            out[alg] = {n: s[n] / fr[n] for n in s if n in fr}
+    return out
 
 
 @figure("shadowsync_throughput")
@@ -76,30 +122,43 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
     cases = sorted({_case(run, i) for i in sums} - {"base"})
     series: dict[tuple[str, str, str], dict[float, list[tuple[float, bool]]]] = defaultdict(lambda: defaultdict(list))
     for idx, s in sums.items():
-        if s.get("examples_per_s"):
-            series[(s["algorithm"], s["mode"], _case(run, idx))][s["trainers"]].append(
-                (s["examples_per_s"], _bad(run, idx, s)))
+        if _rate(s):
+            series[(s["algorithm"], s["mode"], _case(run, idx))][s["trainers"]].append((_rate(s), _bad(run, idx, s)))
+    proj = projections(sums, lambda i: _case(run, i))
     fig, ax = plt.subplots(figsize=(7.2, 4.6))
     most = 0
+    far = max([n for p in proj.values() for n in p] + [s["trainers"] for s in sums.values()] + [1])
+    for (alg, mode, case), p in sorted(proj.items()):
+        ax.plot(list(p), list(p.values()), color=COLOURS[alg], lw=0.7, ls=_style(mode, case, cases), marker="x",
+                ms=5, alpha=0.9)
     for (alg, mode, case), data in sorted(series.items()):
         label = ("S-" if mode == "shadow" else "FR-") + NAMES[alg] if alg != "none" else "no sync"
         most = max(most, plot_repeats(ax, data, color=COLOURS[alg], ls=_style(mode, case, cases),
                                       label=label + ("" if case == "base" else f" ({case})")))
         ones = [v for v, bad in data.get(1, []) if not bad]
-        if ones and mode == "shadow" and case == "base" and len(data) > 1:
-            xs = sorted(data)
+        if ones and mode == "shadow" and case == "base" and (len(data) > 1 or far > 1):
+            xs = sorted(set(data) | {far})
             ax.plot(xs, [float(np.median(ones)) * x for x in xs], color=COLOURS[alg], lw=0.8, ls=(0, (1, 3)),
                     alpha=0.8)
     if not series:
         ax.text(0.5, 0.5, "no successful shadowsync points", ha="center", va="center", transform=ax.transAxes)
     handles, _ = ax.get_legend_handles_labels()
     handles.append(legend_handle(color="0.3", ls=(0, (1, 3)), label="linear scaling from 1 trainer"))
+    if proj:
+        handles.append(legend_handle(color="0.3", marker="x", label="projected from the traces"))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
     ax.legend(handles=handles, fontsize=7, handlelength=3.5)
-    ax.set_xticks(sorted({s["trainers"] for s in sums.values()}) or [1])
+    ticks = sorted({s["trainers"] for s in sums.values()} | {n for p in proj.values() for n in p}) or [1]
+    ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.set_xlabel("trainers")
-    ax.set_ylabel("training throughput (examples / emulated s)")
+    ax.set_ylabel("examples / s (modeled hardware)")
     ax.set_title("Throughput vs trainers: background (S-*) vs foreground (FR-*) sync", fontsize=9)
-    return save(fig, run, out_dir, "shadowsync_throughput", _caption(run, sums, band_description(most)))
+    ratio = shadow_over_foreground(proj)
+    extra = band_description(most) + ("; projected S/FR " + ", ".join(
+        f"{NAMES[a]} " + "/".join(f"{r:.2f}" for r in rs.values()) + " at " + "/".join(map(str, rs))
+        for a, rs in sorted(ratio.items())) if ratio else "")
+    return save(fig, run, out_dir, "shadowsync_throughput", _caption(run, sums, extra))
 
 
 @figure("shadowsync_ne")

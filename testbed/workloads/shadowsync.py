@@ -12,7 +12,8 @@ every k iterations (FR-EASGD, FR-MA, FR-BMUF). docs/shadowsync.md.
       embedding_servers: 1        # hosts emb1..embE (tables sharded table-wise)
       iterations: 100             # per worker
       collective: ring            # the allreduce of MA / BMUF: ring | switch
-      device: {type: v100, time_scale: 200}
+      device: {type: v100, time_scale: auto}   # auto: calibrated (hosts/shadowsync/timing.py)
+      dilate_network: true        # on the soft switch, the network runs at the same TDF
 
 Hosts: trainers are the topology's workers w1..wN (hosts.shadowsync.trainer);
 extra hosts emb1..embE (hosts.shadowsync.servers --role embedding_ps) and, for
@@ -38,6 +39,8 @@ FIGURES = ("shadowsync_throughput", "shadowsync_ne", "shadowsync_sync_gap")
 SHADOWSYNC_TCP_PORT = 48500        # servers; the ring allreduce at +100
 COLLECTIVE_OFFSET = 100
 DEVICE_TYPES = ("cpu", "v100", "a100", "h100", "knl")
+# time_scale auto: the first calibration round's TDF (as LHC's and P4SGD's CALIBRATION_START).
+CALIBRATION_START = 400.0
 
 register_figures_if_loaded(*FIGURES)
 
@@ -105,6 +108,18 @@ class ShadowSyncWorkload(BaseModel):
     device: dict[str, Any] = Field(default_factory=lambda: {"type": "v100", "time_scale": 400.0},
                                    description="Trainer device model (hosts/dnn/device.py).")
     hardware: str = Field("tor-100g-host", description="Hardware network profile for the fidelity monitor.")
+    dilate_network: bool = Field(True, description="time_scale auto on the soft switch: the switch delays "
+                                 "every frame to the calibrated TDF x its modeled hardware time "
+                                 "(hosts.common.calibration.Calibrator).")
+    network_headroom: float = Field(16.0, ge=1.0, le=100.0, description="dilate_network: TDF >= headroom x "
+                                    "the undilated network's slowdown (hosts.common.calibration.dilated_tdf).")
+    calibration_rounds: int = Field(2, ge=1, description="time_scale auto: calibration rounds.")
+    calibration_iterations: int = Field(6, ge=1, description="time_scale auto: worker iterations per round "
+                                        "(every process of every trainer runs them, before the measured run).")
+    project_trainers: list[int] = Field(default_factory=lambda: [16, 32, 64],
+                                        description="Trainer counts every point's traces are projected to "
+                                                    "(trainer 0's worker and shadow replicated, servers as a "
+                                                    "service model); [] for none.")
     seed: int = Field(1, ge=0)
     timeout_s: float = Field(300.0, gt=0)
     ina: InaParams = Field(default_factory=InaParams, description="In-switch transport (collective switch).")
@@ -121,9 +136,11 @@ class ShadowSyncWorkload(BaseModel):
         kind = v.get("type", "cpu")
         if kind not in DEVICE_TYPES:
             raise ValueError(f"device.type {kind!r}: use one of {', '.join(DEVICE_TYPES)}")
+        if v.get("time_scale") == "auto" and kind == "cpu":
+            raise ValueError("device.time_scale auto needs a modeled device (v100, a100, h100, knl), not cpu")
         try:
             from hosts.dnn.device import make_device  # noqa: PLC0415 - no torch import there
-            make_device(v)
+            make_device(dict(v, time_scale=CALIBRATION_START) if v.get("time_scale") == "auto" else v)
         except (TypeError, ValueError) as e:
             raise ValueError(f"device: {e}") from None
         return v
@@ -157,8 +174,17 @@ class ShadowSyncWorkload(BaseModel):
         return {**self.dataset, "path": str(p if p.is_absolute() else PROJECT_ROOT / p)}
 
     @property
+    def calibrated(self) -> bool:
+        return self.device.get("time_scale") == "auto"
+
+    @property
     def time_scale(self) -> float:
-        return float(self.device.get("time_scale", 1.0))
+        """The fixed TDF, or (calibrated) the first round's."""
+        return CALIBRATION_START if self.calibrated else float(self.device.get("time_scale", 1.0))
+
+    def device_spec(self) -> dict[str, Any]:
+        """The hosts' device spec: a number for time_scale (auto: the start; calibration sets the rest)."""
+        return dict(self.device, time_scale=self.time_scale) if self.device.get("type") != "cpu" else dict(self.device)
 
     def server_hosts(self) -> list[str]:
         return [f"emb{i + 1}" for i in range(self.embedding_servers)]
@@ -184,7 +210,33 @@ def settings_of(wl: ShadowSyncWorkload, trainers: int, repeat: int = 0) -> dict[
             "seed": wl.seed + repeat, "model": wl.model.resolved(),
             "dataset": {**wl.dataset_spec(), **({"truth_seed": wl.seed} if wl.dataset.get("source") == "synthetic"
                                                 else {})},
-            "sync_hw_s": sync_hw_s(wl, trainers)}
+            "sync_hw_s": sync_hw_s(wl, trainers), "calibrated": wl.calibrated}
+
+
+def lookup_hw_s(wl: ShadowSyncWorkload) -> list[float]:
+    """Hardware seconds of one LOOKUP to each embedding PS: the ids' message and the
+    rows' reply (network_model.message_time; the PS's own work is not modeled [A])."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.network_model import message_time  # noqa: PLC0415
+    prof, m = load_profile(wl.hardware), wl.model.resolved()
+    tables = [len([t for t in range(26) if t % wl.embedding_servers == e]) for e in range(wl.embedding_servers)]
+    return [message_time(8 * wl.batch_size * t, prof) + message_time(4 * wl.batch_size * t * m["dim"], prof)
+            for t in tables]
+
+
+def network_dilation(wl: ShadowSyncWorkload, switch_info: dict[str, Any], trainers: int) -> dict[str, Any] | None:
+    """The trainers' network_dilation block (as testbed/workloads/lhc.py's): None without a
+    soft switch, with a fixed TDF (not calibrated) or dilate_network false. hw_op_s (the
+    largest op a transport waits for): a lookup or a sync."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.network_model import dilation_hardware  # noqa: PLC0415
+
+    control = switch_info.get("dilation_control")
+    if not control or not wl.dilate_network or not wl.calibrated:
+        return None
+    return {"control": list(control), "hardware": dilation_hardware(load_profile(wl.hardware)),
+            "headroom": wl.network_headroom,
+            "hw_op_s": max([*lookup_hw_s(wl), sync_hw_s(wl, trainers), 1e-6])}
 
 
 def dense_values(wl: ShadowSyncWorkload) -> int:
@@ -229,7 +281,10 @@ class ShadowSyncRuntime(WorkloadRuntime):
         port = ctx.tcp_port_base(SHADOWSYNC_TCP_PORT, span=COLLECTIVE_OFFSET + 80)
         s = settings_of(wl, len(trainers), ctx.point.repeat)
         servers = wl.server_hosts() + (["syncps"] if wl.algorithm == "easgd" else [])
-        world = len(trainers) + len(servers)
+        # Traced hosts: the trainers' worker 0, the servers, and (S-*) each trainer's
+        # shadow "<host>-shadow", ranked after the servers (hosts/shadowsync/trainer.py).
+        world = len(trainers) + len(servers) + (len(trainers) if wl.mode == "shadow" and wl.algorithm != "none"
+                                                else 0)
         peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in trainers]
         progs = []
         for i, h in enumerate(servers):
@@ -261,7 +316,11 @@ class ShadowSyncRuntime(WorkloadRuntime):
                                "embedding_servers": [{"name": e, "ip": ctx.hosts[e].ip} for e in wl.server_hosts()],
                                "sync_ps": ({"name": "syncps", "ip": ctx.hosts["syncps"].ip}
                                            if wl.algorithm == "easgd" else None),
-                               "port": port, "collective": coll, "device": dict(wl.device),
+                               "port": port, "collective": coll, "device": wl.device_spec(),
+                               "calibration": ({"rounds": wl.calibration_rounds,
+                                                "iterations": wl.calibration_iterations,
+                                                "lookup_hw_s": lookup_hw_s(wl)} if wl.calibrated else None),
+                               "network_dilation": network_dilation(wl, ctx.switch or {}, len(trainers)),
                                "straggler": straggler_for(scn, h), "start_at": ctx.start_at,
                                "connect_timeout_s": 60.0, "timeout_s": wl.timeout_s,
                                "out": str(ctx.work_dir / f"{h}.jsonl"),
@@ -297,7 +356,8 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for h in trainers:
         for r in read_jsonl(work_dir / f"{h}.jsonl"):
-            t = {"iteration": "shadowsync_iter", "summary": "shadowsync_trainer"}.get(r.get("type"))
+            t = {"iteration": "shadowsync_iter", "summary": "shadowsync_trainer",
+                 "calibration": "calibration"}.get(r.get("type"))
             if t:
                 out.append(dict(r, type=t, host=h))
     for h in wl.extra_hosts():
@@ -317,10 +377,12 @@ def push_accounting(trainer_recs: list[dict], server_recs: list[dict], servers: 
     sent = {r["host"]: r.get("pushes", 0) for r in trainer_recs}
     applied: dict[str, int] = {}
     rows: dict[str, int] = {}
+    from hosts.shadowsync.protocol import trainer_of  # noqa: PLC0415 - client names: one per connection
     for r in server_recs:
         if r.get("role") == "embedding_ps":
-            applied[r["client"]] = applied.get(r["client"], 0) + r["pushes"]
-            rows[r["client"]] = rows.get(r["client"], 0) + r["rows_applied"]
+            h = trainer_of(r["client"])
+            applied[h] = applied.get(h, 0) + r["pushes"]
+            rows[h] = rows.get(h, 0) + r["rows_applied"]
     rows_sent = {r["host"]: r.get("rows_pushed", 0) for r in trainer_recs}
     return {"pushes_sent": sum(sent.values()), "pushes_applied": sum(applied.values()),
             "rows_sent": sum(rows_sent.values()), "rows_applied": sum(rows.values()),
@@ -343,16 +405,23 @@ def point_summary(wl: ShadowSyncWorkload, trainers: list[str], recs: list[dict[s
     gaps = [r["avg_sync_gap"] for r in tr if r.get("avg_sync_gap") is not None]
     validity = [v for r in tr for v in (r.get("validity") or []) if v]
     emb_hosts = [r for r in hosts if r.get("role") == "embedding_ps"]
+    # The TDF the trainers ran at (calibrated or fixed): one value, or the point is wrong.
+    tdfs = {r["tdf"] for r in tr if r.get("tdf") is not None}
+    if len(tdfs) > 1:
+        raise ValueError(f"trainers ran at different TDFs {sorted(tdfs)}: calibration did not agree")
+    tdf = tdfs.pop() if tdfs else wl.time_scale
     return {
         "type": "shadowsync_summary", "algorithm": wl.algorithm, "mode": wl.mode,
         "label": label_of(wl.algorithm, wl.mode), "trainers": len(trainers),
         "hogwild_workers": wl.hogwild_workers, "embedding_servers": wl.embedding_servers, "k": wl.k,
         "collective": wl.collective if wl.algorithm in ("ma", "bmuf") else ("syncps" if wl.algorithm == "easgd"
                                                                              else None),
-        "time_scale": wl.time_scale, "ok": ok,
+        "time_scale": wl.device.get("time_scale"), "tdf": tdf, "calibrated": wl.calibrated, "ok": ok,
         "errors": {r["host"]: r.get("error") for r in tr + hosts if r.get("error")},
         "examples": examples, "wall_s": wall, "examples_per_s": examples / wall if wall else None,
         "examples_per_s_per_trainer": [r.get("examples_per_s") for r in tr],
+        # On the modeled hardware (emulated / TDF): what the projections compare with.
+        "hw_examples_per_s": examples / wall * tdf if wall else None,
         "eval_ne": float(np.mean(ne)) if ne else None, "eval_ne_per_trainer": ne,
         "train_ne": float(np.mean([r["train_ne"] for r in tr if r.get("train_ne") is not None]))
         if any(r.get("train_ne") is not None for r in tr) else None,
@@ -367,30 +436,96 @@ def point_summary(wl: ShadowSyncWorkload, trainers: list[str], recs: list[dict[s
 
 
 def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The fidelity monitor's verdict on the traces (trainers' worker 0 and the servers).
-    The monitor of this commit does not model p2p messages or server traces yet
-    (branch h-fid); until then its verdict here says so instead of guessing."""
-    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
-    from testbed.fidelity.monitor import fidelity_report, load_traces  # noqa: PLC0415
+    """The fidelity monitor's verdict and the projections (testbed.fidelity.records).
+
+    Traced: every trainer's Hogwild worker 0, the servers (role server) and, S-*, the
+    shadows (role shadow, their allreduces in group "trainers"). Throughput on the
+    modeled hardware is read from the workers' finish in the projection, not its
+    makespan (the shadows replay the syncs they made in the emulation and may end
+    later or earlier than the workers without changing the workers' time):
+    projected_hw_examples_per_s = trainers x hogwild_workers x iterations x batch /
+    the last worker's finish. Then the same traces synthesized to every count of
+    `project_trainers` (synthesize_trainers)."""
+    from testbed.fidelity.records import fidelity_and_projection  # noqa: PLC0415
 
     wl: ShadowSyncWorkload = scenario.workload
+    n = summary["trainers"]
     summary["valid"] = summary["device_valid"]
-    summary["invalid_reasons"] = [] if summary["device_valid"] else \
-        [f"{summary['device_violations']} step(s) where the CPU was slower than the dilated device model"]
-    try:
-        traces = load_traces(work_dir)
-        report = fidelity_report(traces, load_profile(wl.hardware), wl.time_scale, max_overrun_share=0.05)
-    except (ValueError, KeyError, NotImplementedError) as e:
-        summary["network_fidelity"] = f"not modeled: {type(e).__name__}: {e}"
-        return [{"type": "fidelity", "valid": None, "reasons": [summary["network_fidelity"]],
-                 "device_valid": summary["device_valid"]}]
-    fid = {"type": "fidelity", **report.to_dict(), "calibrated": False}
-    summary["network_fidelity"] = "checked"
-    if not report.valid:
-        summary["valid"] = False
-        summary["invalid_reasons"] += report.reasons
-    fid["valid"] = summary["valid"]
-    return [fid]
+    reason = f"{summary['device_violations']} step(s) where the CPU was slower than the dilated device model"
+    pf = fidelity_and_projection(work_dir, wl.hardware, summary["tdf"], "shadowsync", wl.iterations, summary,
+                                 max_nodes=None, device_reason=reason,
+                                 extra={"label": summary["label"], "trainers": n})
+    out = pf.records
+    if pf.projected is None:
+        return out
+    rate = projected_rate(pf.projected, n, wl)
+    summary["projected_hw_examples_per_s"] = rate
+    summary["projected_hw_iter_ms"] = n * wl.hogwild_workers * wl.batch_size / rate * 1e3
+    if summary.get("hw_examples_per_s"):
+        summary["emulated_over_projected"] = rate / summary["hw_examples_per_s"]
+    pf.projection["hw_examples_per_s"] = rate
+    summary["projected"] = {}
+    for m in wl.project_trainers:
+        try:
+            proj = project_trainers(pf.traces, m, pf.profile)
+        except (ValueError, RuntimeError) as e:      # named in the record, never hidden
+            out.append({"type": "shadowsync_projection", "label": summary["label"], "trainers": m,
+                        "from_trainers": n, "error": f"{type(e).__name__}: {e}"})
+            continue
+        r = projected_rate(proj, m, wl)
+        summary["projected"][str(m)] = r
+        out.append({"type": "shadowsync_projection", "label": summary["label"], "trainers": m, "from_trainers": n,
+                    "hw_examples_per_s": r, "hw_run_s": proj.makespan_s, "profile": pf.profile.label()})
+    return out
+
+
+def projected_rate(proj: Any, trainers: int, wl: ShadowSyncWorkload) -> float:
+    """Examples/s on the modeled hardware: every Hogwild worker of every trainer runs
+    its iterations; worker ranks are 0..trainers-1 (one traced worker per trainer,
+    its Hogwild siblings run alongside on their own device streams [A])."""
+    span = max(proj.finish_s[r] for r in range(trainers)) * proj.extrapolation
+    return trainers * wl.hogwild_workers * wl.iterations * wl.batch_size / span
+
+
+def synthesize_trainers(traces: list, trainers: int) -> list:
+    """The job at `trainers` trainers: trainer rank 0's worker trace replicated
+    (server_model.synthesize_workers: p2p groups renamed per replica), and, S-*,
+    its shadow's trace replicated beside each replica as "projected<r>-shadow"
+    (ranks trainers..2 x trainers - 1; its sync allreduces keep their group, so all
+    shadows meet in them; its messages to the sync PS are renamed to its own host).
+    Servers are not in the result: project them with server_model.service_models."""
+    from hosts.common.trace import p2p_group, parse_p2p_group  # noqa: PLC0415
+    from testbed.fidelity.server_model import synthesize_workers  # noqa: PLC0415
+
+    role = lambda t: t[0].get("role", "worker")  # noqa: E731
+    workers = sorted((t for t in traces if role(t) == "worker"), key=lambda t: int(t[0]["rank"]))
+    shadows = sorted((t for t in traces if role(t) == "shadow"), key=lambda t: int(t[0]["rank"]))
+    servers = [t for t in traces if role(t) == "server"]
+    world = trainers * (2 if shadows else 1)
+    out = [({**h, "world": world}, nodes) for h, nodes in synthesize_workers(workers + servers, trainers)]
+    if shadows:
+        sh, nodes = shadows[0]
+        tmpl = ({**sh, "role": "worker", "rank": 0}, nodes)
+        for h, ns in synthesize_workers([tmpl] + servers, trainers):
+            me = f"{h['host']}-shadow"
+
+            def rename(g: str, me=me, was=h["host"]) -> str:
+                tag, src, dst = parse_p2p_group(g)
+                return p2p_group(tag, me if src == was else src, me if dst == was else dst)
+            ns = [{**n, "group": rename(n["group"])} if n["kind"] == "comm" and n["algo"] == "p2p" else n
+                  for n in ns]
+            out.append(({**h, "host": me, "role": "shadow", "rank": trainers + int(h["rank"]), "world": world}, ns))
+    return out
+
+
+def project_trainers(traces: list, trainers: int, profile: Any) -> Any:
+    """The projection at `trainers` trainers (synthesize_trainers; the servers as
+    service models, testbed/fidelity/server_model.py)."""
+    from testbed.fidelity.projector import project  # noqa: PLC0415
+    from testbed.fidelity.server_model import service_models  # noqa: PLC0415
+
+    synth = synthesize_trainers(traces, trainers)
+    return project(synth, profile, services=service_models(traces, len(synth)))
 
 
 def summary_row(r: dict[str, Any]) -> dict[str, Any]:

@@ -33,8 +33,10 @@ def run_cli(tmp: Path, *sets: str) -> object:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    # 2 trainers x 2 Hogwild workers, 2 embedding PSs; every algorithm, both modes, + no sync
+    # 2 trainers x 2 Hogwild workers, 2 embedding PSs; every algorithm, both modes, + no sync.
+    # A fixed TDF: the shadow's cost is compared between points (calibrated points differ).
     return run_cli(tmp_path_factory.mktemp("shadowsync"), "workload.iterations=20", "workload.k=5",
+                   "workload.device={type: v100, time_scale: 400}",
                    "workload.embedding_servers=2",
                    "sweep.quick.grid={topology.workers: [2], workload.algorithm: [easgd, ma, bmuf, none]}",
                    "sweep.quick.cases=[shadow, foreground]")
@@ -101,3 +103,39 @@ def test_shadow_does_not_block_or_slow_the_workers(run):
     assert s["S-MA"]["syncs"][0] > 1
     # loose on purpose (2 shared cores): the shadow must not cost the workers half their rate
     assert with_shadow < 2.0 * without
+
+
+def test_calibrated_run_agrees_on_one_tdf_and_traces_only_the_measured_run(tmp_path):
+    """time_scale auto on loopback (nothing to dilate): every trainer ends calibration at
+    the same TDF, the run's summary carries it, worker 0's trace holds the measured
+    iterations only, and the servers' traces match it (the projection of the point's
+    own traces plays, and so do 16 trainers)."""
+    run = run_cli(tmp_path, "workload.iterations=12", "workload.calibration_rounds=2",
+                  "workload.calibration_iterations=3", "workload.project_trainers=[16]",
+                  "workload.k=4", "sweep.quick.grid={topology.workers: [2], workload.algorithm: [ma, easgd]}",
+                  "sweep.quick.cases=[shadow, foreground]")
+    assert [p["status"] for p in run.points] == ["ok"] * 4
+    # FR-MA: k=4 of the 12 measured iterations (calibration's syncs are not counted), the
+    # last one at the end, so both trainers end with the same replica
+    fr = next(x for x in run.metrics_of("shadowsync_summary") if x["label"] == "FR-MA")
+    assert fr["syncs"] == [3, 3] and fr["eval_ne_per_trainer"][0] == fr["eval_ne_per_trainer"][1]
+    # S-EASGD: the shadows' ELASTIC messages (traced from MEASURE to UNTRACE) match the sync PS's
+    projs = {r["label"]: r for r in run.metrics_of("projection")}
+    assert set(projs) == {"S-MA", "S-EASGD", "FR-MA", "FR-EASGD"}
+    assert not any("error" in r for r in projs.values()), projs
+    s = next(x for x in run.metrics_of("shadowsync_summary") if x["label"] == "S-MA")
+    cals = list(run.metrics_of("calibration"))
+    assert sorted(c["host"] for c in cals) == ["w1"] * 4 + ["w2"] * 4 and all(len(c["rounds"]) == 2 for c in cals)
+    cals = [c for c in cals if c["point"] == s["point"]]
+    assert {c["tdf"] for c in cals} == {s["tdf"]} and s["calibrated"] and not cals[0]["network_dilated"]
+    # calibration is training too: (3 x 2 + 12) iterations x 2 workers x 2 trainers pushed, all applied
+    assert s["pushes_sent"] == (6 + 12) * 2 * 2 and s["pushes_match"]
+    # the measured run only: 12 iteration records per worker, 12 steps in worker 0's trace
+    assert len([r for r in run.metrics_of("shadowsync_iter") if r["point"] == s["point"]]) == 12 * 2 * 2
+    from hosts.common.trace import read_trace  # noqa: PLC0415
+    work = run.path / "points" / run.point(s["point"])["label"]
+    header, nodes = read_trace(work / "w1.trace.jsonl")
+    assert header["tdf"] == s["tdf"]
+    assert sum(1 for n in nodes if n["kind"] == "compute" and (n.get("work") or {}).get("phase") == "step") == 12
+    assert s["projected_hw_examples_per_s"] > 0
+    assert s["projected"]["16"] > s["projected_hw_examples_per_s"]

@@ -32,7 +32,8 @@ def test_embedding_ps_applies_every_push_under_five_percent_loss(tmp_path):
     assert len(sums) == 4
     for s in sums:
         assert s["ok"], s["errors"]
-        assert s["pushes_sent"] == 2 * 2 * 24                     # trainers x workers x iterations
+        # trainers x workers x (iterations + calibration's 2 rounds x 6: loss.yaml is time_scale auto)
+        assert s["pushes_sent"] == 2 * 2 * (24 + 2 * 6) and s["calibrated"]
         assert s["pushes_applied"] == s["pushes_sent"] and s["rows_applied"] == s["rows_sent"]
         assert s["pushes_match"]
         assert all(n >= 1 for n in s["syncs"])

@@ -134,3 +134,21 @@ def test_what_the_model_cannot_play_is_refused_with_the_reason():
     w.send(0, 0, peer="ps", values=1024, tag="other")
     with pytest.raises(ValueError, match="server ps never received a 'other' message"):
         project_world([(w.header, w.nodes), tr[1]], 2, TOFINO)
+
+
+def test_messages_the_server_never_answers_are_left_out_of_the_reply_pairing():
+    """An embedding PS: per peer, a lookup (answered with rows) then a push (no reply).
+    Without `unanswered_tags` the second rows reply pairs with the first push."""
+    def emb_ps(**meta):
+        ps = host("emb", 1, 2, role="server", **meta)
+        for _ in range(3):
+            ps.recv(0, 0, peer="w0", values=8, tag="lookup")
+            ps.send(0, 0, peer="w0", values=64, tag="rows")
+            ps.recv(0, 0, peer="w0", values=64, tag="push")
+        return ps
+    with pytest.raises(ValueError, match="answered 2 of 3 'lookup' messages"):
+        service_model(emb_ps().header, emb_ps().nodes, 0)
+    ps = emb_ps(unanswered_tags=["push"])
+    m = service_model(ps.header, ps.nodes, 0)
+    assert set(m.replies) == {"lookup"} and m.replies["lookup"].values == 64
+    assert set(m.service_s) == {"lookup", "push"}

@@ -1,0 +1,85 @@
+"""time_scale auto for a ShadowSync trainer: the ONE place its processes touch
+calibration (hosts.common.calibration.Calibrator decides; nothing is timed here
+in a way of its own).
+
+Every trainer's Hogwild workers (and, S-*, its shadow) run `rounds` x
+`iterations` calibration iterations of their real work before the measured run,
+all processes at once, so the load on the shared cores is the run's: the compute
+ratio (real CPU time / modeled device time of the forward/backward steps) is
+taken per worker over the round and the trainer's is the largest (its most
+loaded worker). Worker 0's LOOKUPs are the network ops, each against its
+hardware time (`lookup_hw_s`: the workload evaluates the network model, which
+hosts cannot import: the ids' and the rows' message times). At the end of a
+round worker 0 agrees with the other trainers (AGREE on embedding PS 0: a SUM of
+hosts.common.calibration.encode's vectors; trainers without an allreduce have no
+other channel), Calibrator.after_round gives the next TDF (and, on the soft
+switch, dilates the network: rank 0 asks), and every process of the trainer
+reads it from shared memory.
+
+After the last round the trace is the measured run only: worker 0 resets its
+trace and tells the servers MEASURE (they trace its messages from then on); the
+shadow does the same when every trainer is measuring (MA/BMUF: a flag in its
+allreduce, so all shadows switch at the same allreduce and their groups' seqs
+agree; EASGD: when its own trainer is).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hosts.common import calibration as cal
+
+
+class Shared:
+    """The trainer's calibration state in shared memory (created before the fork)."""
+
+    def __init__(self, ctx, cc: dict | None, workers: int, start_tdf: float):
+        self.cc = cc
+        self.tdf = ctx.Value("d", float(start_tdf), lock=False)
+        self.ratio = ctx.Array("d", workers, lock=False)
+        self.barrier = ctx.Barrier(workers) if cc else None
+        self.measuring = ctx.Value("i", 0 if cc else 1, lock=False)
+
+    @property
+    def iterations(self) -> int:
+        """Calibration iterations per worker before the measured run."""
+        return self.cc["rounds"] * self.cc["iterations"] if self.cc else 0
+
+    def round_end(self, it: int) -> bool:
+        """Iteration `it` (0-based, calibration ones first) ends a calibration round."""
+        return bool(self.cc) and it < self.iterations and (it + 1) % self.cc["iterations"] == 0
+
+    def last_round(self, it: int) -> bool:
+        return bool(self.cc) and it == self.iterations - 1
+
+
+class Round:
+    """Worker 0's side: one Calibrator for the whole calibration (module docstring)."""
+
+    def __init__(self, shared: Shared, nd: dict | None, rank: int, trainers: int):
+        self.shared, self.rank, self.trainers = shared, rank, trainers
+        self.lookup_hw = [float(x) for x in shared.cc["lookup_hw_s"]]
+        self.c = cal.Calibrator(0.0, shared.tdf.value, nd, rank)
+        self.c.start()
+
+    def decide(self, spans: list[tuple[float, float]], agree) -> float:
+        """Agree on and apply the next TDF from this round's lookups and the workers'
+        compute ratios (shared.ratio); returns it (also in shared.tdf)."""
+        spans = spans[:cal.MAX_OPS]
+        hw = [self.lookup_hw[i % len(self.lookup_hw)] for i in range(len(spans))]
+        ratio = max(self.shared.ratio) or None
+        summed = agree(cal.encode([a for a, _ in spans], [b for _, b in spans], ratio, self.rank, self.trainers))
+        measured, why = cal.decide(summed, len(spans), self.trainers, hw or 0.0, fallback=self.shared.tdf.value)
+        # The delay line's compensation is per crossing; a LOOKUP crosses it twice (the
+        # ids, then the rows): compensating a whole round trip per message made every
+        # message 0.6x its dilated time (measured on the 2-trainer quick run).
+        self.c.hw_op_s = float(np.median(hw)) / 2 if hw else 0.0
+        tdf = self.c.after_round(measured, why, ops=len(spans), my_compute_ratio=ratio,
+                                 op_hw_p50_s=self.c.hw_op_s or None)
+        self.shared.tdf.value = tdf
+        return tdf
+
+    def finish(self, host: str) -> dict[str, Any]:
+        self.c.finish()
+        return self.c.record(host)
