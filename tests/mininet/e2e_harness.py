@@ -238,14 +238,22 @@ class LiveRun:
         assert left == [], f"registry records left in {self.registry}: {left}"
 
         # Namespaces: none of the run's is still held by a process that existed
-        # when the run ended (a namespace created later may reuse an inode).
-        holders = netns_holders()
-        leaked = {}
-        for ino in self.netns:
-            old = {pid: _cmdline(pid) for pid in holders.get(ino, ())
-                   if (s := _proc_start(pid)) is not None and s <= exited_at}
-            if old:
-                leaked[ino] = old
+        # when the run ended (a namespace created later may reuse an inode). Mininet's
+        # host shells do not carry the run id; under load they were seen alive a
+        # moment after the runner exited (SIGINT case, gone when looked at again),
+        # so poll as for processes: a shell that never exits still fails.
+        deadline = time.monotonic() + 15
+        while True:
+            holders = netns_holders()
+            leaked = {}
+            for ino in self.netns:
+                old = {pid: _cmdline(pid) for pid in holders.get(ino, ())
+                       if (s := _proc_start(pid)) is not None and s <= exited_at}
+                if old:
+                    leaked[ino] = old
+            if not leaked or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert leaked == {}, f"network namespaces of the run still exist: {leaked}"
 
         # Interfaces: nothing named like the run's appeared in the machine's namespace.
