@@ -51,7 +51,7 @@ class RunOutcome:
         return [o for o in self.outcomes if o.status != "ok"]
 
 
-def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001
+def _signal_as_interrupt(signum, frame):  # noqa: ARG001
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -92,7 +92,11 @@ def run_points(scenario: Scenario, points: Points | list[Point], *, net_mode: st
         on_start(run_dir, points)
 
     reg = registry.RunRegistry.create(run_dir)
-    old_term = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    old_term = signal.signal(signal.SIGTERM, _signal_as_interrupt)
+    # SIGINT explicitly too: a process started in the background by a non-interactive
+    # shell (`testbed run ... &`, a CI script) inherits SIGINT *ignored*, and Python
+    # then keeps it ignored: the run went on to its end after a SIGINT.
+    old_int = signal.signal(signal.SIGINT, _signal_as_interrupt)
     outcomes: list[PointOutcome] = []
     summary_rows: list[dict[str, Any]] = []
     interrupted = False
@@ -119,6 +123,7 @@ def run_points(scenario: Scenario, points: Points | list[Point], *, net_mode: st
         interrupted = True
     finally:
         signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGINT, old_int)
         manifest["status"] = ("interrupted" if interrupted else
                               "failed" if any(o.status == "failed" for o in outcomes) else "ok")
         manifest["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
