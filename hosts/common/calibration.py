@@ -92,15 +92,7 @@ def decide(summed: np.ndarray, n_ops: int, world: int, hw_op_s: "float | Sequenc
         if np.any(net_s > 0):
             tdf_net = float(np.median(net_s[net_s > 0] / hw[net_s > 0]))
     off = 2 * n * world
-    has = s[off + world:off + 2 * world] > 0.5
-    cmps = np.exp2(s[off:off + world][has])
-    tdf_cmp = float(np.max(cmps)) if cmps.size else None
-    candidates = [x for x in (tdf_net, tdf_cmp) if x is not None]
-    tdf = max(candidates) if candidates else fallback
-    tdf = float(min(MAX_TDF, max(MIN_TDF, _round_sig(tdf, 3))))
-    return tdf, {"tdf_net": tdf_net, "tdf_cmp": tdf_cmp,
-                 "limited_by": ("compute" if tdf_cmp is not None and (tdf_net is None or tdf_cmp > tdf_net)
-                                else "network" if tdf_net is not None else "none")}
+    return _decision(s, off, world, tdf_net, fallback)
 
 
 def encode_messages(durations: Sequence[float], compute_ratio: float | None,
@@ -127,15 +119,7 @@ def decide_messages(summed: np.ndarray, n_ops: int, world: int, hw_op_s: float,
     d = s[:n * world] * TIME_UNIT_S
     tdf_net = float(np.median(d[d > 0]) / hw_op_s) if hw_op_s > 0 and np.any(d > 0) else None
     off = n * world
-    has = s[off + world:off + 2 * world] > 0.5
-    cmps = np.exp2(s[off:off + world][has])
-    tdf_cmp = float(np.max(cmps)) if cmps.size else None
-    candidates = [x for x in (tdf_net, tdf_cmp) if x is not None]
-    tdf = max(candidates) if candidates else fallback
-    tdf = float(min(MAX_TDF, max(MIN_TDF, _round_sig(tdf, 3))))
-    return tdf, {"tdf_net": tdf_net, "tdf_cmp": tdf_cmp,
-                 "limited_by": ("compute" if tdf_cmp is not None and (tdf_net is None or tdf_cmp > tdf_net)
-                                else "network" if tdf_net is not None else "none")}
+    return _decision(s, off, world, tdf_net, fallback)
 
 
 def messages_agreement_size(n_ops: int, world: int) -> int:
@@ -179,6 +163,21 @@ def damped(tdf_in: float, measured: float) -> float:
     plain fixed-point iteration oscillates; the geometric mean of the two
     converges (seen here: 100 -> 1420 -> 566 undamped)."""
     return float(_round_sig(math.sqrt(tdf_in * measured), 3))
+
+
+def _decision(s: np.ndarray, off: int, world: int, tdf_net: float | None,
+              fallback: float) -> tuple[float, dict]:
+    """The TDF from the network's slowdown and the workers' compute ratios (the
+    vector's slots from `off`), shared by `decide` and `decide_messages`."""
+    has = s[off + world:off + 2 * world] > 0.5
+    cmps = np.exp2(s[off:off + world][has])
+    tdf_cmp = float(np.max(cmps)) if cmps.size else None
+    candidates = [x for x in (tdf_net, tdf_cmp) if x is not None]
+    tdf = max(candidates) if candidates else fallback
+    tdf = float(min(MAX_TDF, max(MIN_TDF, _round_sig(tdf, 3))))
+    return tdf, {"tdf_net": tdf_net, "tdf_cmp": tdf_cmp,
+                 "limited_by": ("compute" if tdf_cmp is not None and (tdf_net is None or tdf_cmp > tdf_net)
+                                else "network" if tdf_net is not None else "none")}
 
 
 def _round_sig(x: float, digits: int) -> float:
