@@ -92,13 +92,14 @@ class RingAllreduce:
         a, back = as_array(x)
         return back(self._allreduce(a))
 
-    def _allreduce(self, x: np.ndarray) -> np.ndarray:
-        buf = np.array(x, dtype=np.float32, copy=True).reshape(-1)
+    def _allreduce(self, x: np.ndarray, dtype=np.float32) -> np.ndarray:
+        """Reduce-scatter then allgather, summing in `dtype` (int32 wraps mod 2^32)."""
+        buf = np.array(x, dtype=dtype, copy=True).reshape(-1)
         n, world, rank = buf.size, self.world, self.rank
         if world == 1:
             return buf
         bounds = chunk_bounds(n, world)
-        tmp = np.empty(max(hi - lo for lo, hi in bounds), dtype=np.float32)
+        tmp = np.empty(max(hi - lo for lo, hi in bounds), dtype=dtype)
         for step in range(world - 1):
             s, r = reduce_scatter_step(rank, world, step)
             (slo, shi), (rlo, rhi) = bounds[s], bounds[r]

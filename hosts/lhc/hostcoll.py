@@ -12,31 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from hosts.collectives.ring import RingAllreduce, allgather_step, chunk_bounds, reduce_scatter_step
+from hosts.collectives.ring import RingAllreduce
 from hosts.common.tcp import KIND_DATA, RecvOp, SendOp, exchange
 
 
 class IntRing(RingAllreduce):
     def allreduce_int32(self, x: np.ndarray) -> np.ndarray:
-        buf = np.array(x, dtype=np.int32, copy=True).reshape(-1)
-        n, world, rank = buf.size, self.world, self.rank
-        if world == 1:
-            return buf
-        bounds = chunk_bounds(n, world)
-        tmp = np.empty(max(hi - lo for lo, hi in bounds), dtype=np.int32)
-        for step in range(world - 1):
-            s, r = reduce_scatter_step(rank, world, step)
-            (slo, shi), (rlo, rhi) = bounds[s], bounds[r]
-            incoming = tmp[: rhi - rlo]
-            exchange([SendOp(self.right, KIND_DATA, buf[slo:shi])],
-                     [RecvOp(self.left, KIND_DATA, incoming)], self.timeout_s)
-            buf[rlo:rhi] += incoming                 # int32: wraps mod 2^32
-        for step in range(world - 1):
-            s, r = allgather_step(rank, world, step)
-            (slo, shi), (rlo, rhi) = bounds[s], bounds[r]
-            exchange([SendOp(self.right, KIND_DATA, buf[slo:shi])],
-                     [RecvOp(self.left, KIND_DATA, buf[rlo:rhi])], self.timeout_s)
-        return buf
+        return self._allreduce(x, np.int32)          # int32: wraps mod 2^32
 
     def allgather(self, block: np.ndarray) -> np.ndarray:
         """(world, len(block)) array of every rank's block (same dtype and length on all)."""
