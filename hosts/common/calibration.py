@@ -206,6 +206,7 @@ class Calibrator:
         self.hw_op_s, self.tdf, self.nd, self.rank = hw_op_s, float(tdf), network_dilation, rank
         self.expect_delay = expect_delay
         self.comp, self.version = 0.0, 0
+        self.own_op_s = math.inf       # round 0's measured emulator time per op (the compensation's cap)
         self._calibrating = False
         self.rounds: list[dict] = []
 
@@ -232,10 +233,15 @@ class Calibrator:
         else:
             if r == 0:
                 tdf = dilated_tdf(why.get("tdf_net"), why.get("tdf_cmp"), nd["headroom"], self.tdf)
+                # The emulator's own time per op, measured undilated: all a compensation
+                # may take off (the dilated network leaves the cores idler, not busier).
+                if why.get("tdf_net") and self.hw_op_s > 0:
+                    self.own_op_s = why["tdf_net"] * self.hw_op_s
+                    entry["own_op_s"] = self.own_op_s
             else:
                 tdf = self.tdf
                 entry["net_ratio"] = why["tdf_net"] / tdf if why.get("tdf_net") else None
-                cap = 0.9 * tdf * nd["hardware"]["latency_s"]
+                cap = min(0.9 * tdf * nd["hardware"]["latency_s"], self.own_op_s)
                 self.comp = compensation(self.comp, why.get("tdf_net"), tdf, self.hw_op_s, cap)
             self.dilate(tdf)
             entry["compensate_s"] = self.comp

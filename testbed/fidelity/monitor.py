@@ -4,12 +4,22 @@ Compute on a modeled device is slept for `tdf x hw_s` (time dilation, TDF). A
 point's times mean something only if the network is slowed by the same factor:
 for every communication op of the traces (one per rank and collective)
 
-    measured = t1 - max over ranks of t0 (perf_counter seconds, wall: from the
-                                         last participant's arrival, so a late peer's
-                                         compute is not counted as network time)
-    modeled  = network_model.collective_time(op, algo, values, value_bytes, members, profile)
-               (members: the ranks whose traces have that collective)
+    L        = max over ranks of t0 (perf_counter seconds, wall: the last
+               participant's arrival, so a late peer's compute is not counted
+               as network time)
+    measured = t1 - L
+    modeled  = what remains of the op after L on the hardware, given when every
+               rank arrived: network_model.finish_after_arrivals(op, algo, values,
+               value_bytes, arrivals, profile) for this rank, minus L (arrivals
+               taken from the ranks' t0, / tdf). All ranks together: exactly
+               network_model.collective_time(op, algo, values, value_bytes,
+               members, profile) (members: the ranks whose traces have that
+               collective). Comparing with the whole collective_time instead
+               made a ring of 4 read 0.83x: the early ranks' first steps were
+               already done when the last one joined.
     slowdown = measured / modeled
+    (an op the early ranks finished for this rank, modeled < 1 % of the whole
+    op, measures nothing: skipped)
 
 Point-to-point messages (send/recv, hosts/common/trace.py) count once, on the
 receiver's recv node, against its sender's send node (same group and seq):
@@ -70,7 +80,8 @@ import numpy as np
 
 from hosts.common.trace import parse_p2p_group, read_trace
 from testbed.fidelity.constants import HardwareProfile
-from testbed.fidelity.network_model import collective_time, message_cost, message_time
+from testbed.fidelity.network_model import (collective_time, finish_after_arrivals, message_cost,
+                                            message_time)
 
 Trace = tuple[dict[str, Any], list[dict[str, Any]]]
 DEFAULT_BAND = (0.8, 1.25)
@@ -148,7 +159,7 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
 
     rep = FidelityReport(tdf=tdf, profile=profile.label(), band=(lo, hi), valid=True)
     slowdowns, dilations, overruns = [], [], 0
-    last_arrival, members = _arrivals(traces)
+    remaining = _remaining_after_last_arrival(traces, profile, tdf)
     sends = {(n["group"], n["seq"]): n for _, nodes in traces for n in nodes
              if n["kind"] == "comm" and n["op"] == "send" and n["algo"] == "p2p"}
     queued = _link_queueing(sends, profile, tdf, rep)
@@ -163,16 +174,13 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
                     if slowdown is not None:
                         slowdowns.append(slowdown)
                     continue
-                key = (n["group"], n["seq"])
-                modeled = collective_time(n["op"], n["algo"], int(n["values"]), int(n["value_bytes"]),
-                                          members[key], profile, bool(n.get("scale_round")))
+                # From the last participant's arrival: waiting for a late peer is the
+                # peers' compute (which the device model paces), not the network.
+                last, modeled = remaining[id(n)]
                 if modeled <= 0:
                     rep.comm_ops_skipped += 1
                     continue
-                # From the last participant's arrival: waiting for a late peer is the
-                # peers' compute (which the device model paces), not the network.
-                start = max(n["t0"], last_arrival[key])
-                slowdowns.append(max(0.0, n["t1"] - start) / modeled)
+                slowdowns.append(max(0.0, n["t1"] - last) / modeled)
             elif n["kind"] == "compute":
                 rep.compute_nodes += 1
                 if n["hw_s"] > 0:
@@ -233,21 +241,37 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
     return rep
 
 
-def _arrivals(traces: Sequence[Trace]) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], int]]:
-    """(group, seq) -> the latest t0 of that collective over the ranks that took part,
-    and how many ranks took part.
+def _remaining_after_last_arrival(traces: Sequence[Trace], profile: HardwareProfile,
+                                  tdf: float) -> dict[int, tuple[float, float]]:
+    """id(node) -> (L, modeled): the last participant's arrival (emulated seconds)
+    and the hardware seconds the op has left after it for that node's rank
+    (module docstring; 0: nothing to measure).
 
     Every host's times are time.perf_counter() (CLOCK_MONOTONIC, one clock for the
-    machine), so arrivals of different ranks compare directly."""
-    last: dict[tuple[str, int], float] = {}
-    count: dict[tuple[str, int], int] = {}
-    for _, nodes in traces:
+    machine), so arrivals of different ranks compare directly. Ring order is rank order."""
+    groups: dict[tuple[str, int], list[tuple[int, dict[str, Any]]]] = {}
+    for header, nodes in traces:
         for n in nodes:
             if n["kind"] == "comm" and n["algo"] != "p2p":
-                key = (n["group"], n["seq"])
-                last[key] = max(last.get(key, n["t0"]), n["t0"])
-                count[key] = count.get(key, 0) + 1
-    return last, count
+                groups.setdefault((n["group"], n["seq"]), []).append((int(header.get("rank", 0)), n))
+    out: dict[int, tuple[float, float]] = {}
+    for members in groups.values():
+        members.sort(key=lambda rn: rn[0])
+        n0 = members[0][1]
+        args = (n0["op"], n0["algo"], int(n0["values"]), int(n0["value_bytes"]))
+        scale_round = bool(n0.get("scale_round"))
+        whole = collective_time(*args, len(members), profile, scale_round)
+        t0s = [n["t0"] for _, n in members]
+        first, last = min(t0s), max(t0s)
+        if whole <= 0:
+            out.update((id(n), (last, 0.0)) for _, n in members)
+            continue
+        finish = finish_after_arrivals(*args, [(t - first) / tdf for t in t0s], profile, scale_round)
+        last_hw = (last - first) / tdf
+        for (_, n), f in zip(members, finish):
+            left = f - last_hw
+            out[id(n)] = (last, left if left >= 0.01 * whole else 0.0)
+    return out
 
 
 def _link_queueing(sends: dict[tuple[str, int], dict[str, Any]], profile: HardwareProfile, tdf: float,

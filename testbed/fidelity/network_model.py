@@ -60,6 +60,23 @@ allgather (op "allgather": every rank contributes a block of `values` values,
 
 none / world 1: zero (nothing crosses the network).
 
+Ranks that join at different times (`finish_after_arrivals`): the formulas above
+assume every rank starts together. A rank that arrives early gets some of the
+work done before the last one joins, so measuring from the last arrival and
+comparing with T undercounts what remains (a ring of 4 measured 0.83x its
+model for that reason alone). Given each rank's arrival a_r (hardware seconds):
+  ring: rank r sends its step-k chunk once it has the step k-1 chunk (and, in
+      the reduce-scatter half, summed it): send_r(0) = a_r,
+      recv_r(k) = max(send_{r-1}(k) + step(c), a_r),
+      send_r(k+1) = recv_r(k) + [k < N-1] c / gamma;
+      rank r is done at recv_r(last step). All a_r equal: T_ring.
+  ps: pushes reach the server's port in order of arrival and queue there:
+      free = max(free, a_i + s(f_1) + L0) + S,  X = free after the last push;
+      every rank is done at X + reduce_tail + N S + s(f_last) + L0 (the replies
+      leave interleaved). All a_r equal: T_ps.
+  switch, allgather ps, scale rounds: max_r a_r + T (a late worker's packets
+      hold every slot, so nothing useful happens before it joins).
+
 message (point to point, `message_cost`): one host sends m payload bytes to
   another through one switch (a parameter server's push or reply, an embedding
   lookup): the sender's port serializes the frames back to back, the switch
@@ -243,6 +260,43 @@ def message_cost(payload_bytes: int, profile: HardwareProfile) -> CollectiveCost
 def message_time(payload_bytes: int, profile: HardwareProfile) -> float:
     """Seconds from a message's first byte sent to its last byte received, on the profile's hardware."""
     return message_cost(payload_bytes, profile).total_s
+
+
+def finish_after_arrivals(op: str, algo: str, values: int, value_bytes: int, arrivals: list[float],
+                          profile: HardwareProfile, scale_round: bool = False) -> list[float]:
+    """Hardware time at which each rank has its result when rank i joins at
+    arrivals[i] (hardware seconds, ranks in ring order; module docstring)."""
+    world = len(arrivals)
+    total = collective_time(op, algo, values, value_bytes, world, profile, scale_round)
+    if world == 1 or scale_round:
+        return [max(arrivals) + total] * world
+    if algo == "ring":
+        size = math.ceil(values / world) * value_bytes if op == "allreduce" else values * value_bytes
+        reduce_steps = world - 1 if op == "allreduce" else 0
+        return _ring_chain(arrivals, message_time(size, profile), size / profile["reduce_rate"],
+                           reduce_steps, 2 * (world - 1) if op == "allreduce" else world - 1)
+    if algo == "ps" and op == "allreduce":
+        n = values * value_bytes
+        st = p2p_stream(n, profile)
+        big_s, l0 = st.serialization_s(profile), hop_latency_s(profile)
+        tail = max(0.0, world * n / profile["reduce_rate"] - world * big_s) + (st.last - P2P_HEADER_BYTES) / profile["reduce_rate"]
+        free = -math.inf
+        for a in sorted(arrivals):
+            free = max(free, a + serialization_s(st.first, profile) + l0) + big_s
+        return [free + tail + world * big_s + serialization_s(st.last, profile) + l0] * world
+    return [max(arrivals) + total] * world
+
+
+def _ring_chain(arrivals: list[float], step: float, reduce_s: float, reduce_steps: int,
+                steps: int) -> list[float]:
+    # A chunk that comes in before its rank joined waits in the socket buffer.
+    world = len(arrivals)
+    send = list(arrivals)
+    recv = list(arrivals)
+    for k in range(steps):
+        recv = [max(send[r - 1] + step, arrivals[r]) for r in range(world)]
+        send = [max(recv[r] + (reduce_s if k < reduce_steps else 0.0), send[r]) for r in range(world)]
+    return recv
 
 
 def _switch(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:

@@ -130,3 +130,29 @@ def test_allgather_scales_as_its_closed_forms_and_refuses_the_switch():
     assert collective_time("allgather", "ps", n, 4, 8, HOST) == pytest.approx(8 * 9 * wire, rel=0.01)
     with pytest.raises(ValueError, match="allgather algo 'switch' is not modeled"):
         collective_time("allgather", "switch", 64, 4, 4, TOFINO)
+
+
+@pytest.mark.parametrize("op,algo", [("allreduce", "ring"), ("allreduce", "ps"), ("allreduce", "switch"),
+                                     ("allgather", "ring"), ("allgather", "ps")])
+def test_ranks_that_arrive_together_finish_after_exactly_the_collective_time(op, algo):
+    from testbed.fidelity.network_model import finish_after_arrivals
+    prof = load_profile("tor-100g-host")
+    for values in (1, 1000, 1 << 18):
+        for world in (2, 3, 8):
+            t = collective_time(op, algo, values, 4, world, prof)
+            assert finish_after_arrivals(op, algo, values, 4, [5e-6] * world, prof) == \
+                pytest.approx([5e-6 + t] * world, rel=1e-12)
+
+
+def test_a_late_rank_leaves_less_than_a_whole_ring_or_ps_and_nobody_finishes_before_joining():
+    from testbed.fidelity.network_model import finish_after_arrivals
+    prof = load_profile("tor-100g-host")
+    values, late = 1 << 16, [0.0, 0.0, 0.0, 1e-4]
+    for algo in ("ring", "ps"):
+        t = collective_time("allreduce", algo, values, 4, 4, prof)
+        finish = finish_after_arrivals("allreduce", algo, values, 4, late, prof)
+        assert all(f >= a for f, a in zip(finish, late))
+        assert min(finish) - 1e-4 < 0.9 * t      # the early ranks' work is done already
+        assert min(finish) - 1e-4 > 0.1 * t      # but the late rank's part still crosses the network
+    switch = finish_after_arrivals("allreduce", "switch", values, 4, late, prof)
+    assert switch == pytest.approx([1e-4 + collective_time("allreduce", "switch", values, 4, 4, prof)] * 4)
