@@ -28,13 +28,14 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from testbed.results import read_jsonl
 from testbed.workloads import register_workload
 from testbed.workloads.allreduce import InaParams
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for)
+from testbed.workloads.calibrated import CalibratedWorkloadParams
 
 FIGURES = ("easgd_accuracy_vs_time", "easgd_time_to_target", "easgd_comm_share", "easgd_weak_scaling")
 VARIANT_NAMES = ("easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd",
@@ -65,10 +66,10 @@ class LeNetWidths(BaseModel):
 
 
 @register_workload
-class EasgdWorkload(BaseModel):
+class EasgdWorkload(CalibratedWorkloadParams):
     """The EASGD family and its SGD counterparts on LeNet / digits."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    FIGURES = FIGURES
 
     kind: Literal["easgd"] = Field("easgd", description="Workload type; selects which fields below apply.")
     variant: Literal[VARIANT_NAMES] = Field(  # type: ignore[valid-type]
@@ -102,14 +103,8 @@ class EasgdWorkload(BaseModel):
                                                "precision, efficiency, hbm_efficiency, launch_s, time_scale}. "
                                                "time_scale auto (default): calibrated on the built network "
                                                "(docs/easgd.md, Time); a number: fixed.")
-    calibration_rounds: int = Field(3, ge=1, le=10, description="time_scale auto: calibration rounds (round 0 "
-                                                                 "undilated, then the network is dilated).")
     calibration_iterations: int = Field(3, ge=1, le=20, description="time_scale auto: exchanges (or allreduces) "
                                                                      "per worker per calibration round.")
-    dilate_network: bool = Field(True, description="On the soft switch, slow the network to the point's TDF "
-                                                   "(docs/time-fidelity.md); false: the emulator's own speed.")
-    network_headroom: float = Field(16.0, ge=1.0, le=100.0, description="dilate_network with time_scale auto: "
-                                                                        "TDF = this x the undilated slowdown.")
     target_acc: float = Field(0.9, gt=0, le=1, description="Test accuracy of the centre whose first time is "
                                                             "'time to target'.")
     snapshot_every_s: float = Field(0.05, gt=0, description="The centre is saved this often (emulated s).")
@@ -118,12 +113,6 @@ class EasgdWorkload(BaseModel):
     seed: int = Field(1, ge=0, description="Model init, data split and batch order.")
     timeout_s: float = Field(300.0, gt=0, description="A message that makes no progress this long fails.")
     ina: InaParams = Field(default_factory=InaParams, description="In-switch transport (collective switch).")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _figures(cls, data: Any) -> Any:
-        register_figures_if_loaded(*FIGURES)
-        return data
 
     @field_validator("device")
     @classmethod

@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from testbed.results import read_jsonl
 from testbed.workloads import register_workload
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for)
+from testbed.workloads.calibrated import CalibratedWorkloadParams
 
 FIGURES = ("lhc_throughput", "lhc_decode", "lhc_iteration", "lhc_loss", "lhc_scaling", "lhc_straggler")
 ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring", "dense_ps", "topk_ring")
@@ -98,10 +99,10 @@ _GRADIENT_KEYS = {"synthetic": {"kind", "size", "density", "cluster", "overlap",
 
 
 @register_workload
-class LhcWorkload(BaseModel):
+class LhcWorkload(CalibratedWorkloadParams):
     """Gradient aggregation: LHC (in-switch or ring) vs dense switch / ring / PS and top-k."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    FIGURES = FIGURES
 
     kind: Literal["lhc"] = Field("lhc", description="Workload type; selects which fields below apply.")
     algorithm: Literal["lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring", "dense_ps",
@@ -123,23 +124,9 @@ class LhcWorkload(BaseModel):
     sketch: SketchParams = Field(default_factory=SketchParams, description="Sketch sizing.")
     device: DeviceParams = Field(default_factory=DeviceParams, description="Encode/decode device model.")
     ina: InaParams = Field(default_factory=InaParams, description="In-switch transport settings.")
-    hardware: str = Field("tofino1-100g", description="Hardware network profile for the fidelity monitor "
-                                                      "and projection (testbed/fidelity/profiles/).")
     timeout_s: float = Field(120.0, gt=0, description="A host gives up if one operation stalls this long.")
-    calibration_rounds: int = Field(3, ge=1, le=10, description="time_scale auto: calibration rounds.")
     calibration_iterations: int = Field(2, ge=1, le=20, description="time_scale auto: aggregations per "
                                         "calibration round (unchecked; measured iterations follow).")
-    dilate_network: bool = Field(
-        True, description="On the soft switch, slow the network to the point's TDF (docs/time-fidelity.md, "
-                          "network dilation); false: the network runs at the emulator's own speed.")
-    network_headroom: float = Field(16.0, ge=1.0, le=100.0, description="dilate_network with time_scale "
-                                    "auto: TDF = this x the undilated network's slowdown.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _figures(cls, data: Any) -> Any:
-        register_figures_if_loaded(*FIGURES)
-        return data
 
     @field_validator("gradient")
     @classmethod

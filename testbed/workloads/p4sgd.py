@@ -28,13 +28,14 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from testbed.results import PROJECT_ROOT, read_jsonl
 from testbed.workloads import register_workload
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for,
                                      switch_job)
+from testbed.workloads.calibrated import CalibratedWorkloadParams
 
 FIGURES = ("p4sgd_scaling", "p4sgd_convergence", "p4sgd_latency_cdf", "p4sgd_loss",
            "p4sgd_straggler", "p4sgd_pipeline")
@@ -76,10 +77,10 @@ def resolve_path(path: str) -> Path:
 
 
 @register_workload
-class P4sgdWorkload(BaseModel):
+class P4sgdWorkload(CalibratedWorkloadParams):
     """GLM training: P4SGD model parallelism or the data-parallel baseline."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    FIGURES = FIGURES
 
     kind: Literal["p4sgd"] = Field("p4sgd", description="Workload type; selects which fields below apply.")
     mode: Literal["model_parallel", "data_parallel"] = Field(
@@ -114,22 +115,8 @@ class P4sgdWorkload(BaseModel):
                             "built network before training (the workload's own allreduces against the "
                             "`hardware` model; testbed.fidelity). A number: fixed, checked by the fidelity "
                             "monitor all the same. null: the old fixed default (100 for u280/gpu).")
-    hardware: str = Field(
-        "tofino1-100g", description="Hardware network profile (testbed/fidelity/profiles/<name>.yaml, or a "
-                                    "path): the modeled time of every allreduce, for calibration, the "
-                                    "fidelity monitor and the projection.")
-    calibration_rounds: int = Field(3, ge=1, le=10, description="time_scale auto: calibration rounds "
-                                    "(each re-measures at the previous round's dilation).")
     calibration_batches: int = Field(4, ge=1, le=64, description="time_scale auto: mini-batches per "
                                      "calibration round (training then starts from scratch).")
-    dilate_network: bool = Field(
-        True, description="On the soft switch, slow the network to the point's TDF (the switch holds "
-                          "each frame until the dilated `hardware` would deliver it; docs/time-fidelity.md). "
-                          "false: the network runs at the emulator's own speed and TDF follows it.")
-    network_headroom: float = Field(
-        16.0, ge=1.0, le=100.0, description="dilate_network with time_scale auto: TDF = this x the "
-                                           "undilated network's slowdown, so the emulator's own time is "
-                                           "a small share of every dilated operation.")
     fixed_point_exp: Optional[int] = Field(
         16, ge=-32, le=40, description="switch, model_parallel: partial sums travel as round(q * 2^k) "
                                        "with this fixed k (no scale round trip); null = agree per vector.")
@@ -140,12 +127,6 @@ class P4sgdWorkload(BaseModel):
     target_loss: Optional[float] = Field(None, gt=0, description="Training loss for time-to-target; null = none.")
     timeout_s: float = Field(120.0, gt=0, description="A host gives up if one allreduce stalls this long; "
                                                       "the point fails if training takes longer (+30 s).")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _figures(cls, data: Any) -> Any:
-        register_figures_if_loaded(*FIGURES)
-        return data
 
     @field_validator("dataset")
     @classmethod

@@ -33,6 +33,7 @@ from testbed.results import read_jsonl
 from testbed.workloads import register_workload
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for)
+from testbed.workloads.calibrated import CalibratedWorkloadParams
 
 FIGURES = ("phub_iteration", "phub_stages", "phub_server")
 PHUB_TCP_PORT = 47900
@@ -87,10 +88,10 @@ class DeviceParams(BaseModel):
 
 
 @register_workload
-class PhubWorkload(BaseModel):
+class PhubWorkload(CalibratedWorkloadParams):
     """PHub vs wide-aggregation PS, ring and in-switch aggregation."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    FIGURES = FIGURES
 
     kind: Literal["phub"] = Field("phub", description="Workload type; selects which fields below apply.")
     algorithm: Literal["phub", "wide_ps", "ring", "switch"] = Field(
@@ -106,23 +107,10 @@ class PhubWorkload(BaseModel):
     seed: int = Field(1)
     optimizer: OptimizerParams = Field(default_factory=OptimizerParams)
     device: DeviceParams = Field(default_factory=DeviceParams)
-    hardware: str = Field("tofino1-100g", description="Network profile for the fidelity monitor.")
     timeout_s: float = Field(120.0, gt=0)
-    calibration_rounds: int = Field(3, ge=1, le=10, description="time_scale auto: calibration rounds.")
     calibration_iterations: int = Field(2, ge=1, le=10, description="time_scale auto: training iterations "
                                         "per calibration round (PHub: each iteration's first key exchange "
                                         "is measured; baselines: every allreduce).")
-    dilate_network: bool = Field(
-        True, description="On the soft switch, slow the network to the point's TDF (docs/time-fidelity.md, "
-                          "network dilation); false: the network runs at the emulator's own speed.")
-    network_headroom: float = Field(16.0, ge=1.0, le=100.0, description="dilate_network with time_scale "
-                                    "auto: TDF = this x the undilated network's slowdown.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _figures(cls, data: Any) -> Any:
-        register_figures_if_loaded(*FIGURES)
-        return data
 
     @field_validator("chunk_bytes")
     @classmethod

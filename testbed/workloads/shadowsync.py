@@ -34,6 +34,7 @@ from testbed.workloads import register_workload
 from testbed.workloads.allreduce import InaParams
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for)
+from testbed.workloads.calibrated import CalibratedWorkloadParams
 
 FIGURES = ("shadowsync_throughput", "shadowsync_ne", "shadowsync_sync_gap")
 SHADOWSYNC_TCP_PORT = 48500        # servers; the ring allreduce at +100
@@ -77,10 +78,10 @@ class ModelParams(BaseModel):
 
 
 @register_workload
-class ShadowSyncWorkload(BaseModel):
+class ShadowSyncWorkload(CalibratedWorkloadParams):
     """ShadowSync: background vs foreground synchronization of CTR trainers."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    FIGURES = FIGURES
 
     kind: Literal["shadowsync"] = Field("shadowsync", description="Workload type; selects which fields below apply.")
     algorithm: Literal["easgd", "ma", "bmuf", "none"] = Field(
@@ -108,11 +109,6 @@ class ShadowSyncWorkload(BaseModel):
     device: dict[str, Any] = Field(default_factory=lambda: {"type": "v100", "time_scale": 400.0},
                                    description="Trainer device model (hosts/dnn/device.py).")
     hardware: str = Field("tor-100g-host", description="Hardware network profile for the fidelity monitor.")
-    dilate_network: bool = Field(True, description="time_scale auto on the soft switch: the switch delays "
-                                 "every frame to the calibrated TDF x its modeled hardware time "
-                                 "(hosts.common.calibration.Calibrator).")
-    network_headroom: float = Field(16.0, ge=1.0, le=100.0, description="dilate_network: TDF >= headroom x "
-                                    "the undilated network's slowdown (hosts.common.calibration.dilated_tdf).")
     calibration_rounds: int = Field(2, ge=1, description="time_scale auto: calibration rounds.")
     calibration_iterations: int = Field(6, ge=1, description="time_scale auto: worker iterations per round "
                                         "(every process of every trainer runs them, before the measured run).")
@@ -123,12 +119,6 @@ class ShadowSyncWorkload(BaseModel):
     seed: int = Field(1, ge=0)
     timeout_s: float = Field(300.0, gt=0)
     ina: InaParams = Field(default_factory=InaParams, description="In-switch transport (collective switch).")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _figures(cls, data: Any) -> Any:
-        register_figures_if_loaded(*FIGURES)
-        return data
 
     @field_validator("device")
     @classmethod

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from testbed.results import PROJECT_ROOT, read_jsonl
 from testbed.workloads import register_workload
@@ -38,6 +38,7 @@ from testbed.workloads.allreduce import InaParams
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for,
                                      switch_job)
+from testbed.workloads.calibrated import CalibratedWorkloadParams
 
 FIGURES = ("torch_loss_vs_time", "torch_iteration_time")
 TORCH_TCP_PORT = 47800      # ring ranks +1+rank, the PS the base (hosts.common.config)
@@ -58,10 +59,10 @@ def resolve_path(path: str) -> Path:
 
 
 @register_workload
-class TorchWorkload(BaseModel):
+class TorchWorkload(CalibratedWorkloadParams):
     """A user's PyTorch training script on every worker."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    FIGURES = FIGURES
 
     kind: Literal["torch"] = Field("torch", description="Workload type; selects which fields below apply.")
     script: str = Field(..., description="Path of the training script (relative: to the project root).")
@@ -85,22 +86,6 @@ class TorchWorkload(BaseModel):
     ddp_hook: bool = Field(True, description="DDP's gradient buckets go through the testbed hook (timed and "
                            "traced). false (collective gloo only): DDP's own allreduce, the hook-overhead "
                            "baseline; no per-bucket times, no calibration on them.")
-    hardware: str = Field("tofino1-100g", description="Hardware network profile (testbed/fidelity/profiles/): "
-                                                      "calibration, network dilation, monitor and projection.")
-    calibration_rounds: int = Field(3, ge=1, le=10, description="time_scale auto: calibration rounds (the "
-                                    "script's first iterations, or probe rounds); round 0 runs undilated.")
-    dilate_network: bool = Field(
-        True, description="On the soft switch, slow the network to the point's TDF (docs/time-fidelity.md); "
-                          "false: the network runs at the emulator's own speed (times then mix hardware "
-                          "compute with this machine's network).")
-    network_headroom: float = Field(16.0, ge=1.0, le=100.0, description="dilate_network with time_scale "
-                                    "auto: TDF = this x the undilated network's slowdown.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _figures(cls, data: Any) -> Any:
-        register_figures_if_loaded(*FIGURES)
-        return data
 
     @field_validator("script")
     @classmethod

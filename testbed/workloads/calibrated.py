@@ -1,0 +1,39 @@
+"""Params every time-calibrated workload shares (lhc, phub, torch, easgd,
+shadowsync, p4sgd): the hardware it models, whether the soft switch dilates the
+network to the point's TDF, how much headroom that TDF keeps over the
+emulator's own slowdown, and how many calibration rounds find it
+(docs/time-fidelity.md). What a calibration round does (its iterations or
+batches) is each workload's own field. A workload sets FIGURES so that its
+figure names are in the scenario schema before any scenario names them.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from testbed.workloads.base import register_figures_if_loaded
+
+
+class CalibratedWorkloadParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    FIGURES: ClassVar[tuple[str, ...]] = ()
+
+    hardware: str = Field("tofino1-100g", description="Hardware network profile (testbed/fidelity/profiles/"
+                          "<name>.yaml, or a path): the modeled time of every operation, for calibration, "
+                          "network dilation, the fidelity monitor and the projection.")
+    calibration_rounds: int = Field(3, ge=1, le=10, description="time_scale auto: calibration rounds; "
+                                    "round 0 runs undilated, later ones on the dilated network.")
+    dilate_network: bool = Field(
+        True, description="On the soft switch, slow the network to the point's TDF (the switch holds each "
+                          "frame until the dilated `hardware` would deliver it; docs/time-fidelity.md). "
+                          "false: the network runs at the emulator's own speed.")
+    network_headroom: float = Field(16.0, ge=1.0, le=100.0, description="dilate_network with time_scale "
+                                    "auto: TDF = this x the undilated network's slowdown, so the emulator's "
+                                    "own time is a small share of every dilated operation.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _figures(cls, data: Any) -> Any:
+        register_figures_if_loaded(*cls.FIGURES)
+        return data
