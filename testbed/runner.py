@@ -205,7 +205,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     control = None
     counters: dict[str, Any] = {}
     job_requests = runtime.ina_jobs(point)
-    if job_requests and net_mode in ("local",):
+    if job_requests and "p4runtime" not in net.switch_info:
         raise SkipPoint(f"in-network aggregation needs the switch: --net {net_mode} has none "
                         f"between hosts; use --net mininet, or a host algorithm (ring/ps)")
     try:
@@ -228,7 +228,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
                            switch=getattr(net, "switch_info", {}))
         programs = runtime.programs(ctx)
         env = host_env()
-        if recorder is None:
+        if recorder is None and net_mode in ("mininet", "local"):   # PIDs of this machine only
             cpu = CpuIsolation(f"{run_dir.name}-{point.index}")
             cpu.place_switches()
         for prog in sorted(programs, key=lambda p: p.phase):

@@ -46,7 +46,8 @@ def build_network(net_mode: str, scenario: Any, *, logs_dir: Path, pcaps_dir: Pa
         return LocalNetwork(hosts, logs_dir, links=scenario.links, registry=registry, log_dir=logs_dir,
                             recorder=recorder)
     if net_mode == "ssh":
-        from testbed.net.ssh_net import SshNetwork, load_inventory  # noqa: PLC0415
+        from testbed.net.inventory import load_inventory  # noqa: PLC0415
+        from testbed.net.ssh_net import SshNetwork  # noqa: PLC0415
         inventory = load_inventory(resolve_project_path(scenario.net.inventory or ""))
         return SshNetwork(inventory, scenario, run_dir=Path(logs_dir), seed=seed, recorder=recorder)
     if net_mode not in ("mininet", "cluster"):

@@ -280,7 +280,7 @@ class MininetNetwork(Network):
             stream.close()
 
     def _switch_params(self, sw: str) -> dict[str, Any]:
-        if self.bmv2_build is not None:
+        if self.bmv2_build is not None or self.backend == "bmv2":
             from testbed.switch.bmv2 import node_params  # noqa: PLC0415
             from testbed.switch.p4runtime_server import device_id_for  # noqa: PLC0415
             # The same device id and address the ControlPlane's controller will use.
