@@ -321,11 +321,11 @@ class MininetNetwork(Network):
             for table in ("arptables", "iptables", "ip6tables"):
                 with contextlib.suppress(OSError):
                     Path(f"/proc/sys/net/bridge/bridge-nf-call-{table}").write_text("0")
-        net = Mininet(topo=None, switch=self.switch_cls, host=Host, controller=None, link=TCLink,
-                      build=False, autoSetMacs=False, autoStaticArp=False)
+        net = self._make_mininet(topo=None, switch=self.switch_cls, host=Host, controller=None, link=TCLink,
+                                 build=False, autoSetMacs=False, autoStaticArp=False)
         self._net = net
         for h in self.plan.hosts:
-            net.addHost(h.name, ip=f"{h.ip}/{PREFIX_LEN}", mac=h.mac)
+            net.addHost(h.name, ip=f"{h.ip}/{PREFIX_LEN}", mac=h.mac, **self._host_params(h.name))
         for sw in self.plan.switches:
             net.addSwitch(sw, cls=self.switch_cls, **self._switch_params(sw))
         for ln in self.plan.links:
@@ -348,6 +348,14 @@ class MininetNetwork(Network):
         if self.capture and not self.soft:
             self._start_captures()
         self._built = True
+
+    def _make_mininet(self, **kw: Any) -> Any:
+        """The Mininet object (testbed.net.cluster_net: MininetCluster)."""
+        from mininet.net import Mininet  # noqa: PLC0415
+        return Mininet(**kw)
+
+    def _host_params(self, host: str) -> dict[str, Any]:  # noqa: ARG002 - cluster: the server
+        return {}
 
     def _read_sys(self, node: Any, rel: str) -> str | None:
         """A /sys/class/net file as the node sees it (None if absent)."""
