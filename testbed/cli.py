@@ -64,9 +64,11 @@ def list_cmd(runs: bool) -> None:
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a scenario field, e.g. --set topology.workers=8 --set links.loss_pct=1.")
-@click.option("--net", "net_mode", type=click.Choice(["mininet", "local"]), default="mininet", show_default=True,
+@click.option("--net", "net_mode", type=click.Choice(["mininet", "local", "ssh", "cluster"]), default=None,
               help="mininet: namespaces, veths and the soft switch (needs root or user namespaces); "
-                   "local: processes on loopback, no privileges.")
+                   "local: processes on loopback, no privileges; ssh: real servers of net.inventory; "
+                   "cluster: Mininet cluster mode over net.cluster.servers. Default: the scenario's "
+                   "net.mode (mininet).")
 @click.option("--quick", is_flag=True, help="Run the scenario's reduced sweep (smoke test).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help=f"Results root (default {DEFAULT_RESULTS_ROOT.relative_to(PROJECT_ROOT)}/).")
@@ -74,8 +76,12 @@ def list_cmd(runs: bool) -> None:
 @click.option("--max-points", type=click.IntRange(min=1), default=None, metavar="N",
               help="Allow sweeps of up to N points (default: the scenario's sweep.max_points, 10000); "
                    "same as --set sweep.max_points=N.")
-def run(scenario: str, overrides: tuple[str, ...], net_mode: str, quick: bool, out_dir: Path | None, plot: bool,
-        max_points: int | None) -> None:
+@click.option("--dry-run", is_flag=True,
+              help="Print what every point would do (commands per node, configs, P4Runtime and register "
+                   "writes) without starting anything or writing a results folder.")
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
+def run(scenario: str, overrides: tuple[str, ...], net_mode: str | None, quick: bool, out_dir: Path | None,
+        plot: bool, max_points: int | None, dry_run: bool, as_json: bool) -> None:
     """Run SCENARIO (a YAML file) and write a results folder.
 
     Each sweep point gets a fresh network; a failed point is recorded with its
@@ -99,12 +105,18 @@ def run(scenario: str, overrides: tuple[str, ...], net_mode: str, quick: bool, o
         points = expand_points(scn, quick=quick)
     except ScenarioError as e:
         _fail(f"invalid scenario:\n{e}")
+    net_mode = net_mode or scn.net.mode
+    if dry_run:
+        _dry_run(scn, points, net_mode, as_json)
+        return
+    if net_mode in ("ssh", "cluster"):
+        _check_net_settings(scn, net_mode)
     try:
         check_writable(scn.name, out_dir)  # before anything starts, not after the first point
     except ResultsDirError as e:
         _fail(str(e))
 
-    if net_mode == "mininet":
+    if net_mode in ("mininet", "cluster"):
         from testbed.net.isolation import enter_private_netns, isolation_available
         ok, reason = isolation_available()
         if not ok:
@@ -146,6 +158,44 @@ def run(scenario: str, overrides: tuple[str, ...], net_mode: str, quick: bool, o
     if outcome.failed:
         click.secho(f"{len(outcome.failed)} point(s) did not complete; see points.jsonl and logs/", fg="red", err=True)
         sys.exit(1)
+
+
+def _check_net_settings(scn, net_mode: str) -> None:
+    """--net ssh / cluster: their settings, checked before anything starts."""
+    from testbed.net.base import NetworkError
+
+    try:
+        if net_mode == "ssh":
+            from testbed.net.factory import resolve_project_path
+            from testbed.net.inventory import load_inventory
+            if not scn.net.inventory:
+                _fail("--net ssh needs net.inventory (e.g. --set net.inventory=rack/inventory.yaml); "
+                      "see docs/real-rack.md")
+            load_inventory(resolve_project_path(scn.net.inventory)).check_scenario(scn)
+        elif scn.net.cluster is None:
+            _fail("--net cluster needs net.cluster.servers in the scenario; see docs/real-rack.md")
+    except NetworkError as e:
+        _fail(str(e))
+
+
+def _dry_run(scn, points, net_mode: str, as_json: bool) -> None:
+    """Every point's plan, from the same code a run executes (testbed.runner.plan_points)."""
+    from testbed import runner
+    from testbed.net.base import NetworkError
+
+    if net_mode in ("ssh", "cluster"):
+        _check_net_settings(scn, net_mode)
+    try:
+        plan = runner.plan_points(scn, points, net_mode=net_mode)
+    except NetworkError as e:
+        _fail(str(e))
+    if as_json:
+        click.echo(json.dumps({"scenario": scn.name, "net": net_mode, "switch_backend": scn.switch.backend,
+                               "points": plan.to_dict()}, indent=1))
+        return
+    click.echo(f"dry run of {scn.name}: {len(points)} point(s), net {net_mode}, switch {scn.switch.backend}; "
+               f"nothing is started and no results folder is written\n")
+    click.echo(plan.format())
 
 
 def _print_summary(run_dir: Path) -> None:

@@ -176,8 +176,11 @@ def _run_point_safely(point: Point, run_dir: Path, net_mode: str, reg: Any
                 seen["impairments"], extra)
 
 
-def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[str, Any]
-               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[str, Any],
+               recorder: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """One point, start to end. recorder (testbed.net.plan.PlanRecorder): a dry
+    run of the same steps: the network and the controller record instead of
+    acting, nothing is waited for, and the point ends before collecting."""
     from testbed.net.factory import BackendUnavailable, build_network  # noqa: PLC0415
     from testbed.net.impairments import ImpairmentError  # noqa: PLC0415
 
@@ -190,7 +193,8 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     runtime: WorkloadRuntime = get_runtime(scn.workload.kind)
 
     try:
-        net = build_network(net_mode, scn, logs_dir=logs, pcaps_dir=pcaps, seed=point.seed, registry=reg)
+        net = build_network(net_mode, scn, logs_dir=logs, pcaps_dir=pcaps, seed=point.seed, registry=reg,
+                            recorder=recorder)
     except ImpairmentError as e:
         raise SkipPoint(f"impairment cannot be applied: {e}") from None
     except BackendUnavailable as e:
@@ -201,7 +205,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     control = None
     counters: dict[str, Any] = {}
     job_requests = runtime.ina_jobs(point)
-    if job_requests and net_mode != "mininet":
+    if job_requests and "p4runtime" not in net.switch_info:
         raise SkipPoint(f"in-network aggregation needs the switch: --net {net_mode} has none "
                         f"between hosts; use --net mininet, or a host algorithm (ring/ps)")
     try:
@@ -213,17 +217,27 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
             raise SkipPoint(f"impairment cannot be applied: {e}") from None
         if "p4runtime" in getattr(net, "switch_info", {}):
             from testbed.switch.control_plane import ControlPlane  # noqa: PLC0415
-            control = ControlPlane.start(net, scn.switch.program, logs, job_requests)
+            controller_cls = None
+            if recorder is not None:
+                from functools import partial  # noqa: PLC0415
+                from testbed.switch.recording import RecordingController  # noqa: PLC0415
+                controller_cls = partial(RecordingController, recorder=recorder)
+            control = ControlPlane.start(net, scn.switch.program, logs, job_requests, controller_cls)
         ctx = PointContext(point=point, hosts=net.hosts, work_dir=work, net_mode=net_mode,
                            start_at=time.time() + START_SLACK_S,
                            switch=getattr(net, "switch_info", {}))
         programs = runtime.programs(ctx)
         env = host_env()
-        cpu = CpuIsolation(f"{run_dir.name}-{point.index}")
-        cpu.place_switches()
+        if recorder is None and net_mode in ("mininet", "local"):   # PIDs of this machine only
+            cpu = CpuIsolation(f"{run_dir.name}-{point.index}")
+            cpu.place_switches()
         for prog in sorted(programs, key=lambda p: p.phase):
             procs[prog.host] = (prog, net.popen(prog.host, prog.argv, logs / f"{prog.host}.log", env=env))
-            cpu.place(prog.host, procs[prog.host][1].pid)
+            if cpu is not None:
+                cpu.place(prog.host, procs[prog.host][1].pid)
+        if recorder is not None:
+            _record_configs(recorder, work)
+            return [], [], {}
         _wait_programs(procs, runtime.timeout_s(ctx) + START_SLACK_S, logs, net)
     except (SkipPoint, KeyboardInterrupt):
         raise
@@ -238,7 +252,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
         cpu_report = cpu.report() if cpu is not None else None
         if control is not None:
             try:
-                counters = control.read_counters()
+                counters = control.read_counters() if recorder is None else {}
             except Exception as e:  # noqa: BLE001 - counters are a bonus, the teardown is not
                 warnings.append(f"could not read switch counters: {e}")
             control.close()
@@ -274,6 +288,34 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     if fidelity is not None:
         extra["fidelity"] = {k: v for k, v in fidelity.items() if k != "type"}
     return summary, impairments, extra
+
+
+def _record_configs(recorder: Any, work: Path) -> None:
+    """The configs the workload wrote for its host programs, into the plan."""
+    for path in sorted(work.rglob("*")):
+        if path.is_file() and path.suffix in (".json", ".yaml", ".txt"):
+            recorder.config(path, path.read_text(errors="replace"))
+
+
+def plan_points(scenario: Scenario, points: Points | list[Point], *, net_mode: str) -> Any:
+    """`testbed run --dry-run`: every point's plan (testbed.net.plan.PlanRecorder),
+    from the code a real run executes, with nothing started and no results
+    folder: what the point writes goes to a temporary folder, deleted after."""
+    import tempfile  # noqa: PLC0415
+
+    from testbed.net.plan import PlanRecorder  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory(prefix="testbed-dry-run-") as tmp:
+        rec = PlanRecorder(tmp)
+        for point in points:
+            rec.begin_point(point.label)
+            try:
+                _run_point(point, Path(tmp), net_mode, None, {"impairments": []}, recorder=rec)
+            except SkipPoint as e:
+                rec.skip(str(e))
+            except PointFailed as e:
+                rec.skip(f"would fail: {e}")
+    return rec
 
 
 def _brief_stats(stats: dict[str, Any] | None) -> dict[str, Any]:

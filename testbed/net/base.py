@@ -83,6 +83,9 @@ class Network(ABC):
 
     hosts: dict[str, HostInfo]
     switch_names: list[str]
+    # Dry run (testbed.net.plan): start() records what it would do and popen
+    # records the program instead of starting it.
+    recorder: Any = None
 
     @property
     def switches(self) -> list[str]:
@@ -113,6 +116,12 @@ class Network(ABC):
         if host not in self.hosts:
             raise NetworkError(f"unknown host {host!r}; hosts are {', '.join(self.hosts)}")
         full_env = {**os.environ, **(env or {}), ENV_RUN: run_id}
+        if self.recorder is not None:
+            from testbed.net.plan import RecordedProcess  # noqa: PLC0415
+            # Only what the run sets on top of the runner's own environment.
+            self.recorder.command(host, with_parent_death_signal(argv), f"host program, log {log_path}",
+                                  env={k: v for k, v in full_env.items() if os.environ.get(k) != v})
+            return RecordedProcess(host, argv)
         with open_log(log_path) as f:
             return spawn(with_parent_death_signal(argv), stdin=subprocess.DEVNULL, stdout=f,
                          stderr=subprocess.STDOUT, env=full_env, **popen_kw)

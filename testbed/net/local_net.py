@@ -36,7 +36,8 @@ def check_no_impairments(links: Any, hosts: list[str]) -> None:
 
 class LocalNetwork(Network):
     def __init__(self, hosts: list[str], run_dir: str | Path, links: Any = None,
-                 registry: RunRegistry | None = None, log_dir: str | Path | None = None):
+                 registry: RunRegistry | None = None, log_dir: str | Path | None = None,
+                 recorder: Any = None):
         check_no_impairments(links, list(hosts))
         octs = host_octets(list(hosts))
         self.hosts = {h: HostInfo(h, f"{LOCAL_PREFIX}{octs[h]}", None) for h in hosts}
@@ -47,11 +48,16 @@ class LocalNetwork(Network):
         self._own_registry = False
         self._procs: list[subprocess.Popen] = []
         self._started = self._stopped = False
+        self.recorder = recorder  # dry run: testbed.net.plan.PlanRecorder
 
     def start(self) -> None:
         if self._started:
             return
         self._started = True
+        if self.recorder is not None:
+            for h in self.hosts.values():
+                self.recorder.note(f"local host {h.name}: processes on this machine, address {h.ip} (loopback)")
+            return
         if self._registry is None:
             self._registry = RunRegistry.create(self.run_dir)
             self._own_registry = True
@@ -60,6 +66,8 @@ class LocalNetwork(Network):
               env: dict[str, str] | None = None) -> subprocess.Popen:
         if not self._started or self._stopped:
             raise NetworkError(f"popen({host}): the network is not running (call start() first)")
+        if self.recorder is not None:
+            return self._spawn(None, host, argv, log_path, env, "dry-run")
         # Own session: stop() can signal the program together with its helpers.
         p = self._spawn(subprocess.Popen, host, argv, log_path, env, self._registry.run_id,
                         start_new_session=True)
@@ -71,6 +79,8 @@ class LocalNetwork(Network):
         if self._stopped:
             return
         self._stopped = True
+        if self.recorder is not None:
+            return
         try:
             stop_processes(self._procs)
         finally:

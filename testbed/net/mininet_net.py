@@ -62,7 +62,8 @@ class MininetNetwork(Network):
                  switch_config_base: dict[str, Any] | None, run_dir: str | Path, seed: int = 0,
                  capture: bool = False, *, log_dir: str | Path | None = None,
                  pcap_dir: str | Path | None = None, registry: RunRegistry | None = None,
-                 backend: str | None = None, p4runtime: bool = False, bmv2_build: Any = None):
+                 backend: str | None = None, p4runtime: bool = False, bmv2_build: Any = None,
+                 recorder: Any = None):
         kind, workers, leaves = _topology_fields(topology)
         # With a control plane the switches boot with empty tables and a
         # P4Runtime server; the runner's controller programs them.
@@ -105,6 +106,7 @@ class MininetNetwork(Network):
         self._report = list(self.impairments.rows)
         self.errors: list[str] = []  # teardown problems, kept for the manifest
         self._start_error: str | None = None  # why start() failed (noted on every impairment row)
+        self.recorder = recorder  # dry run: testbed.net.plan.PlanRecorder
 
     # --- public ------------------------------------------------------------
     @property
@@ -139,6 +141,9 @@ class MininetNetwork(Network):
         if self._stopped:
             raise NetworkError("this network was stopped; build a new one")
         self._started = True
+        if self.recorder is not None:
+            self._record_build(self.recorder)
+            return
         if in_initial_netns():
             log.warning("building Mininet in the machine's own network namespace; call "
                         "testbed.net.isolation.enter_private_netns() first to isolate runs")
@@ -177,6 +182,8 @@ class MininetNetwork(Network):
 
     def popen(self, host: str, argv: list[str], log_path: str | Path,
               env: dict[str, str] | None = None) -> subprocess.Popen:
+        if self.recorder is not None:
+            return self._spawn(None, host, argv, log_path, env, "dry-run")
         if self._net is None or self._stopped:
             raise NetworkError(f"popen({host}): the network is not running (call start() first)")
         p = self._spawn(lambda *a, **kw: self.node(host).popen(*a, **kw), host, argv, log_path, env, self._registry.run_id)
@@ -188,6 +195,9 @@ class MininetNetwork(Network):
         if self._stopped:
             return
         self._stopped = True
+        if self.recorder is not None:
+            self._report = [{**r, "applied": False, "note": "dry run"} for r in self._report]
+            return
         try:
             if self._net is not None:
                 stop_processes(self._procs)
@@ -270,7 +280,7 @@ class MininetNetwork(Network):
             stream.close()
 
     def _switch_params(self, sw: str) -> dict[str, Any]:
-        if self.bmv2_build is not None:
+        if self.bmv2_build is not None or self.backend == "bmv2":
             from testbed.switch.bmv2 import node_params  # noqa: PLC0415
             from testbed.switch.p4runtime_server import device_id_for  # noqa: PLC0415
             # The same device id and address the ControlPlane's controller will use.
@@ -311,11 +321,11 @@ class MininetNetwork(Network):
             for table in ("arptables", "iptables", "ip6tables"):
                 with contextlib.suppress(OSError):
                     Path(f"/proc/sys/net/bridge/bridge-nf-call-{table}").write_text("0")
-        net = Mininet(topo=None, switch=self.switch_cls, host=Host, controller=None, link=TCLink,
-                      build=False, autoSetMacs=False, autoStaticArp=False)
+        net = self._make_mininet(topo=None, switch=self.switch_cls, host=Host, controller=None, link=TCLink,
+                                 build=False, autoSetMacs=False, autoStaticArp=False)
         self._net = net
         for h in self.plan.hosts:
-            net.addHost(h.name, ip=f"{h.ip}/{PREFIX_LEN}", mac=h.mac)
+            net.addHost(h.name, ip=f"{h.ip}/{PREFIX_LEN}", mac=h.mac, **self._host_params(h.name))
         for sw in self.plan.switches:
             net.addSwitch(sw, cls=self.switch_cls, **self._switch_params(sw))
         for ln in self.plan.links:
@@ -338,6 +348,14 @@ class MininetNetwork(Network):
         if self.capture and not self.soft:
             self._start_captures()
         self._built = True
+
+    def _make_mininet(self, **kw: Any) -> Any:
+        """The Mininet object (testbed.net.cluster_net: MininetCluster)."""
+        from mininet.net import Mininet  # noqa: PLC0415
+        return Mininet(**kw)
+
+    def _host_params(self, host: str) -> dict[str, Any]:  # noqa: ARG002 - cluster: the server
+        return {}
 
     def _read_sys(self, node: Any, rel: str) -> str | None:
         """A /sys/class/net file as the node sees it (None if absent)."""
@@ -368,7 +386,10 @@ class MininetNetwork(Network):
             time.sleep(0.02)
 
     def _write_plan(self) -> None:
-        plan = {
+        (self.run_dir / "network.json").write_text(json.dumps(self._plan_doc(), indent=1, default=str) + "\n")
+
+    def _plan_doc(self) -> dict[str, Any]:
+        return {
             "kind": self.plan.kind,
             "hosts": [vars(h) for h in self.plan.hosts],
             "switches": self.plan.switches,
@@ -379,7 +400,6 @@ class MininetNetwork(Network):
                             "switch_ports": self.impairments.switch_ports,
                             "nft_loss": self.impairments.nft_loss, "netem": self.impairments.netem},
         }
-        (self.run_dir / "network.json").write_text(json.dumps(plan, indent=1, default=str) + "\n")
 
     def _sh(self, node: str, script: str, what: str) -> str:
         rc, out = self.run(node, ["sh", "-c", script])
@@ -387,33 +407,35 @@ class MininetNetwork(Network):
             raise NetworkError(f"{what} on {node} failed (exit {rc}): {out.strip()[-800:]}")
         return out
 
+    HOST_SETUP = ("host setup (sysctl, ethtool -K tx off, static ARP; "
+                  "needs ethtool: apt-get install ethtool)")
+
     def _configure_hosts(self) -> None:
+        for h in self.plan.hosts:
+            self._sh(h.name, self._host_setup_script(h), self.HOST_SETUP)
+
+    def _host_setup_script(self, h: Any) -> str:
         """No IPv6 chatter, no TX checksum offload (the switch sees real
         checksums), static ARP for every host and the switch virtual IP."""
-        for h in self.plan.hosts:
-            intf = f"{h.name}-eth0"
-            lines = [
-                "set -e",
-                "if [ -d /proc/sys/net/ipv6 ]; then sysctl -qw net.ipv6.conf.all.disable_ipv6=1 "
-                "net.ipv6.conf.default.disable_ipv6=1 net.ipv6.conf.lo.disable_ipv6=1; fi",
-                f"ethtool -K {intf} tx off >/dev/null",
-            ]
-            neigh = [(o.ip, o.mac) for o in self.plan.hosts if o.name != h.name]
-            neigh.append((SWITCH_VIP, SWITCH_VIP_MAC))
-            lines += [f"ip neigh replace {ip} lladdr {mac} dev {intf} nud permanent"
-                      for ip, mac in neigh]
-            self._sh(h.name, "\n".join(lines), "host setup (sysctl, ethtool -K tx off, static ARP; "
-                     "needs ethtool: apt-get install ethtool)")
+        intf = f"{h.name}-eth0"
+        lines = [
+            "set -e",
+            "if [ -d /proc/sys/net/ipv6 ]; then sysctl -qw net.ipv6.conf.all.disable_ipv6=1 "
+            "net.ipv6.conf.default.disable_ipv6=1 net.ipv6.conf.lo.disable_ipv6=1; fi",
+            f"ethtool -K {intf} tx off >/dev/null",
+        ]
+        neigh = [(o.ip, o.mac) for o in self.plan.hosts if o.name != h.name]
+        neigh.append((SWITCH_VIP, SWITCH_VIP_MAC))
+        lines += [f"ip neigh replace {ip} lladdr {mac} dev {intf} nud permanent"
+                  for ip, mac in neigh]
+        return "\n".join(lines)
 
     def _configure_switch_ports(self) -> None:
         # Per interface, so this is safe even outside a private namespace.
         for sw in self.plan.switches:
             intfs = [i.name for i in self.node(sw).intfList() if i.name != "lo"]
-            if not intfs:
-                continue
-            script = "\n".join(f"sysctl -qw net.ipv6.conf.{i}.disable_ipv6=1 2>/dev/null || true"
-                               for i in intfs)
-            self._sh(sw, script, "switch port setup")
+            if intfs:
+                self._sh(sw, _switch_port_script(intfs), "switch port setup")
 
     def _check_shaping(self) -> None:
         """Mininet only logs tc failures (and then runs the link unshaped): read
@@ -457,8 +479,7 @@ class MininetNetwork(Network):
         for sw in self.plan.switches:
             for port in self.plan.switch_ports(sw):
                 intf = f"{sw}-eth{port}"
-                argv = ["tcpdump", "-U", "-n", "-Z", "root", "-i", intf, "-w",
-                        str(self.pcap_dir / f"{intf}.pcap")]
+                argv = self._capture_argv(intf)
                 with open_log(self.log_dir / f"tcpdump-{intf}.log") as f:
                     p = self.node(sw).popen(with_parent_death_signal(argv), stdin=subprocess.DEVNULL,
                                             stdout=f, stderr=subprocess.STDOUT)
@@ -470,6 +491,62 @@ class MininetNetwork(Network):
                  for port in self.plan.switch_ports(sw)]
         while time.monotonic() < deadline and not all(p.exists() for p in pcaps):
             time.sleep(0.02)
+
+    def _capture_argv(self, intf: str) -> list[str]:
+        return ["tcpdump", "-U", "-n", "-Z", "root", "-i", intf, "-w", str(self.pcap_dir / f"{intf}.pcap")]
+
+    # --- dry run -------------------------------------------------------------
+    def _record_build(self, rec: Any) -> None:
+        """What _build does, recorded (testbed.net.plan): the plan, Mininet's
+        nodes and links, every setup script, the switch processes and their
+        configs, impairments and captures. Nothing is created."""
+        rec.config(self.run_dir / "network.json", json.dumps(self._plan_doc(), indent=1, default=str))
+        for h in self.plan.hosts:
+            rec.note(f"Mininet host {h.name}: own network namespace, {h.ip}/{PREFIX_LEN}, mac {h.mac}")
+        for ln in self.plan.links:
+            values = self.link_values.get(ln.node1, self._base_values)
+            bw = (f", htb {values.bandwidth_mbps:g} Mbit/s both ends (TCLink bw)"
+                  if values.bandwidth_mbps is not None else "")
+            rec.note(f"Mininet link {ln.node1}-eth{ln.port1} <-> {ln.node2}-eth{ln.port2}{bw}")
+        for h in self.plan.hosts:
+            rec.script(h.name, self._host_setup_script(h), self.HOST_SETUP)
+        for sw in self.plan.switches:
+            intfs = [f"{sw}-eth{p}" for p in self.plan.switch_ports(sw)]
+            rec.script(sw, _switch_port_script(intfs), "switch port setup")
+        for host, loss in self.impairments.nft_loss.items():
+            rec.command(host, ["nft", "-f", "-"], f"nftables loss {loss:g}% on ingress (ruleset on stdin)")
+            rec.config(f"{host}: nft ruleset", imp.nft_ruleset(loss))
+        for e in self.impairments.netem:
+            rec.command(e["node"], imp.netem_command(e["intf"], e["impair"], e["shaped"]), "netem")
+        for sw in self.plan.switches:
+            self._record_switch(rec, sw)
+        if self.capture and not self.soft:
+            for sw in self.plan.switches:
+                for port in self.plan.switch_ports(sw):
+                    rec.command(sw, with_parent_death_signal(self._capture_argv(f"{sw}-eth{port}")),
+                                "capture")
+
+    def _record_switch(self, rec: Any, sw: str) -> None:
+        ports = {p: f"{sw}-eth{p}" for p in self.plan.switch_ports(sw)}  # Mininet's port names
+        params = self._switch_params(sw)
+        if self.soft:
+            from testbed.switch.soft.node import OFFLOADS_OFF  # noqa: PLC0415
+            from testbed.switch.soft.process import SoftSwitchProcess  # noqa: PLC0415
+            # What SoftSwitchNode.start adds to the config: its name and ports.
+            cfg = {**params["switch_config"], "name": sw, "ports": {str(k): v for k, v in ports.items()}}
+            proc = SoftSwitchProcess(cfg, params["run_dir"], log_path=params["log_path"], nice=params["nice"])
+            rec.script(sw, "\n".join(f"ethtool -K {i} {OFFLOADS_OFF}; ip link set {i} up"
+                                     for i in ports.values()), "switch ports: offloads off, up")
+            rec.command(sw, proc.argv, f"soft switch (renice {params['nice']} once ready), "
+                                       f"log {proc.log_path}")
+            rec.config(proc.config_path, json.dumps(proc.config, indent=1))
+        elif self.backend == "bmv2":
+            from testbed.switch import bmv2  # noqa: PLC0415
+            argv = bmv2.switch_argv(params["device_id"], ports, f"127.0.0.1:{params['grpc_port']}",
+                                    Path(params["log_dir"]) / f"{sw}-bmv2.log", params.get("thrift_port"))
+            rec.command(sw, argv, "simple_switch_grpc (Bmv2SwitchNode)")
+        else:
+            rec.note(f"switch {sw}: {self.switch_cls.__name__} (no recorder for this class)")
 
     def _register(self, pid: int, role: str) -> None:
         self._registry.register_pid(pid, role=role)
@@ -521,6 +598,10 @@ class MininetNetwork(Network):
                 p.wait(timeout=0.1)
             except subprocess.TimeoutExpired:
                 pass
+
+
+def _switch_port_script(intfs: list[str]) -> str:
+    return "\n".join(f"sysctl -qw net.ipv6.conf.{i}.disable_ipv6=1 2>/dev/null || true" for i in intfs)
 
 
 def _children_of(parent: int) -> dict[int, str]:

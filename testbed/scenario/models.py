@@ -152,6 +152,40 @@ class Switch(BaseModel):
         default_factory=dict, description="Backend-specific settings, passed through unchanged.")
 
 
+# --- network mode -----------------------------------------------------------
+class Cluster(BaseModel):
+    """Mininet's own cluster mode (mininet.examples.cluster.MininetCluster): the
+    emulated hosts spread over several servers joined over SSH (docs/real-rack.md)."""
+
+    model_config = STRICT
+
+    servers: list[str] = Field(
+        min_length=1, description="Servers (host names or addresses Mininet reaches over SSH as root, "
+                                  "without a password); the first runs the runner and the switch.")
+    placement: dict[str, str] = Field(
+        default_factory=dict, description="Host -> server; hosts not named here go round-robin over "
+                                          "`servers` (Mininet's RoundRobinPlacer).")
+    link: Literal["gre", "ssh"] = Field(
+        "gre", description="How a link between servers is carried: gre (RemoteGRELink, kernel GRE "
+                           "tunnel) or ssh (RemoteSSHLink, an `ssh -w` tap tunnel).")
+    user: Optional[str] = Field(None, description="SSH user on the servers (default: Mininet's, the "
+                                                  "sudo user or root).")
+
+
+class Net(BaseModel):
+    """Where the hosts run. `testbed run --net` overrides `mode`."""
+
+    model_config = STRICT
+
+    mode: Literal["mininet", "local", "ssh", "cluster"] = Field(
+        "mininet", description="mininet: one machine's namespaces; local: loopback processes; ssh: real "
+                               "servers named in `inventory`; cluster: Mininet cluster mode over `cluster.servers`.")
+    inventory: Optional[str] = Field(
+        None, description="net ssh: inventory YAML (servers, users, keys, which host each plays, the switch "
+                          "node); relative to the project root or absolute. See docs/real-rack.md.")
+    cluster: Optional[Cluster] = Field(None, description="net cluster: the servers and placement.")
+
+
 # --- stragglers -------------------------------------------------------------
 class Straggler(BaseModel):
     """A host that runs slower than the others."""
@@ -249,6 +283,7 @@ class Scenario(BaseModel):
     topology: Topology = Field(default_factory=Topology, description="Hosts and switches.")
     links: Links = Field(default_factory=Links, description="Link bandwidth and impairments.")
     switch: Switch = Field(default_factory=Switch, description="Switch backend and program.")
+    net: Net = Field(default_factory=Net, description="Where hosts run (one machine, real servers, a cluster).")
     workload: WorkloadSpec = Field(description="What the hosts run; `kind` selects the workload.")
     stragglers: list[Straggler] = Field(default_factory=list, description="Slow hosts.")
     sweep: Sweep = Field(default_factory=Sweep, description="Cases, grid and repeats to run.")
@@ -330,6 +365,7 @@ def semantic_problems(scn: Scenario) -> list[tuple[Loc, str]]:
                              f"no case named {name!r}; cases are {', '.join(names)}"))
 
     problems += switch_problems(scn.switch)
+    problems += net_problems(scn, hosts)
 
     for i, fig in enumerate(scn.figures):
         if fig not in known_figures:
@@ -382,4 +418,24 @@ def switch_problems(sw: Switch) -> list[tuple[Loc, str]]:
                 if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
                     problems.append((("switch", "options", key),
                                      f"must be an integer in {lo}..{hi}, got {v!r}"))
+    return problems
+
+
+def net_problems(scn: Scenario, hosts: list[str]) -> list[tuple[Loc, str]]:
+    """`net`: the mode's settings are present, and a cluster places known hosts on its servers."""
+    net, problems = scn.net, []
+    if net.mode == "ssh" and not net.inventory:
+        problems.append((("net", "inventory"), "net.mode ssh needs an inventory file "
+                         "(see docs/real-rack.md), e.g. --set net.inventory=rack/inventory.yaml"))
+    if net.mode == "cluster" and net.cluster is None:
+        problems.append((("net", "cluster"), "net.mode cluster needs `cluster: {servers: [...]}`"))
+    if net.cluster is not None:
+        for host, server in net.cluster.placement.items():
+            if host not in hosts:
+                problems.append((("net", "cluster", "placement", host),
+                                 f"unknown host {host!r}; hosts are {', '.join(hosts)}"))
+            if server not in net.cluster.servers:
+                problems.append((("net", "cluster", "placement", host),
+                                 f"server {server!r} is not in net.cluster.servers "
+                                 f"({', '.join(net.cluster.servers)})"))
     return problems

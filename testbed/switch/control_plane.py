@@ -44,16 +44,21 @@ class ControlPlane:
     jobs: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def start(cls, net: Any, program: str, logs_dir: Path, job_requests: list[JobRequest]) -> "ControlPlane":
+    def start(cls, net: Any, program: str, logs_dir: Path, job_requests: list[JobRequest],
+              controller_cls: Any = None) -> "ControlPlane":
+        """controller_cls: SwitchController (default), or a dry run's
+        testbed.switch.recording.RecordingController bound to its recorder."""
         from testbed.switch.controller import SwitchController  # noqa: PLC0415 - grpc import is slow
         from testbed.switch.p4runtime_server import device_id_for  # noqa: PLC0415
 
+        controller_cls = controller_cls or SwitchController
         info = net.switch_info
         p4info, device_config = pipeline_config(info, program)
         cp = cls()
         try:
             for sw, addr in sorted(info["p4runtime"].items()):
-                c = SwitchController(sw, addr, device_id_for(sw), p4info, device_config,
+                c = controller_cls(sw, addr, info.get("device_ids", {}).get(sw, device_id_for(sw)),
+                                   p4info, device_config,
                                      logs_dir / f"{sw}-p4runtime-requests.txt")
                 cp.controllers[sw] = c.connect()
                 c.install_flood_group(info["ports"][sw])
