@@ -166,7 +166,7 @@ def _check_net_settings(scn, net_mode: str) -> None:
 
     try:
         if net_mode == "ssh":
-            from testbed.net.factory import resolve_project_path
+            from testbed.results import resolve_project_path
             from testbed.net.inventory import load_inventory
             if not scn.net.inventory:
                 _fail("--net ssh needs net.inventory (e.g. --set net.inventory=rack/inventory.yaml); "

@@ -180,3 +180,9 @@ def drop_point_records(path: Path, point_index: int) -> None:
         for r in keep:
             f.write(json.dumps(r) + "\n")
     tmp.replace(path)
+
+
+def resolve_project_path(path: str) -> Path:
+    """A scenario's file path: absolute, or relative to the project root."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else PROJECT_ROOT / p

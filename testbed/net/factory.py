@@ -6,6 +6,7 @@ from typing import Any
 
 from testbed.net.base import Network, NetworkError
 from testbed.net.registry import RunRegistry
+from testbed.results import resolve_project_path
 
 
 class BackendUnavailable(NetworkError):
@@ -74,13 +75,6 @@ def build_network(net_mode: str, scenario: Any, *, logs_dir: Path, pcaps_dir: Pa
         return ClusterNetwork(scenario.net.cluster, scenario.topology, scenario.links, hosts, cls, base, **kw)
     from testbed.net.mininet_net import MininetNetwork  # noqa: PLC0415
     return MininetNetwork(scenario.topology, scenario.links, hosts, cls, base, **kw)
-
-
-def resolve_project_path(path: str) -> Path:
-    """A scenario's file path: absolute, or relative to the project root."""
-    from testbed.results import PROJECT_ROOT  # noqa: PLC0415
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else PROJECT_ROOT / p
 
 
 def compile_bmv2(program: str, options: Any, logs_dir: Path, recorder: Any = None) -> Any:

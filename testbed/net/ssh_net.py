@@ -171,7 +171,7 @@ class SshNetwork(Network):
         self._started = self._stopped = False
         self.tofino = None
         if sw is not None and sw.backend == "tofino" and sw.managed:
-            from testbed.net.factory import resolve_project_path  # noqa: PLC0415
+            from testbed.results import resolve_project_path  # noqa: PLC0415
             from testbed.switch.tofino import TofinoBackend, TofinoError  # noqa: PLC0415
             try:
                 p4 = (f"{sw.project_dir}/p4/tofino/ina_tna.p4" if sw.project_dir else None)
