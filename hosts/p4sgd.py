@@ -108,13 +108,16 @@ class P4sgdConfig:
     # "headroom": k, "hw_op_s": one allreduce on the hardware}: the soft switch can dilate
     # the network (hosts.common.network_dilation)
     network_dilation: dict | None = None
+    # {"xclbin", "device_index", "kernel_name", "dry_run"}: the worker drives a U280 kernel
+    # through XRT (hosts.glm.u280_xrt); None (or the key absent): the modeled device only
+    xrt: dict | None = None
 
     KEYS = frozenset({
         "host", "role", "rank", "world", "mode", "glm", "l2", "lr", "batch", "micro_batch",
         "epochs", "pipeline_depth", "seed", "dataset", "balance", "collective", "peers", "ps",
         "port", "ina", "fixed_point_exp", "device", "snapshot_every", "straggler",
         "start_at", "connect_timeout_s", "timeout_s", "out", "trace", "calibration",
-        "network_dilation"})
+        "network_dilation", "xrt"})
 
     @classmethod
     def from_json(cls, source: str | Path | dict) -> "P4sgdConfig":
@@ -140,6 +143,7 @@ class P4sgdConfig:
         v["trace"] = val if ok and isinstance(val, str) else None
         v["calibration"] = _parse_calibration(c)
         v["network_dilation"] = parse_network_dilation(c)
+        v["xrt"] = _parse_xrt(c)
         for key in ("dataset", "device"):
             ok, val = c.value(key, False)
             if ok and not isinstance(val, dict):
@@ -177,6 +181,11 @@ class P4sgdConfig:
                 and v["batch"] % v["world"]):
             c.error("batch", f"data_parallel splits the global batch over the workers: "
                              f"{v['batch']} is not a multiple of world {v['world']}")
+        if v["xrt"] is not None:
+            if v["mode"] != "model_parallel":
+                c.error("xrt", f"the U280 kernel runs the model-parallel (P4SGD) step; mode is {v['mode']!r}")
+            if (v["device"] or {}).get("type") != "u280":
+                c.error("xrt", f"needs device type u280, got {(v['device'] or {}).get('type')!r}")
         c.finish(set(cls.KEYS))
         return cls(**v)
 
@@ -204,6 +213,43 @@ def _parse_calibration(c: Checker) -> dict | None:
         c.error("calibration", f"hw_op_s must be >= 0, rounds and batches integers >= 1; got {val!r}")
         return None
     return dict(val)
+
+
+def _parse_xrt(c: Checker) -> dict | None:
+    """The optional "xrt" block: which xclbin and card a worker's U280 kernel runs on."""
+    from hosts.glm.u280_xrt import KERNEL_NAME, check_xclbin
+
+    val = c.data.get("xrt")
+    if val is None:
+        return None
+    keys = {"xclbin", "device_index", "kernel_name", "dry_run"}
+    if not isinstance(val, dict) or set(val) - keys:
+        c.error("xrt", f"must be null or an object with keys {sorted(keys)}, got {val!r}")
+        return None
+    out = {"xclbin": val.get("xclbin"), "device_index": val.get("device_index", 0),
+           "kernel_name": val.get("kernel_name", KERNEL_NAME), "dry_run": val.get("dry_run", False)}
+    if not isinstance(out["dry_run"], bool):
+        c.error("xrt.dry_run", f"must be true or false, got {out['dry_run']!r}")
+    if isinstance(out["device_index"], bool) or not isinstance(out["device_index"], int) \
+            or out["device_index"] < 0:
+        c.error("xrt.device_index", f"must be an integer >= 0, got {out['device_index']!r}")
+    if not isinstance(out["kernel_name"], str) or not out["kernel_name"]:
+        c.error("xrt.kernel_name", f"must be a non-empty string, got {out['kernel_name']!r}")
+    if out["xclbin"] is None:
+        if out["dry_run"] is not True:
+            c.error("xrt.xclbin", "missing: a real U280 run needs the kernel's xclbin file")
+    elif not isinstance(out["xclbin"], str):
+        c.error("xrt.xclbin", f"must be a path, got {out['xclbin']!r}")
+    elif (why := check_xclbin(out["xclbin"])) is not None:
+        c.error("xrt.xclbin", why)
+    return out
+
+
+def xrt_calls_path(out: str | Path) -> Path:
+    """<stem>.xrt_calls.jsonl next to the JSONL output: the worker's recorded XRT calls."""
+    p = Path(out)
+    stem = p.with_suffix("") if p.suffix == ".jsonl" else p
+    return Path(f"{stem}.xrt_calls.jsonl")
 
 
 def out_paths(out: str | Path) -> tuple[Path, Path]:
@@ -416,7 +462,9 @@ class Worker:
 
         self.cfg, self.writer = cfg, writer
         self.model = get_model(cfg.glm, cfg.l2)
-        self.dilation = float(cfg.device.get("time_scale", 1.0)) if cfg.device.get("type", "cpu") != "cpu" else 1.0
+        self.kernel = self._open_kernel()
+        measured = cfg.device.get("type", "cpu") == "cpu" or (self.kernel is not None and not self.kernel.dry_run)
+        self.dilation = 1.0 if measured else float(cfg.device.get("time_scale", 1.0))
         self.trace = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.rank, world=cfg.world,
                                    tdf=self.dilation, device=dict(cfg.device), workload="p4sgd",
                                    mode=cfg.mode, collective=cfg.collective,
@@ -436,9 +484,23 @@ class Worker:
         self.timed: TimedAllreduce | None = None
         self.comm: Comm | None = None
 
+    def _open_kernel(self):
+        """The U280 kernel adapter when the config names one (a real run: pyxrt must
+        import, else XrtUnavailable, a config error), else None (modeled device)."""
+        if self.cfg.xrt is None:
+            return None
+        from hosts.glm.u280_xrt import U280XrtAdapter
+
+        x = self.cfg.xrt
+        return U280XrtAdapter(x["xclbin"], x["device_index"], x["kernel_name"], dry_run=x["dry_run"])
+
     def _new_device(self, time_scale: float) -> WorkerDevice:
         from hosts.glm.devices import make_device
 
+        if self.kernel is not None and not self.kernel.dry_run:
+            # A real card: its measured kernel time, not the model (no dilation).
+            from hosts.glm.u280_xrt import XrtKernelDevice
+            return WorkerDevice(XrtKernelDevice(self.kernel), self.cfg.straggler, self.trace)
         spec = dict(self.cfg.device)
         if spec.get("type", "cpu") != "cpu":
             spec["time_scale"] = time_scale
@@ -466,6 +528,8 @@ class Worker:
         else:
             self.X, self.imbalance = self.ds.X, 1.0
         self.x = np.zeros(self.part[1] - self.part[0])
+        if self.kernel is not None:   # samples, labels and the zero model into the card's HBM
+            self.kernel.load(self.X, self.ds.y, None, self.cfg.micro_batch, self.cfg.glm)
 
     # -- main loop -------------------------------------------------------
     def run(self, comm: Comm | None = None) -> int:
@@ -495,6 +559,7 @@ class Worker:
         finally:
             self.comm.close()
             self.save()
+            self.save_kernel_calls()
             if self.trace is not None:
                 self.trace.set_tdf(self.dilation)
                 self.trace.close()
@@ -533,6 +598,8 @@ class Worker:
         self.calibration = cal.record(self.cfg.host)
         self.writer.write(self.calibration)
         self.x = np.zeros_like(self.x)          # training starts from scratch
+        if self.kernel is not None:
+            self.kernel.reset_model()
         if self.trace is not None:
             self.trace.reset()
         # No extra barrier: the agreement allreduce already lines the workers up, and
@@ -568,7 +635,7 @@ class Worker:
         self.writer.write({"type": "start", "host": cfg.host, "rank": cfg.rank, "mode": cfg.mode,
                            "collective": cfg.collective, "part": list(self.part),
                            "n_samples": self.ds.n_samples, "n_features": self.ds.n_features,
-                           "dilation": self.dilation, "device": self.device.device.describe(),
+                           "dilation": self.dilation, "device": self.describe_device(),
                            "network_dilated": (cfg.network_dilation is not None
                                                and self.device.base_scale is not None),
                            "load_s": self.load_s, "wall_start": time.time()})
@@ -606,7 +673,8 @@ class Worker:
         if cfg.mode == "model_parallel":
             # One mini-batch of the pipelined schedule; updates self.x in place.
             pipelined_epoch(self.X, self.ds.y, self.x, self.model, cfg.lr, len(idx),
-                            cfg.micro_batch, idx, self.timed, cfg.pipeline_depth, self.device)
+                            cfg.micro_batch, idx, self.timed, cfg.pipeline_depth, self.device,
+                            kernel=self.kernel)
         else:
             # The core's data-parallel step on exactly this global batch.
             self.x, _ = data_parallel_sgd(self.X, self.ds.y, self.model, cfg.lr,
@@ -617,11 +685,28 @@ class Worker:
     def snapshot(self, t0: float) -> None:
         # In memory only (a copy costs microseconds); written to disk after training.
         t = time.perf_counter() - t0
+        if self.kernel is not None:   # the model lives on the card: read it back
+            self.x = self.kernel.read_model().astype(np.float64)
         self.snapshots.append(self.x.copy())
         self.writer.write({"type": "snapshot", "host": self.cfg.host, "rank": self.cfg.rank,
                            "index": len(self.snapshots) - 1, "iter": self.iterations,
                            "epochs": self.samples / self.ds.n_samples,
                            "samples_seen": self.samples, "t_s": t, "dilation": self.dilation})
+
+    def describe_device(self) -> dict[str, Any]:
+        d = dict(self.device.device.describe())
+        if self.kernel is not None and self.kernel.dry_run:
+            d.update(xrt=self.kernel.header(), time="dry run: modeled time")
+        return d
+
+    def save_kernel_calls(self) -> None:
+        """The U280 adapter's recorded calls, beside the outputs (also after a failure)."""
+        if self.kernel is None:
+            return
+        path = xrt_calls_path(self.cfg.out)
+        self.kernel.write_calls(path)
+        self.writer.write({"type": "xrt", "host": self.cfg.host, **self.kernel.header(),
+                           "calls_path": str(path)})
 
     def save(self) -> None:
         if self.x is None:

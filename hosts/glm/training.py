@@ -280,17 +280,24 @@ def reference_sgd(ds: Dataset, model: str | GLM, lr: float, batch: int, epochs: 
 
 
 # ============================================================ model parallel (P4SGD)
-def _mp_minibatch(X_part, y, x, model: GLM, lr, idx, micro_batch, depth, device):
-    """Generator: one pipelined mini-batch; updates x in place."""
+def _mp_minibatch(X_part, y, x, model: GLM, lr, idx, micro_batch, depth, device, kernel=None):
+    """Generator: one pipelined mini-batch; updates x in place.
+
+    kernel: a U280 kernel adapter (hosts.glm.u280_xrt) that holds the samples,
+    the model slice and the gradient on the card: forward, backward and update
+    run there (x is then left alone; read the model back from the kernel)."""
     if micro_batch < 1 or depth < 1:
         raise ValueError("micro_batch and pipeline depth must be >= 1")
     f = X_part.shape[1]
-    grad = np.zeros_like(x)
+    grad = np.zeros_like(x) if kernel is None else None
     inflight: deque = deque()
 
     def backward():
         c, Xc, handle = inflight.popleft()
         s = yield ("wait", handle)
+        if kernel is not None:
+            _on_device(device, lambda: kernel.backward(c, s), len(c), f, None, "backward")
+            return
         g = model.derivative(s, y[c])
         _on_device(device, lambda: _accumulate(grad, Xc, g), len(c), f, _rows_nnz(X_part, c),
                    "backward")
@@ -299,15 +306,21 @@ def _mp_minibatch(X_part, y, x, model: GLM, lr, idx, micro_batch, depth, device)
         c = idx[start:start + micro_batch]
         # The gather of the micro-batch's rows is part of the forward pass (the
         # device model charges streaming them from HBM), so it runs on the device.
-        Xc, q = _on_device(device, lambda: _gather_forward(X_part, c, x), len(c), f,
-                           _rows_nnz(X_part, c), "forward")
+        if kernel is None:
+            Xc, q = _on_device(device, lambda: _gather_forward(X_part, c, x), len(c), f,
+                               _rows_nnz(X_part, c), "forward")
+        else:
+            Xc, q = None, _on_device(device, lambda: kernel.forward(c), len(c), f, None, "forward")
         handle = yield ("submit", np.asarray(q, dtype=np.float64), "forward")
         inflight.append((c, Xc, handle))
         if len(inflight) >= depth:  # k micro-batches outstanding: retire the oldest
             yield from backward()
     while inflight:  # drain: the update needs every micro-batch's gradient
         yield from backward()
-    x -= lr * (grad / len(idx) + model.reg_gradient(x))
+    if kernel is not None:   # not charged, as the device model does not (model on chip)
+        kernel.update(lr, len(idx), model.l2)
+    else:
+        x -= lr * (grad / len(idx) + model.reg_gradient(x))
 
 
 def _mp_eval(X_part, y, x, model: GLM, epoch, step, seen):
@@ -368,16 +381,18 @@ def model_parallel_sgd(X_part, y: Vector, model: str | GLM, lr: float, batch: in
 
 def pipelined_epoch(X_part, y: Vector, x_part: Vector, model: str | GLM, lr: float, batch: int,
                     micro_batch: int, sample_order: np.ndarray, aar: AsyncAllreduce,
-                    depth: int = 1, device=None) -> Vector:
+                    depth: int = 1, device=None, kernel=None) -> Vector:
     """One epoch of forward-communication-backward pipelining over sample_order.
 
-    Updates x_part in place (and returns it). depth=1 is the unpipelined
+    Updates x_part in place (and returns it); with `kernel` (see _mp_minibatch)
+    the model is updated on the card instead. depth=1 is the unpipelined
     schedule: submit, wait, backward, next micro-batch."""
     model = get_model(model)
 
     def epoch_gen():
         for idx in minibatches(np.asarray(sample_order), batch):
-            yield from _mp_minibatch(X_part, y, x_part, model, lr, idx, micro_batch, depth, device)
+            yield from _mp_minibatch(X_part, y, x_part, model, lr, idx, micro_batch, depth, device,
+                                     kernel)
 
     _drive(epoch_gen(), aar)
     return x_part

@@ -111,6 +111,8 @@ def device_validity(host: str, wd: WorkerDevice, dilation: float) -> dict[str, A
     share = v["violations"] / steps
     if getattr(device, "name", "cpu") == "cpu":
         valid, reason = True, "measured CPU time (no device model, no dilation)"
+    elif getattr(device, "measured", False):   # a real card (hosts.glm.u280_xrt.XrtKernelDevice)
+        valid, reason = True, f"measured {device.name} kernel time (no device model, no dilation)"
     else:
         # A few steps over (a descheduled process on shared cores) are absorbed by
         # the sleep debt; systematic overshoot means the dilation is too small.

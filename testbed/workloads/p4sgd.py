@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from testbed.results import PROJECT_ROOT, read_jsonl
 from testbed.workloads import register_workload
@@ -76,6 +76,46 @@ def resolve_path(path: str) -> Path:
     return p if p.is_absolute() else PROJECT_ROOT / p
 
 
+class XrtParams(BaseModel):
+    """A real (or dry-run) Alveo U280 kernel driven through XRT (hosts/glm/u280_xrt.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    xclbin: Optional[str] = Field(None, description="The kernel's xclbin (relative to the project root or "
+                                  "absolute); required unless dry_run.")
+    device_index: int = Field(0, ge=0, description="Which card (xrt device index) on the worker's host.")
+    kernel_name: str = Field("p4sgd_glm", min_length=1, description="Kernel name inside the xclbin "
+                             "(its interface: hosts/glm/u280_xrt.py).")
+    dry_run: bool = Field(False, description="Record every XRT call and compute the kernel in numpy "
+                          "(time: the modeled u280 device); false needs pyxrt on the worker's host.")
+
+    @field_validator("xclbin")
+    @classmethod
+    def _xclbin_exists(cls, path: Optional[str]) -> Optional[str]:
+        from hosts.glm.u280_xrt import check_xclbin  # noqa: PLC0415 - light
+        if path is not None and (why := check_xclbin(resolve_path(path))) is not None:
+            raise ValueError(why)
+        return path
+
+    @model_validator(mode="after")
+    def _real_needs_xclbin_and_pyxrt(self) -> "XrtParams":
+        from hosts.glm.u280_xrt import pyxrt_available  # noqa: PLC0415
+        if not self.dry_run:
+            if self.xclbin is None:
+                raise ValueError("xclbin: missing; a real U280 run needs the kernel's xclbin "
+                                 "(or set dry_run: true)")
+            if not pyxrt_available():
+                raise ValueError("dry_run is false but pyxrt (XRT's Python binding) is not importable "
+                                 "here: `source /opt/xilinx/xrt/setup.sh` on the U280 host, or set "
+                                 "dry_run: true")
+        return self
+
+    def host_spec(self) -> dict[str, Any]:
+        return {"xclbin": None if self.xclbin is None else str(resolve_path(self.xclbin)),
+                "device_index": self.device_index, "kernel_name": self.kernel_name,
+                "dry_run": self.dry_run}
+
+
 @register_workload
 class P4sgdWorkload(CalibratedWorkloadParams):
     """GLM training: P4SGD model parallelism or the data-parallel baseline."""
@@ -107,6 +147,11 @@ class P4sgdWorkload(CalibratedWorkloadParams):
     device: Literal["cpu", "u280", "gpu"] = Field(
         "u280", description="Compute model: cpu = real numpy time; u280 / gpu = modeled FPGA / V100 "
                             "time (hosts/glm/devices.py), slept for, times `time_scale`.")
+    xrt: Optional[XrtParams] = Field(
+        None, description="device u280 only: the workers drive a U280 kernel through XRT (pyxrt), "
+                          "given the user's xclbin: {xclbin, device_index, kernel_name, dry_run}. "
+                          "Real: time is the kernel's measured time, undilated; dry_run: every XRT call "
+                          "recorded (<host>.xrt_calls.jsonl), time from the modeled u280. null: modeled only.")
     device_options: dict[str, Any] = Field(
         default_factory=dict, description="Extra device-model parameters, e.g. {hbm_efficiency: 0.5, "
                                           "latency_s: 1e-6} (see hosts/glm/devices.py).")
@@ -167,6 +212,17 @@ class P4sgdWorkload(CalibratedWorkloadParams):
         if self.device == "cpu" and self.time_scale not in (None, 1.0, "auto"):
             raise ValueError("time_scale dilates a modeled device; the cpu device is measured, "
                              "not modeled: leave time_scale null (or 1)")
+        if self.xrt is not None:
+            if self.device != "u280":
+                raise ValueError(f"xrt drives a U280 kernel: it needs device u280, not {self.device!r}")
+            if self.mode != "model_parallel":
+                raise ValueError("xrt: the U280 kernel runs the model-parallel (P4SGD) step; "
+                                 "mode data_parallel cannot use it")
+            if self.dataset.get("source") == "synthetic" and self.dataset.get("kind") == "sparse":
+                raise ValueError("xrt: the U280 kernel takes dense samples; dataset.kind is sparse")
+            if self.measured and self.time_scale not in (None, 1.0, "auto"):
+                raise ValueError("time_scale dilates a modeled device; a real U280 (xrt.dry_run false) "
+                                 "is measured: leave time_scale null (or 1)")
         from hosts.glm.devices import make_device  # light: no numpy work
         try:
             make_device(self.device_spec())
@@ -176,18 +232,31 @@ class P4sgdWorkload(CalibratedWorkloadParams):
 
     # -- derived ---------------------------------------------------------------
     @property
+    def measured(self) -> bool:
+        """Compute time is measured, not modeled: the cpu device, or a real U280 (xrt)."""
+        return self.device == "cpu" or (self.xrt is not None and not self.xrt.dry_run)
+
+    @property
     def calibrated(self) -> bool:
         """Dilation set by calibration on the built network (modeled devices only)."""
-        return self.time_scale == "auto" and self.device != "cpu"
+        return self.time_scale == "auto" and not self.measured
 
     @property
     def dilation(self) -> float:
         """The fixed dilation, or calibration's starting point."""
+        if self.measured:
+            return 1.0
         if isinstance(self.time_scale, (int, float)):
             return float(self.time_scale)
         if self.calibrated:
             return CALIBRATION_START
         return DEFAULT_DILATION[self.device]
+
+    def device_label(self) -> str:
+        """The device as records name it: u280 alone is the modeled one."""
+        if self.xrt is None:
+            return self.device
+        return "u280 (dry run: modeled time)" if self.xrt.dry_run else "u280 (XRT: measured kernel time)"
 
     def device_spec(self) -> dict[str, Any]:
         spec = {"type": self.device, **self.device_options}
@@ -234,7 +303,7 @@ def network_dilation(wl: Any, switch_info: dict[str, Any], workers: int) -> dict
     from testbed.fidelity.network_model import dilation_hardware  # noqa: PLC0415
 
     control = switch_info.get("dilation_control")
-    if not control or not wl.dilate_network or wl.device == "cpu":
+    if not control or not wl.dilate_network or wl.measured:
         return None
     return {"control": list(control), "hardware": dilation_hardware(load_profile(wl.hardware)),
             "headroom": wl.network_headroom, "hw_op_s": hw_op_time(wl, workers)}
@@ -284,6 +353,7 @@ class P4sgdRuntime(WorkloadRuntime):
             "calibration": ({"hw_op_s": hw_op_time(wl, len(workers)), "rounds": wl.calibration_rounds,
                              "batches": wl.calibration_batches} if wl.calibrated else None),
             "network_dilation": network_dilation(wl, ctx.switch, len(workers)),
+            "xrt": wl.xrt.host_spec() if wl.xrt is not None else None,
         }
         progs = []
         if ps is not None:
@@ -298,6 +368,8 @@ class P4sgdRuntime(WorkloadRuntime):
                        straggler=straggler_for(scn, h), out=str(ctx.work_dir / f"{h}.jsonl"))
             progs.append(HostProgram(h, self.module_argv("hosts.p4sgd", self.write_config(ctx, h, cfg)),
                                      phase=1))
+        if wl.xrt is not None:
+            _write_xrt_plans(wl, workers, ctx.work_dir)
         return progs
 
     def ina_jobs(self, point: Any) -> list[Any]:
@@ -326,6 +398,27 @@ class P4sgdRuntime(WorkloadRuntime):
         return dataclasses.replace(point, scenario=scn)
 
 
+def _write_xrt_plans(wl: P4sgdWorkload, workers: list[str], work_dir: Path) -> None:
+    """<host>.xrt_plan.txt: the XRT calls each worker makes to open its card and train
+    the first mini-batch (shapes from the feature partition; nothing touches a card).
+    `testbed run --dry-run` prints them with the configs; a run keeps them beside the
+    workers' recorded calls (<host>.xrt_calls.jsonl)."""
+    from hosts.glm.data import load_dataset  # noqa: PLC0415
+    from hosts.glm.partition import partition_features  # noqa: PLC0415
+    from hosts.glm.u280_xrt import plan_calls  # noqa: PLC0415
+
+    ds = load_dataset(wl.dataset_spec())
+    ranges = partition_features(ds, len(workers), wl.balance).ranges
+    x = wl.xrt.host_spec()
+    for h, (a, b) in zip(workers, ranges):
+        ad = plan_calls(ds.n_samples, b - a, wl.batch, wl.micro_batch, wl.pipeline_depth, wl.glm,
+                        wl.lr, wl.l2, x["xclbin"], x["device_index"], x["kernel_name"])
+        (work_dir / f"{h}.xrt_plan.txt").write_text(
+            f"{h}: features {a}..{b} of {ds.n_features}; "
+            f"{'dry run (numpy), time: modeled u280' if x['dry_run'] else 'real U280 through pyxrt'}\n"
+            + ad.text() + "\n")
+
+
 # ---------------------------------------------------------------------------
 # collect: raw host outputs -> metric records (pure functions, unit-testable)
 # ---------------------------------------------------------------------------
@@ -348,6 +441,9 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
     summary = _summary(wl, workers, raw, summaries, iters, curve, final_x,
                        [r for r in out if r.get("type") == "validity"], work_dir)
     out.extend(r for h in workers for r in raw[h] if r.get("type") == "calibration")
+    # A U280 kernel's adapter: which card/xclbin, dry run or not, calls made (listed in
+    # <host>.xrt_calls.jsonl beside the outputs), and on a real card its kernel time.
+    out.extend(r for h in workers for r in raw[h] if r.get("type") == "xrt")
     out.extend(fidelity_records(scenario, work_dir, summary))
     out.append(summary)
     return out
@@ -585,7 +681,7 @@ def _summary(wl: P4sgdWorkload, workers: list[str], raw: dict[str, list], summar
     hw_allreduce = HW_ALLREDUCE_S + 4 * n_values / HW_LINK_BPS
     return {
         "type": "p4sgd_summary", "mode": wl.mode, "collective": wl.collective, "glm": wl.glm,
-        "device": wl.device, "dilation": dilation, "times_dilated": dilation != 1.0,
+        "device": wl.device_label(), "dilation": dilation, "times_dilated": dilation != 1.0,
         "workers": len(workers), "batch": wl.batch, "micro_batch": wl.micro_batch,
         "pipeline_depth": wl.pipeline_depth, "ok": ok,
         "error": next((s.get("error") for s in sums if s.get("error")), None),
