@@ -113,7 +113,7 @@ class U280XrtAdapter:
 
     def _open(self) -> None:
         self._call("device", index=self.device_index)
-        self._call("load_xclbin", path=self.xclbin)
+        self._call("load_xclbin", path=self.xclbin or "<none given: dry run>")
         self._call("kernel", name=self.kernel_name, access="shared")
         if not self.dry_run:
             x = self._xrt
