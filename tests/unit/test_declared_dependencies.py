@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIRST_PARTY = {"testbed", "hosts", "bench", "tests", "p4"}
 # Not pip dependencies, on purpose: mininet comes from Debian's python3-mininet
 # (scripts/setup.sh links it into the venv); pyxrt only exists on a host with an
-# Alveo card and hosts/glm/u280_xrt.py imports it lazily, falling back to dry-run
-# with a stated reason.
+# Alveo card and hosts/glm/u280_xrt.py imports it lazily (without it only the
+# adapter's dry run works; a real run is refused up front, never silently dry).
 NOT_FROM_PIP = {"mininet", "pyxrt"}
 
 
