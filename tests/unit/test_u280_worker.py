@@ -22,7 +22,8 @@ from hosts.glm.u280_xrt import U280XrtAdapter, XrtUnavailable
 from testbed import results as res
 from testbed.scenario import ScenarioError
 from testbed.workloads.p4sgd import P4sgdRuntime
-from tests.unit.test_p4sgd_workload import TINY, _cfg, _ctx, run_workers, scenario
+# A sibling test module's helpers (pytest puts tests/unit on sys.path: no __init__.py).
+from test_p4sgd_workload import TINY, _cfg, _ctx, run_workers, scenario
 
 pytestmark = pytest.mark.unit
 
