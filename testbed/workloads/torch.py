@@ -203,8 +203,9 @@ def hw_table(wl: TorchWorkload, workers: int) -> dict[str, list[float]]:
 
 def network_dilation(wl: TorchWorkload, switch_info: dict[str, Any], workers: int) -> dict[str, Any] | None:
     """The hosts' network_dilation block: None without a soft switch, on a measured CPU
-    device or with dilate_network false. hw_op_s (the transport's expected op) starts
-    at one full packet's allreduce; the worker raises it to each op's own time."""
+    device or with dilate_network false. The in-switch client takes its timer floor
+    per chunk from `hardware` (InaClient.expect_delay); hw_op_s, one full packet's
+    allreduce, is the shared block's shape (hosts.common.network_dilation)."""
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
     from testbed.fidelity.network_model import dilation_hardware  # noqa: PLC0415
     from testbed.wire import MAX_VALUES_PER_PACKET  # noqa: PLC0415
