@@ -57,9 +57,9 @@ log = logging.getLogger("dnn.timing")
 
 WARMUP_ITERATIONS = 1     # iterations mode: measured by nothing, before round 0
 
-# The network model's algorithm for each collective (gloo's allreduce is a ring:
-# reduce-scatter + all-gather over TCP pairs, as the model's ring).
-MODEL_ALGO = {"switch": "switch", "ring": "ring", "ps": "ps", "gloo": "ring"}
+# The network model's algorithm for each collective (gloo: gloo::allreduce's own
+# segmented ring with its send/receive rendezvous, testbed.fidelity.network_model).
+MODEL_ALGO = {"switch": "switch", "ring": "ring", "ps": "ps", "gloo": "gloo"}
 
 
 def model_algo(collective: str) -> str:
