@@ -37,19 +37,38 @@ STYLES = ["-", "--", ":", "-."]
 
 
 def _points(run: Run) -> dict[int, dict[str, Any]]:
-    """point index -> its torch_summary with its case and validity (successful points only)."""
+    """point index -> its torch_summary with its case, validity and label (successful points only)."""
     ok = {p["index"]: p for p in run.points if p.get("status") == "ok"}
     out = {}
     for m in run.metrics_of("torch_summary"):
         idx = m.get("point")
         if idx in ok:
             out[idx] = dict(m, case=ok[idx].get("case") or "", invalid=invalid_reasons(run, idx, m))
+    _add_labels(run, out)
     return out
 
 
+def _add_labels(run: Run, sums: dict[int, dict[str, Any]]) -> None:
+    """Each point's label: collective (case), plus the script arguments that tell
+    apart points that would otherwise share it (e.g. hook_overhead's bucket caps)."""
+    res = Resolution(run)
+    args = {i: [str(a) for a in res.get(i, "workload.args", []) or []] for i in sums}
+    base = {i: s["collective"] + (f" ({s['case']})" if s.get("case") not in (None, "", "base", "baseline") else "")
+            for i, s in sums.items()}
+    for i, s in sums.items():
+        twins = [j for j in sums if base[j] == base[i]]
+        lens = {len(args[j]) for j in twins}
+        extra = ""
+        if len(twins) > 1 and len(lens) == 1:
+            diff = [k for k in range(lens.pop()) if len({args[j][k] for j in twins}) > 1]
+            flags = [args[i][k - 1] + " " + args[i][k] if k and args[i][k - 1].startswith("-") else args[i][k]
+                     for k in diff]
+            extra = f" {' '.join(flags)}" if flags else ""
+        s["label"] = base[i] + extra
+
+
 def _label(s: dict[str, Any]) -> str:
-    case = s.get("case")
-    return s["collective"] + (f" ({case})" if case not in (None, "", "base", "baseline") else "")
+    return s["label"]
 
 
 def _case_styles(sums: dict[int, dict[str, Any]]) -> dict[str, str]:

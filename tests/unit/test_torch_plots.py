@@ -89,3 +89,23 @@ def test_iteration_split_in_hardware_ms(tmp_path, drawn):
     legend = {t.get_text() for t in ax.get_legend().get_texts()}
     assert {"compute (device model)", "communication (hatched)", "invalid point (hollow)"} <= legend
     assert "2 workers (star)" in st.caption_of(fig)
+
+
+def test_points_that_share_collective_and_case_are_told_apart_by_their_args(tmp_path, drawn):
+    """hook_overhead sweeps --bucket-cap-mb: without it in the label its three
+    gloo bars would all read 'gloo'."""
+    import json
+
+    run_dir = torch_run(tmp_path)
+    man = json.loads((run_dir / "manifest.json").read_text())
+    caps = ["0.005", "0.1"]
+    for p, cap in zip(man["points"], caps):
+        p["params"] = {"workload.args": ["--model", "lenet", "--bucket-cap-mb", cap]}
+    man["scenario"]["sweep"]["grid"] = {"workload.args": [p["params"]["workload.args"] for p in man["points"]]}
+    man["scenario"]["workload"]["collective"] = "gloo"
+    (run_dir / "manifest.json").write_text(json.dumps(man))
+    lines = (run_dir / "metrics.jsonl").read_text().replace('"collective": "switch"', '"collective": "gloo"')
+    (run_dir / "metrics.jsonl").write_text(lines)
+    fig = drawn(run_dir, ["torch_iteration_time"])["torch_iteration_time"]
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert ticks == ["gloo --bucket-cap-mb 0.005\nTDF 1000", "gloo --bucket-cap-mb 0.1 (invalid)\nTDF 1000"]
