@@ -194,7 +194,8 @@ class Calibrator:
     for the next round and, on a network the soft switch can dilate
     (`network_dilation`, hosts.common.network_dilation), asks for the dilated
     network (rank 0) and keeps every worker's transport timers above a dilated
-    operation (`expect_delay`). `record(host)` is the calibration record.
+    answer (`expect_delay(DilationSettings)`: hosts.ina.transport.InaClient's).
+    `record(host)` is the calibration record.
 
     Undilated network: TDF follows the network's own slowdown (damped rounds).
     Dilated: round 0 runs undilated and sets TDF with headroom (`dilated_tdf`);
@@ -202,7 +203,7 @@ class Calibrator:
     """
 
     def __init__(self, hw_op_s: float, tdf: float, network_dilation: dict | None, rank: int,
-                 expect_delay=lambda seconds: None):
+                 expect_delay=lambda network: None):
         self.hw_op_s, self.tdf, self.nd, self.rank = hw_op_s, float(tdf), network_dilation, rank
         self.expect_delay = expect_delay
         self.comp, self.version = 0.0, 0
@@ -257,7 +258,10 @@ class Calibrator:
         complete before rank 0 joins it, so no barrier is needed)."""
         if self.nd is None:
             return
-        self.expect_delay(tdf * self.nd["hw_op_s"])
+        from hosts.common.network_dilation import DilationSettings  # noqa: PLC0415
+
+        # The transport keeps each chunk's timer above its dilated answer time.
+        self.expect_delay(DilationSettings(version=0, tdf=tdf, **self.nd["hardware"]))
         if self.rank == 0:
             # During calibration (between start and finish) the impairments stay held.
             self._request(tdf, impairments=not self._calibrating)

@@ -36,9 +36,11 @@ the records and left out of the trace and of the summary; the device starts
 fresh at the calibrated TDF. A fixed `time_scale: N` dilates the network to N
 at start (`dilate_fixed`).
 
-Transport timers (in-switch client): every op first raises the client's
-retransmission floor to the dilated hardware time of that op
-(`InaClient.expect_delay`, monotone), so a delayed chunk is not resent.
+Transport timers (in-switch client): each dilation (`Calibrator.dilate`) gives
+the client the dilated link (`InaClient.expect_delay`), which keeps every
+chunk's first timer above that chunk's own dilated answer time, so a delayed
+chunk is not resent and a lost one is resent after about its own round trip
+(not its whole bucket's).
 """
 from __future__ import annotations
 
@@ -55,9 +57,9 @@ log = logging.getLogger("dnn.timing")
 
 WARMUP_ITERATIONS = 1     # iterations mode: measured by nothing, before round 0
 
-# The network model's algorithm for each collective (gloo's allreduce is a ring:
-# reduce-scatter + all-gather over TCP pairs, as the model's ring).
-MODEL_ALGO = {"switch": "switch", "ring": "ring", "ps": "ps", "gloo": "ring"}
+# The network model's algorithm for each collective (gloo: gloo::allreduce's own
+# segmented ring with its send/receive rendezvous, testbed.fidelity.network_model).
+MODEL_ALGO = {"switch": "switch", "ring": "ring", "ps": "ps", "gloo": "gloo"}
 
 
 def model_algo(collective: str) -> str:
@@ -96,10 +98,10 @@ class Dilation:
         self.spans: list[tuple[float, float, int]] = []
         self.real_s = self.hw_s = 0.0
 
-    def _expect_delay(self, seconds: float) -> None:
+    def _expect_delay(self, network: Any) -> None:
         client = getattr(self.rt._coll, "client", None)
         if client is not None:
-            client.expect_delay(seconds)
+            client.expect_delay(network)
 
     def hw_op_s(self, values: int) -> float | None:
         return self.table(values) if self.table is not None else None
@@ -112,8 +114,8 @@ class Dilation:
 
     # -- hooks from the runtime -------------------------------------------------------------
     def before_op(self, values: int) -> None:
-        """Before a collective call: decide the calibration mode (first call), run the
-        probe if that is the mode, and keep the transport's timers above the op."""
+        """Before a collective call: decide the calibration mode (first call) and run
+        the probe if that is the mode."""
         if self.calibrating and self.mode is None:
             self.mode = "iterations" if self.rt._started else "probe"
             self.calibrator.start()      # the switch holds its impairments off until _finish
@@ -121,9 +123,6 @@ class Dilation:
                      else "a probe of the model's bucket sizes")
             if self.mode == "probe":
                 self._probe(self.rt.bucket_sizes or [values])
-        hw = self.hw_op_s(values)
-        if self.nd is not None and hw and (self.mode == "fixed" or self.calibrator.rounds):   # dilated
-            self._expect_delay(self.tdf * hw)
 
     def op_done(self, t0: float, t1: float, values: int) -> None:
         if self.calibrating:
@@ -169,8 +168,6 @@ class Dilation:
         summed = np.asarray(rt.collective.allreduce(vec.astype(np.float32)), np.float64).reshape(-1)
         measured, why = cal.decide(summed, len(spans), rt.cfg.world, hw or 0.0, fallback=self.tdf)
         c.hw_op_s = float(np.median(hw)) if hw else 0.0
-        if self.nd is not None:             # the delay line's expected op: the largest measured
-            self.nd["hw_op_s"] = max([self.nd["hw_op_s"], *hw])
         tdf = c.after_round(measured, why, ops=len(spans), my_compute_ratio=ratio,
                             op_hw_p50_s=c.hw_op_s or None, mode=self.mode)
         rt.device.time_scale = tdf

@@ -27,6 +27,10 @@ An expired timer resends only if the chunk looks lost: no result at all
 arrived for its timeout, or a chunk sent after it was already answered (RACK);
 otherwise results are still flowing and it is queued behind them at a slow
 switch, so the timer is re-armed without a resend (no retransmission storms).
+On a dilated network (`expect_delay`) no chunk's timer starts below 1.5 x the
+dilated time its own answer may take: its round trip plus this worker's chunks
+already on the wire ahead of it. Per chunk, not per operation: a lost chunk of
+a long tensor is resent after about its own round trip, not the tensor's.
 
 Bulk path. A tensor's chunks are one run (`_Seg`) of consecutive seqs: all
 packets are built at once with numpy (PKT_DTYPE rows in one buffer), slot
@@ -66,7 +70,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
@@ -74,6 +78,9 @@ from hosts.common.arrays import as_array
 from hosts.ina import _mmsg
 from hosts.ina import fixed_point as fp
 from testbed import wire
+
+if TYPE_CHECKING:
+    from hosts.common.network_dilation import DilationSettings
 
 log = logging.getLogger("ina")
 
@@ -161,6 +168,8 @@ class InaHandle:
 # built at once in one contiguous array of these, and sent as slices of it.
 PKT_DTYPE = np.dtype([("h", wire.HEADER_DTYPE), ("v", ">i4", (LANES,))])
 PKT_SIZE = PKT_DTYPE.itemsize                       # 272
+# A full chunk's Ethernet frame (less FCS): what the dilated links serialize.
+FRAME_BYTES = wire.ETH_HLEN + wire.IPV4_HLEN + wire.UDP_HLEN + wire.INA_HLEN + 4 * LANES
 assert PKT_SIZE == wire.INA_HLEN + 4 * LANES
 # A received datagram in a fixed-size receive slot (longer ones are truncated;
 # the header's count must still fit the datagram's length).
@@ -243,6 +252,9 @@ class InaClient:
         self._srtt: float | None = None
         self._rttvar = 0.0
         self._rto_cache = timeout_s
+        # Dilated network (expect_delay): a chunk sent with k chunks of this worker on
+        # the wire ahead of it gets a first timer of at least base + k x frame seconds.
+        self._floor_base_s = self._floor_frame_s = 0.0
         self.stats = InaStats()
         self._clock = clock
         # Seqs wrap at a multiple of 2 x window (not at 2^32 unless the window divides
@@ -385,16 +397,45 @@ class InaClient:
         """First retransmission timeout of a chunk sent now."""
         return self._rto_cache
 
-    def expect_delay(self, seconds: float) -> None:
-        """A network slowed on purpose (time dilation) answers a chunk only after up
-        to `seconds`: keep every retransmission timer above that, or the client
-        resends what is merely delayed, and on a dilated link each spurious copy
-        takes the link time of a real frame."""
-        if seconds > 0:
-            self.min_timeout_s = max(self.min_timeout_s, 1.5 * seconds)
-            self.timeout_s = max(self.timeout_s, 2.0 * seconds)
-            self.max_timeout_s = max(self.max_timeout_s, 16 * self.timeout_s)
-            self._rto_cache = max(self._rto_cache, self.min_timeout_s)
+    def expect_delay(self, network: "DilationSettings") -> None:
+        """The network is slowed on purpose (time dilation, `network`: its TDF and the
+        hardware link it plays; hosts.common.network_dilation): keep every chunk's
+        first timer above the dilated time in which its answer can legitimately come
+        back, or the client resends what is merely delayed (and on a dilated link each
+        spurious copy takes the link time of a real frame). That time is per chunk:
+        the delay line serializes this worker's frames one after another on its
+        uplink, so a chunk sent with k of its chunks still on the wire is fully in
+        after (k + 1) frame times; the switch answers L0 later; the answer takes one
+        frame time on the downlink, where answers arrive no faster than the uplinks
+        send. Floor = 1.5 x TDF x (L0 + (k + 2) s), k <= window - 1 (`chunk_floor_s`).
+        Monotone: a lower TDF never lowers the floor (a run only raises its TDF)."""
+        tdf = float(network.tdf)
+        if tdf <= 0:
+            return
+        frame_s = tdf * network.serialization_s(FRAME_BYTES)
+        base_s = tdf * network.latency_s + 2 * frame_s
+        self._floor_base_s = max(self._floor_base_s, 1.5 * base_s)
+        self._floor_frame_s = max(self._floor_frame_s, 1.5 * frame_s)
+        worst = self.chunk_floor_s(self.window - 1)
+        # The adaptive RTO may follow measured round trips up to twice the worst
+        # legitimate answer; backoff may grow 16x beyond that.
+        self.timeout_s = max(self.timeout_s, 2.0 * worst / 1.5)
+        self.max_timeout_s = max(self.max_timeout_s, 16 * self.timeout_s)
+
+    def chunk_floor_s(self, ahead: "int | np.ndarray") -> "float | np.ndarray":
+        """First-timer floor of a chunk sent with `ahead` chunks of this worker on the
+        wire (0 on a network that is not dilated)."""
+        return self._floor_base_s + self._floor_frame_s * ahead
+
+    def _first_rto(self, k: int = 1) -> "float | np.ndarray":
+        """First timers of k chunks put on the wire now, in order."""
+        rto = self._rto_cache
+        if not self._floor_frame_s:
+            return rto
+        ahead = int(np.count_nonzero(self._hseq >= 0))
+        if k == 1:
+            return max(rto, self.chunk_floor_s(ahead))
+        return np.maximum(rto, self.chunk_floor_s(ahead + np.arange(k)))
 
     def _update_rtt(self, rtt: float) -> None:
         if self._srtt is None:
@@ -547,7 +588,7 @@ class InaClient:
             self._start_many(seg, ss, self._hci[ss], now)
 
     def _start_one(self, seg: _Seg, s: int, ci: int, now: float) -> None:
-        rto = self._rto_cache
+        rto = self._first_rto()
         self._hseq[s] = seg.seq0 + ci
         self._first[s] = now
         self._txt[s] = now
@@ -574,13 +615,14 @@ class InaClient:
         if k == 1:
             self._start_one(seg, int(ss[0]), int(cis[0]), now)
             return
-        rto = self._rto_cache
+        rto = self._first_rto(k)
         self._hseq[ss] = seg.seq0 + cis
         self._first[ss] = now
         self._txt[ss] = now
         self._rto[ss] = rto
-        self._dl[ss] = d = now + rto
+        self._dl[ss] = now + rto
         self._retries[ss] = 0
+        d = now + float(np.min(rto))
         if d < self._next_dl:
             self._next_dl = d
         st = self.stats

@@ -73,8 +73,10 @@ def main() -> None:
     torch.manual_seed(a.seed)                    # the same initial weights on every rank
     model, get, n_train, loss_fn, evaluate, sample = build(a.model, a.seed, a.movielens)
     report.profile(model, *sample)               # FLOPs per layer for the device model
-    if a.mode == "ddp":
+    averaging = a.mode == "average" and (report.on_testbed() or world > 1)
+    if a.mode == "ddp" or (averaging and not report.on_testbed()):
         init_process_group()                     # gloo, rendezvous at MASTER_ADDR:MASTER_PORT
+    if a.mode == "ddp":
         net = DDP(model, **({"bucket_cap_mb": a.bucket_cap_mb} if a.bucket_cap_mb else {}))   # buckets: the collective
     else:
         net = model
@@ -96,7 +98,7 @@ def main() -> None:
                 opt.step()
                 return loss.item()
             loss = report.compute(step, len(idx))
-            if a.mode == "average" and report.on_testbed():   # the plain loop's one call: average
+            if averaging:       # the plain loop's one call: average (off the testbed: torch.distributed's)
                 flat = parameters_to_vector(model.parameters())
                 vector_to_parameters(collective.allreduce_(flat), model.parameters())
             acc = evaluate(model) if step_no % a.eval_every == 0 else None

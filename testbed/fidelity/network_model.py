@@ -38,6 +38,27 @@ ring (reduce-scatter + all-gather, 2(N-1) steps): each step every rank sends one
   The reduction of each received chunk (reduce-scatter half only) is not
   overlapped. Large n: T -> 2 (N - 1)/N n_wire / B.
 
+gloo (torch.distributed's CPU allreduce, gloo::allreduce over its TCP transport;
+  what DDP runs without a hook): a ring too, with two differences that matter
+  for DDP's buckets (read from gloo/allreduce.cc and gloo/transport/tcp/pair.cc):
+  - segments: the buffer of n bytes is cut into K = roundUp(max(ceil(n/g),
+    2N), N) segments of g = min(ceil(n / 2N), 1 MiB) bytes (two per rank below
+    2N MiB); each phase (reduce-scatter, then all-gather) sends (N - 1) K / N
+    of them (K - 2 at two per rank, the source's loop bound; above 2N MiB, which
+    DDP buckets of the shipped examples never reach, this count is the ring's,
+    not checked against gloo), two in flight (send i waits for receive i - 2),
+    so R = ceil((N - 1) K / 2N) rounds per phase, each moving two segments
+    over every link;
+  - rendezvous: a send goes out only once the receiver has posted the matching
+    receive and said so (NOTIFY_RECV_READY, a 48-byte preamble); ranks post a
+    round's receives and sends together, so every round waits for that notice
+    first. Each message carries the same 48-byte preamble.
+      D = step(48 + g), S = sum_i s(f_i) of that message, Nt = step(48)
+      round = D + max(Nt, S)      (the notice, or the other segment on the link)
+      T_gloo = 2 R round + S + (N - 1) c / gamma
+  Small buckets (latency-bound): about 2 L0 per round against the ring's L0 per
+  step, hence gloo ~1.5-1.8x the ring there. Large n: -> 2 (N-1)/N n_wire / B.
+
 ps (one parameter server with one NIC, N workers, dedicated server host): all
   workers push n = values * value_bytes at once; the server's port serializes
   the N * P frames back to back; the server sums as data arrives, which adds
@@ -100,11 +121,16 @@ from testbed.fidelity.constants import HardwareProfile
 from testbed.wire import (ETH_HLEN, IPV4_HLEN, MAX_VALUES_PER_PACKET, UDP_HLEN,
                           VALUES_OFFSET)
 
-ALGOS = ("switch", "ring", "ps", "none")
+ALGOS = ("switch", "ring", "ps", "gloo", "none")
 OPS = ("allreduce", "allgather")
 ALLGATHER_ALGOS = ("ring", "ps", "none")
 INA_VALUE_BYTES = 4                      # the INA wire format carries int32
 P2P_HEADER_BYTES = ETH_HLEN + IPV4_HLEN + UDP_HLEN   # 42: ring/PS datagrams
+# gloo (module docstring): its TCP transport's per-message preamble (six size_t:
+# nbytes, opcode, slot, offset, length, roffset; gloo/transport/tcp/pair.h), and
+# gloo::allreduce's largest segment (AllreduceOptions::kMaxSegmentSize).
+GLOO_PREAMBLE_BYTES = 48
+GLOO_MAX_SEGMENT_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -241,6 +267,8 @@ def collective_cost(op: str, algo: str, values: int, value_bytes: int, world: in
         return _switch(values, value_bytes, world, profile)
     if algo == "ring":
         return _ring(values, value_bytes, world, profile)
+    if algo == "gloo":
+        return _gloo(values, value_bytes, world, profile)
     return _ps(values, value_bytes, world, profile)
 
 
@@ -320,6 +348,28 @@ def _ring(values: int, value_bytes: int, world: int, p: HardwareProfile) -> Coll
     step, big_s = step_cost.total_s, step_cost.link_busy_s
     total = 2 * (world - 1) * step + (world - 1) * chunk / p["reduce_rate"]
     return CollectiveCost(total, 2 * (world - 1) * big_s)
+
+
+def gloo_segments(total_bytes: int, value_bytes: int, world: int) -> tuple[int, int]:
+    """(segment bytes g, segment count K) of gloo::allreduce for a buffer of total_bytes."""
+    def round_up(x: int, m: int) -> int:
+        return -(-x // m) * m
+    max_seg = value_bytes * (GLOO_MAX_SEGMENT_BYTES // value_bytes)
+    g = round_up(min(-(-total_bytes // (2 * world)), max_seg), value_bytes)
+    k = round_up(max(-(-total_bytes // g) if g else 0, 2 * world), world)
+    return g, k
+
+
+def _gloo(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:
+    g, k = gloo_segments(values * value_bytes, value_bytes, world)
+    rounds = -(-((world - 1) * k // world) // 2)   # per phase: (N-1) K / N sends, two in flight
+    data = message_cost(GLOO_PREAMBLE_BYTES + g, p)
+    notice = message_cost(GLOO_PREAMBLE_BYTES, p).total_s
+    seg_s = data.link_busy_s
+    rnd = data.total_s + max(notice, seg_s)
+    chunk = math.ceil(values / world) * value_bytes
+    total = 2 * rounds * rnd + seg_s + (world - 1) * chunk / p["reduce_rate"]
+    return CollectiveCost(total, 2 * rounds * 2 * seg_s)
 
 
 def _ps(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:

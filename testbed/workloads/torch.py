@@ -13,8 +13,9 @@ slept TDF x its modeled time and, on the soft switch, the network is dilated to
 the same TDF (`dilate_network`), so emulated seconds / TDF are hardware seconds.
 time_scale auto (default) calibrates the TDF on the script's own first
 iterations (or a probe of its DDP buckets), hosts/dnn/timing.py; the hardware
-time of each allreduce comes from `hw_table` (testbed.fidelity.network_model,
-gloo modeled as the ring). Each point gets the fidelity monitor's verdict and a
+time of each allreduce comes from `hw_table` (testbed.fidelity.network_model;
+gloo has its own model: its segmented ring and rendezvous). Each point gets the
+fidelity monitor's verdict and a
 projection of its own trace (`fidelity_records`).
 
 The host program is hosts.dnn.run_script (rendezvous environment, collective,
@@ -164,7 +165,7 @@ def lossy_calibration(scn: Any) -> str | None:
 # ---------------------------------------------------------------------------
 def hw_op_time(wl: TorchWorkload, values: int, workers: int, profile: Any = None) -> float:
     """Modeled hardware seconds of one allreduce of `values` float32 values with the
-    workload's collective (gloo: the ring; switch: with the scale-agreement pass)."""
+    workload's collective (gloo: gloo's own ring; switch: with the scale-agreement pass)."""
     from hosts.dnn.timing import model_algo  # noqa: PLC0415 - no torch import there
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
     from testbed.fidelity.network_model import collective_time  # noqa: PLC0415
@@ -188,8 +189,9 @@ def hw_table(wl: TorchWorkload, workers: int) -> dict[str, list[float]]:
 
 def network_dilation(wl: TorchWorkload, switch_info: dict[str, Any], workers: int) -> dict[str, Any] | None:
     """The hosts' network_dilation block: None without a soft switch, on a measured CPU
-    device or with dilate_network false. hw_op_s (the transport's expected op) starts
-    at one full packet's allreduce; the worker raises it to each op's own time."""
+    device or with dilate_network false. The in-switch client takes its timer floor
+    per chunk from `hardware` (InaClient.expect_delay); hw_op_s, one full packet's
+    allreduce, is the shared block's shape (hosts.common.network_dilation)."""
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
     from testbed.fidelity.network_model import dilation_hardware  # noqa: PLC0415
     from testbed.wire import MAX_VALUES_PER_PACKET  # noqa: PLC0415

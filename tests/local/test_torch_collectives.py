@@ -172,3 +172,32 @@ def test_switch_takes_tensors_bit_exact_under_loss(tmp_path):
     assert stats["pipeline"]["counters"]["DropSimulator.dropped"]["total"] > 0   # loss happened
     expect = [fp.quantized_sum([inputs(r)[i].reshape(-1) for r in range(N)]) for i in range(2)]
     check(res, expect)
+
+
+def test_script_collective_off_the_testbed_uses_torch_distributed(monkeypatch):
+    """hosts.dnn.collective in a script run on its own (docs/pytorch.md step 1):
+    without a process group it says what to do; with one (a 1-rank gloo group on
+    loopback) it is torch.distributed's allreduce, so the script trains the same."""
+    import torch.distributed as dist
+
+    from hosts.dnn import collective, runtime
+    from hosts.dnn.runtime import ENV_CONFIG, NotOnTestbed
+
+    monkeypatch.delenv(ENV_CONFIG, raising=False)
+    monkeypatch.setattr(runtime, "_current", None)
+    assert not dist.is_initialized()
+    with pytest.raises(NotOnTestbed, match="init_process_group"):
+        collective.allreduce(torch.ones(3))
+    import socket
+    with socket.socket() as so:              # a free TCP port for the group's rendezvous
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+        assert torch.equal(collective.allreduce(t), t) and collective.allreduce(t) is not t
+        assert collective.world_size() == 1 and collective.rank() == 0
+        u = t.clone()
+        assert collective.allreduce_(u) is u and torch.equal(u, t)      # the average over 1 worker
+    finally:
+        dist.destroy_process_group()

@@ -38,7 +38,8 @@ def test_calibrator_on_a_dilatable_network_sets_headroom_then_compensation():
     c = cal.Calibrator(2e-6, 500.0, nd, rank=1, expect_delay=delays.append)  # rank 1 writes nothing
     tdf = c.after_round(300.0, {"tdf_net": 300.0, "tdf_cmp": 400.0})
     assert tdf == 4800.0                                 # 16 x 300 > 2 x 400
-    assert delays == [pytest.approx(4800 * 2e-6)]
+    # the transport gets the dilated link (its timer floor is per chunk, from it)
+    assert [(d.tdf, d.latency_s, d.link_rate_bps) for d in delays] == [(4800.0, 1.83e-6, 100e9)]
     tdf = c.after_round(5000.0, {"tdf_net": 5000.0, "tdf_cmp": 400.0})  # dilated: 4 % over
     assert tdf == 4800.0
     assert c.comp == pytest.approx((5000 - 4800) * 2e-6)

@@ -156,3 +156,32 @@ def test_a_late_rank_leaves_less_than_a_whole_ring_or_ps_and_nobody_finishes_bef
         assert min(finish) - 1e-4 > 0.1 * t      # but the late rank's part still crosses the network
     switch = finish_after_arrivals("allreduce", "switch", values, 4, late, prof)
     assert switch == pytest.approx([1e-4 + collective_time("allreduce", "switch", values, 4, 4, prof)] * 4)
+
+def test_gloo_by_hand_two_workers_small_bucket():
+    """gloo::allreduce of 1000 float32 on 2 workers: 4 segments of 500 B (two per
+    rank), one round per phase; a round is the data message (48 B preamble + 500 B)
+    after the receiver's 48 B ready notice, or after the other segment's frames."""
+    from testbed.fidelity.network_model import gloo_segments, message_time
+    assert gloo_segments(4000, 4, 2) == (1000, 4)
+    l0 = 1830e-9
+    s_data = (42 + 48 + 1000 + 4 + 20) * 8 / 100e9       # one frame: headers + preamble + segment
+    s_note = (42 + 48 + 4 + 20) * 8 / 100e9
+    data = l0 + 2 * s_data
+    notice = l0 + 2 * s_note
+    assert message_time(48 + 1000, TOFINO) == pytest.approx(data)
+    rnd = data + max(notice, s_data)
+    reduce = 2000 / TOFINO["reduce_rate"]                  # (N-1) chunks of 500 values
+    assert collective_time("allreduce", "gloo", 1000, 4, 2, TOFINO) == pytest.approx(2 * rnd + s_data + reduce)
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_gloo_pays_a_rendezvous_per_round_small_and_tends_to_the_ring_large(world):
+    """Small DDP buckets: each round waits for a ready notice, ~1.5-2x the ring
+    (measured 1.3-1.7x on the dilated network, docs/pytorch.md); large buffers
+    are bandwidth-bound like the ring (within 10 %)."""
+    small = collective_time("allreduce", "gloo", 4600, 4, world, TOFINO) / \
+        collective_time("allreduce", "ring", 4600, 4, world, TOFINO)
+    assert 1.4 < small < 2.1
+    big = collective_time("allreduce", "gloo", 4 << 20, 4, world, TOFINO) / \
+        collective_time("allreduce", "ring", 4 << 20, 4, world, TOFINO)
+    assert 0.95 < big < 1.1

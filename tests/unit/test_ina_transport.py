@@ -533,3 +533,139 @@ def test_a_slots_chunks_alternate_versions_across_the_seq_wrap(window):
             assert ver != last_ver[slot], (window, s)
         last_ver[slot] = ver
     assert c.seq_space % (2 * window) == 0 and 2**32 - c.seq_space < 2 * window
+
+
+# ---------------------------------------------------------------- dilated network: per-chunk timer floor
+class DilatedFabric:
+    """Workers, the switch pipeline and the soft switch's own delay line
+    (testbed.switch.soft.dilation.DelayLine) on a virtual clock: every frame is
+    serialized on its sender's uplink, held L0 and serialized on the receiver's
+    downlink, TDF x the hardware link's times, as on the dilated Mininet network.
+    `drop`: (worker, seq) contributions lost on their first send."""
+
+    def __init__(self, n: int, window: int, tdf: float, drop=(), **client_kw):
+        import heapq
+
+        from hosts.common.network_dilation import DilationSettings
+        from testbed.fidelity.constants import load_profile
+        from testbed.fidelity.network_model import dilation_hardware
+        from testbed.switch.soft.dilation import DelayLine
+
+        self.heapq = heapq
+        self.settings = DilationSettings(version=1, tdf=tdf, **dilation_hardware(load_profile("tofino1-100g")))
+        self.line = DelayLine(self.settings)
+        self.job = H.job_config(1, n, slot_count=window)
+        self.pipe = InaPipeline(H.pipeline_config(self.job), vectorized=True, scalar_below=1)
+        self.clock = VClock()
+        self.events: list = []             # (time, order, kind, port, frame)
+        self.order = 0
+        self.drop = set(drop)
+        self.sends: list[tuple[float, int, int, bool]] = []   # (t, worker, seq, retx)
+        fab = self
+
+        class Io:
+            def __init__(self, w):
+                self.w, self.q = w, []
+
+            def send(self, payload):
+                hd = wire.unpack_header(payload, 0)
+                retx = bool(hd.flags & wire.FLAG_RETX)
+                fab.sends.append((fab.clock.t, self.w["worker_id"], hd.seq, retx))
+                if not retx and (self.w["worker_id"], hd.seq) in fab.drop:
+                    return                                   # lost on the uplink
+                frame = H.contribution(fab.job, self.w["worker_id"], slot=0, seq=0)[:wire.INA_OFFSET]
+                frame = wire.eth_ip_udp(self.w["mac"], H.SWITCH_MAC, self.w["ip"], H.SWITCH_IP,
+                                        wire.INA_PORT_BASE, wire.INA_PORT_BASE, len(payload)) + payload
+                for t, (port, f) in fab.line.uplink(self.w["port"], [frame], fab.clock.t):
+                    fab.push(t, "in", port, f)
+
+            def recv(self, timeout):
+                return self.q.pop(0) if self.q else None
+
+            def close(self):
+                pass
+
+        kw = dict(window=window, clock=self.clock, timeout_s=0.01, scale_exp=16)
+        kw.update(client_kw)
+        self.ios = {w["port"]: Io(w) for w in self.job["workers"]}
+        self.clients = [InaClient(self.ios[w["port"]], 1, w["worker_id"], n, **kw) for w in self.job["workers"]]
+
+    def push(self, t, kind, port, frame):
+        self.order += 1
+        self.heapq.heappush(self.events, (t, self.order, kind, port, frame))
+
+    def run(self, handles, max_steps=200_000):
+        for _ in range(max_steps):
+            if all(h.done for h in handles):
+                return
+            if sum(c.poll() for c in self.clients):
+                continue
+            dls = [d for d in (c.next_deadline() for c in self.clients) if d is not None]
+            t = min([self.events[0][0]] if self.events else [] + dls) if self.events else min(dls)
+            if dls:
+                t = min(t, min(dls))
+            self.clock.advance(t)
+            while self.events and self.events[0][0] <= self.clock.t:
+                _, _, kind, port, frame = self.heapq.heappop(self.events)
+                if kind == "in":
+                    for out_port, out in self.pipe.process_batch([frame], [port], self.clock.t):
+                        for t2, (p2, f2) in self.line.schedule(out_port, [out], self.clock.t):
+                            self.push(t2, "out", p2, f2)
+                else:
+                    self.ios[port].q.append(frame[wire.INA_OFFSET:])
+        raise AssertionError("not done: the transport deadlocked")
+
+
+def _dilated_op(drop=(), n=4, window=16, chunks=256, tdf=1e5):
+    fab = DilatedFabric(n, window, tdf, drop=drop)
+    for c in fab.clients:
+        c.expect_delay(fab.settings)
+    rng = np.random.default_rng(3)
+    xs = [rng.uniform(-1, 1, chunks * LANES).astype(np.float32) for _ in range(n)]
+    hs = [c.submit(x) for c, x in zip(fab.clients, xs)]
+    fab.run(hs)
+    for c, h in zip(fab.clients, hs):
+        assert np.array_equal(c.wait(h), fab.clients[0].wait(hs[0]))
+    return fab, hs
+
+
+def test_dilated_network_no_spurious_resends_of_delayed_chunks():
+    """A full window on the dilated links waits behind its own queue; the per-chunk
+    floor (round trip + the chunks ahead of it) keeps every timer above that: no
+    chunk is resent on a lossless dilated network, though the client's own
+    timeout (10 ms) is far below the dilated answer time (~0.2 s)."""
+    fab, hs = _dilated_op()
+    assert sum(c.stats.retransmissions for c in fab.clients) == 0
+    assert fab.clients[0].chunk_floor_s(0) > 10 * 0.01
+
+
+def test_dilated_network_resends_a_lost_chunk_after_its_own_round_trip_not_the_ops():
+    """One contribution lost in the middle of a long tensor (256 chunks through a
+    window of 16) is resent after about its chunk floor (1.5 x its dilated round
+    trip with a full window ahead), far sooner than the op's dilated time (model 0.9 s, here 3 s);
+    a floor per operation (the old one: 1.5 x the op's dilated time) fails this."""
+    from testbed.fidelity.constants import load_profile
+    from testbed.fidelity.network_model import collective_time
+
+    lost = (1, 100)
+    _, base = _dilated_op()
+    fab, hs = _dilated_op(drop=[lost])
+    c = fab.clients[1]
+    first = [t for t, w, s, r in fab.sends if (w, s) == lost and not r]
+    resent = [t for t, w, s, r in fab.sends if (w, s) == lost and r]
+    assert len(first) == 1 and resent, "the lost chunk was never resent"
+    waited = resent[0] - first[0]
+    # its first timer (at most the floor with a full window ahead), plus at most one
+    # re-arm while RACK still allows for reordering (the chunks sent just after it)
+    bound = c.chunk_floor_s(c.window - 1) + c.timeout_s
+    assert waited <= bound
+    op_s = fab.settings.tdf * collective_time("allreduce", "switch", 256 * LANES, 4, 4,
+                                              load_profile("tofino1-100g"))
+    assert waited < 1.5 * op_s / 2          # under half the per-op floor (1.5 x op_s = 1.3 s)
+    # every worker waits for that chunk's result and resends it once; nothing else is resent
+    assert {s for _, _, s, r in fab.sends if r} == {lost[1]}
+    assert [x.stats.retransmissions for x in fab.clients] == [1] * 4
+    # the loss costs about one chunk floor, not the op's time
+    took = max(h.completed_at for h in hs)
+    took0 = max(h.completed_at for h in base)
+    assert took - took0 <= bound

@@ -72,6 +72,8 @@ def test_loss_vs_hardware_time_with_projection_and_hollow_invalid(tmp_path, draw
     assert all(ln.get_linewidth() < solid[0].get_linewidth() for ln in crosses)
     text = st.caption_of(fig)
     assert "INVALID: 1 of 2" in text and "1.4x the compute dilation" in text
+    assert "gloo (TDF 1000): network slowdown p50" in text              # named, with its reason
+    assert hollow[0].get_linestyle() == "-"                              # the case's style, thin
     assert "hardware time" in text and "2 workers (star)" in text and "4 workers" not in text
 
 
@@ -81,5 +83,29 @@ def test_iteration_split_in_hardware_ms(tmp_path, drawn):
     heights = sorted(round(b.get_height(), 6) for b in ax.patches)
     assert heights == [0.04, 0.04, 0.06, 0.06]
     assert "hardware ms" in ax.get_ylabel()
-    assert "gloo (invalid)" in [t.get_text() for t in ax.get_xticklabels()]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["switch\nTDF 1000", "gloo (invalid)\nTDF 1000"]     # each bar's TDF under it
+    # the legend's entries are neutral (grey): colour is the collective, not a bar part
+    legend = {t.get_text() for t in ax.get_legend().get_texts()}
+    assert {"compute (device model)", "communication (hatched)", "invalid point (hollow)"} <= legend
     assert "2 workers (star)" in st.caption_of(fig)
+
+
+def test_points_that_share_collective_and_case_are_told_apart_by_their_args(tmp_path, drawn):
+    """hook_overhead sweeps --bucket-cap-mb: without it in the label its three
+    gloo bars would all read 'gloo'."""
+    import json
+
+    run_dir = torch_run(tmp_path)
+    man = json.loads((run_dir / "manifest.json").read_text())
+    caps = ["0.005", "0.1"]
+    for p, cap in zip(man["points"], caps):
+        p["params"] = {"workload.args": ["--model", "lenet", "--bucket-cap-mb", cap]}
+    man["scenario"]["sweep"]["grid"] = {"workload.args": [p["params"]["workload.args"] for p in man["points"]]}
+    man["scenario"]["workload"]["collective"] = "gloo"
+    (run_dir / "manifest.json").write_text(json.dumps(man))
+    lines = (run_dir / "metrics.jsonl").read_text().replace('"collective": "switch"', '"collective": "gloo"')
+    (run_dir / "metrics.jsonl").write_text(lines)
+    fig = drawn(run_dir, ["torch_iteration_time"])["torch_iteration_time"]
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert ticks == ["gloo --bucket-cap-mb 0.005\nTDF 1000", "gloo --bucket-cap-mb 0.1 (invalid)\nTDF 1000"]

@@ -157,7 +157,11 @@ workload: {kind: torch, script: scenarios/torch/train.py, collective: %s, device
     assert wl.calibrated and wl.device_spec()["time_scale"] == 500.0
     ring = load_scenario_text(text % ("ring", "{type: v100, time_scale: 50}"), "t.yaml").workload
     assert not ring.calibrated and ring.device_spec()["time_scale"] == 50.0
-    assert hw_op_time(wl, 10_000, 4) == hw_op_time(ring, 10_000, 4) > 0      # gloo is modeled as the ring
+    # gloo has its own model (a receive-ready rendezvous per round): slower than the ring here
+    from testbed.fidelity.constants import load_profile
+    from testbed.fidelity.network_model import collective_time
+    assert hw_op_time(wl, 10_000, 4) == collective_time("allreduce", "gloo", 10_000, 4, 4, load_profile("tofino1-100g"))
+    assert hw_op_time(wl, 10_000, 4) > 1.3 * hw_op_time(ring, 10_000, 4) > 0
     t = hw_table(wl, 4)
     assert t["values"][-1] >= 2 ** 26 and all(np.diff(t["values"]) > 0) and min(t["hw_s"][1:]) > 0
     from testbed.scenario import ScenarioError
