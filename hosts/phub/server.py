@@ -25,9 +25,10 @@ Output (JSON lines): `core` per core (bytes, messages, seconds per stage:
 receive, aggregate, optimize, send, idle; GB/s of aggregation beside a plain
 numpy sum of the same bytes), and a `summary`. With a trace path, one trace of
 the whole server (role "server", reply_after "all": a chunk is answered once
-every worker's copy is in): per PUSH a recv node, a compute node (aggregate +
-optimize: hw_s modeled, real_s measured) and the update's send nodes; messages
-of iterations before `trace_from` (calibration) are not traced.
+every worker's copy is in; `cores`: K, and every node names its `core`, so the
+projector plays the cores in parallel): per PUSH a recv node, a compute node
+(aggregate + optimize: hw_s modeled, real_s measured) and the update's send
+nodes; messages of iterations before `trace_from` (calibration) are not traced.
 """
 from __future__ import annotations
 
@@ -357,7 +358,8 @@ class _CoreTrace:
 
     def compute(self, t0, t1, hw_s, real_s, it, work) -> None:
         if it >= self.trace_from:
-            self.rec.compute(t0, t1, hw_s, real_s, dict(work, core=self.core, step="aggregate+optimize"))
+            n = self.rec.compute(t0, t1, hw_s, real_s, dict(work, core=self.core, step="aggregate+optimize"))
+            self.rec.nodes[n]["core"] = self.core     # every node names its core (header `cores`)
 
     def send(self, t0, peer_rank, values, it):
         if it < self.trace_from:
@@ -452,15 +454,22 @@ def write_trace(cfg: ServerConfig, cores: list[dict[str, Any]]) -> None:
                         workload="phub", role="server", reply_after="all", cores=cfg.cores,
                         device={"kind": "phub server core", "bytes_per_s": cfg.reduce_bytes_per_s,
                                 "message_s": CORE_MESSAGE_S})
-    # One program of the cores' nodes, merged by start time (each core's own order kept):
-    # concatenated core by core, a replay would serve core 1 only after core 0's last
-    # message, which waits for core 1's updates (a deadlock the real cores never had).
-    streams = [[(c["core"], n) for n in c.pop("nodes")] for c in cores]
+    rec.nodes = merge_cores({c["core"]: c.pop("nodes") for c in cores})
+    rec.close()
+
+
+def merge_cores(nodes_by_core: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The cores' nodes as one trace, merged by start time (each core's own order
+    kept; ids and deps renumbered). Every node names its core and the header says
+    `cores`: the projector replays each core as its own program and the service
+    model gives each core its own queue (testbed/fidelity/server_model.py)."""
+    streams = [[(core, n) for n in nodes] for core, nodes in sorted(nodes_by_core.items())]
+    out: list[dict[str, Any]] = []
     new_id: dict[tuple[int, int], int] = {}
     for core, n in heapq.merge(*streams, key=lambda cn: cn[1]["t0"]):
-        new_id[(core, n["id"])] = len(rec.nodes)
-        rec.nodes.append(dict(n, id=len(rec.nodes), deps=[new_id[(core, d)] for d in n["deps"]]))
-    rec.close()
+        new_id[(core, n["id"])] = len(out)
+        out.append(dict(n, id=len(out), deps=[new_id[(core, d)] for d in n["deps"]]))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -354,31 +354,6 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
     return [*iters, *cores, *cals, *fidelity_records(wl, work_dir, summary), summary]
 
 
-def one_queue_per_job(traces):
-    """The traces as the server's service model (other worker counts) can read them:
-    each PUSH/UPDATE tag loses its core (`push.j1.c0` -> `push.j1`) and every p2p group's
-    seqs are renumbered in program order. The model pairs a reply with the earliest
-    unanswered message from that worker, which with one tag per core pairs an update
-    of core 0 with a push to core 1 (replies of the wrong tag, a stalled projection);
-    with one tag per job every push is answered by one update. The price: the model
-    serves the cores' messages one at a time (one queue; the own-count replay, one
-    program per server, does the same)."""
-    from hosts.common.trace import p2p_group, parse_p2p_group  # noqa: PLC0415
-    out = []
-    for h, nodes in traces:
-        seq: dict[str, int] = {}
-        mine = []
-        for n in nodes:
-            if n.get("kind") == "comm" and n.get("algo") == "p2p":
-                tag, src, dst = parse_p2p_group(n["group"])
-                group = p2p_group(tag.rsplit(".c", 1)[0] if tag.startswith(("push.", "update.")) else tag, src, dst)
-                n = {**n, "group": group, "seq": seq.get(group, 0)}
-                seq[group] = n["seq"] + 1
-            mine.append(n)
-        out.append((h, mine))
-    return out
-
-
 def _projected_nodes(traces) -> int:
     return max((len(n) for h, n in traces if h.get("role") != "server"), default=0)
 
@@ -404,7 +379,7 @@ def fidelity_records(wl: PhubWorkload, work_dir: Path, summary: dict[str, Any]) 
         return point.records
     records = point.records
     per_iter = _projected_nodes(point.traces) / iters
-    traces = one_queue_per_job(point.traces) if wl.algorithm == "phub" else point.traces
+    traces = point.traces       # PHub's server: one queue per core (its trace's `cores`)
     for n in PROJECTED_WORKERS:
         if n <= point.projected.world:
             continue
