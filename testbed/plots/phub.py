@@ -7,9 +7,11 @@ point's own worker count, and at 16-64 workers on the workers figure).
   phub_iteration  hardware-equivalent time per iteration (emulated wall / the
                   point's TDF) against whatever the run swept: workers, model,
                   chunk size, or the cases (shared server, straggler)
-  phub_stages     PHub server's time per iteration by pipeline stage (the
-                  slowest core's receive, aggregate, optimize, send; emulator
-                  wall time, not hardware time: the stages are Python's)
+  phub_stages     PHub server's time per iteration by pipeline stage (receive,
+                  aggregate, optimize, send). Left: hardware time, the busiest
+                  core's modeled work and its messages' time on the server's
+                  port (workloads/phub.py hw_stages). Right: the emulator's own
+                  Python time per stage (slowest core), for comparison
   phub_server     the server's aggregation GB/s per core beside a plain numpy
                   sum of the same bytes in the same process
 Captions come from what ran (the summaries' worker counts, models, TDFs).
@@ -37,6 +39,9 @@ SYSTEM = {"wide_ps": "ps"}          # the style's colour key
 MODELS = ("resnet50", "inception_v3", "alexnet", "cnn")
 STAGES = (("recv", "server_recv_s_per_iter_ms"), ("aggregate", "server_agg_s_per_iter_ms"),
           ("optimize", "server_opt_s_per_iter_ms"), ("send", "server_send_s_per_iter_ms"))
+HW_STAGES = (("receive (port)", "server_hw_recv_us_per_iter"), ("aggregate", "server_hw_agg_us_per_iter"),
+             ("optimize", "server_hw_opt_us_per_iter"), ("send (port)", "server_hw_send_us_per_iter"))
+STAGE_COLOURS = ("#56b4e9", "#009e73", "#e69f00", "#cc79a7")
 
 
 def colour(algo: str) -> str:
@@ -153,13 +158,9 @@ def _point_label(s: dict[str, Any]) -> str:
     return f"{s['case'] or s['algorithm']}\n{s['model']} {s['workers']}w {s['chunk_bytes'] // 1024}K"
 
 
-@figure("phub_stages")
-def stages(run: Run, out_dir: Path) -> list[Path]:
-    sums = [s for s in summaries(run) if s["algorithm"] == "phub" and s.get("server_agg_s_per_iter_ms") is not None]
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.0 + 0.9 * len(sums)), 4.2))
+def _stacked(ax, sums: list[dict[str, Any]], stages, ylabel: str, title: str) -> None:
     bottom = np.zeros(len(sums))
-    colours = ("#56b4e9", "#009e73", "#e69f00", "#cc79a7")
-    for (name, key), c in zip(STAGES, colours):
+    for (name, key), c in zip(stages, STAGE_COLOURS):
         v = np.array([s.get(key) or 0.0 for s in sums])
         ax.bar(range(len(sums)), v, bottom=bottom, color=c, label=name)
         bottom += v
@@ -167,12 +168,28 @@ def stages(run: Run, out_dir: Path) -> list[Path]:
         if s["invalid"]:
             ax.bar(i, bottom[i], fill=False, edgecolor="#B00000", lw=1.5, ls="--")
     ax.set_xticks(range(len(sums)), [_point_label(s) for s in sums], fontsize=6.5)
-    ax.set_ylabel("server time per iteration (emulator ms,\nslowest core)")
-    ax.set_title("PHub server pipeline stages", fontsize=9)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
     if sums:
         ax.legend(fontsize=7)
-    extra = ["stages are the emulated server's own Python time per iteration (calibration iterations "
-             "included; the cores' idle time is not drawn); red dashed outline = invalid point"]
+
+
+@figure("phub_stages")
+def stages(run: Run, out_dir: Path) -> list[Path]:
+    sums = [s for s in summaries(run) if s["algorithm"] == "phub" and s.get("server_agg_s_per_iter_ms") is not None]
+    hw = [s for s in sums if s.get("server_hw_agg_us_per_iter") is not None]
+    fig, (ax_hw, ax_emu) = plt.subplots(1, 2, figsize=(max(8.0, 2.0 + 1.6 * len(sums)), 4.4))
+    _stacked(ax_hw, hw, HW_STAGES, "server time per iteration (hardware us,\nbusiest core)",
+             "PHub server stages, hardware time")
+    _stacked(ax_emu, sums, STAGES, "server time per iteration (emulator ms,\nslowest core)",
+             "the same stages in the emulator (Python)")
+    extra = ["left: hardware time per traced iteration of the busiest core: receive / send = its PUSH / UPDATE "
+             "bytes' serialization on the server's port (network model), aggregate = 1 us per message + the "
+             "pushed bytes at the profile's reduce_rate, optimize = the optimizer's bytes at that rate (the "
+             "model the cores are paced by); right: the emulated server's own Python time per iteration "
+             "(calibration iterations included; idle not drawn); red dashed outline = invalid point"]
+    if len(hw) < len(sums):
+        extra.append(f"{len(sums) - len(hw)} point(s) without a server trace have no hardware bar")
     return save(fig, run, out_dir, "phub_stages", caption(sums, extra))
 
 

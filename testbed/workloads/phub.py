@@ -5,8 +5,11 @@ in-switch aggregation, on the same network and model (hosts/phub/, docs/phub.md)
 Metric records (metrics.jsonl):
   phub_iter     one per worker and iteration (iteration seconds, loss for the CNN)
   phub_core     one per server core: bytes, messages, seconds per stage (receive,
-                aggregate, optimize, send, idle), aggregation GB/s and a plain
-                numpy sum's GB/s over the same bytes, measured in the same process
+                aggregate, optimize, send, idle: the emulator's Python time),
+                aggregation GB/s and a plain numpy sum's GB/s over the same
+                bytes, measured in the same process
+  (phub_summary's server_hw_<stage>_us_per_iter: the same stages in hardware
+                time, from the server's trace and its core model: hw_stages)
   phub_summary  one per point: median iteration time (the slowest worker's per
                 iteration), server totals, weights agreement, device validity, and
                 the fidelity monitor's verdict where it models the point's messages
@@ -354,6 +357,41 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
     return [*iters, *cores, *cals, *fidelity_records(wl, work_dir, summary), summary]
 
 
+HW_STAGES = ("recv", "agg", "opt", "send")
+
+
+def hw_stages(traces, profile, iterations: int) -> dict[str, float] | None:
+    """PHub's server pipeline per iteration in hardware microseconds, from its trace:
+    the busiest core's (largest total) receive (serialization of its PUSH bytes on
+    the server's port: network_model.message_cost's link_busy_s; its share of the
+    port), aggregate (the modeled core's per-message cost + summing the pushed
+    values), optimize (the rest of each compute node's modeled hw_s: the optimizer's
+    bytes) and send (its UPDATE bytes on the port). The model that paces the cores
+    and that the projector replays (hosts/phub/server.py modeled_work_s). None
+    without a PHub server trace."""
+    from hosts.phub.server import CORE_MESSAGE_S  # noqa: PLC0415
+    from testbed.fidelity.network_model import message_cost  # noqa: PLC0415
+    from testbed.fidelity.server_model import node_core  # noqa: PLC0415
+    server = next(((h, n) for h, n in traces if h.get("role") == "server" and h.get("workload") == "phub"), None)
+    if server is None:
+        return None
+    header, nodes = server
+    rate = float(header["device"]["bytes_per_s"])
+    per_core: dict[int, dict[str, float]] = {}
+    for n in nodes:
+        st = per_core.setdefault(node_core(header, n), dict.fromkeys(HW_STAGES, 0.0))
+        if n["kind"] == "compute":
+            agg = CORE_MESSAGE_S + 4 * int(n["work"]["values"]) / rate
+            st["agg"] += agg
+            st["opt"] += max(0.0, float(n["hw_s"]) - agg)
+        else:
+            st["recv" if n["op"] == "recv" else "send"] += message_cost(int(n["bytes"]), profile).link_busy_s
+    if not per_core:
+        return None
+    busiest = max(per_core.values(), key=lambda st: sum(st.values()))
+    return {k: v / max(1, iterations) * 1e6 for k, v in busiest.items()}
+
+
 def _projected_nodes(traces) -> int:
     return max((len(n) for h, n in traces if h.get("role") != "server"), default=0)
 
@@ -374,6 +412,9 @@ def fidelity_records(wl: PhubWorkload, work_dir: Path, summary: dict[str, Any]) 
                                            "model": summary["model"]})
     fid = point.fidelity
     fid["calibrated"] = wl.calibrated
+    if wl.algorithm == "phub" and point.profile is not None:
+        for k, v in (hw_stages(point.traces, point.profile, iters) or {}).items():
+            summary[f"server_hw_{k}_us_per_iter"] = v
     summary["fidelity"] = ("valid" if fid["valid"] else "invalid: " + "; ".join(fid["reasons"]))[:300]
     if point.projected is None or wl.jobs > 1:      # two jobs: a replicated template is one job, not two
         return point.records
@@ -408,6 +449,7 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
             "chunk_bytes": s["chunk_bytes"], "iter_ms": r(s["iter_ms"]), "hw_iter_ms": r(s["hw_iter_ms"]),
             "recv_ms": r(s.get("server_recv_s_per_iter_ms")), "agg_ms": r(s.get("server_agg_s_per_iter_ms")),
             "opt_ms": r(s.get("server_opt_s_per_iter_ms")), "send_ms": r(s.get("server_send_s_per_iter_ms")),
+            **{f"hw_{k}_us": r(s.get(f"server_hw_{k}_us_per_iter"), 2) for k in HW_STAGES},
             "agg_gbps": r(s.get("server_agg_gbps_per_core")), "numpy_gbps": r(s.get("numpy_sum_gbps_per_core")),
             "weights_agree": s["weights_agree"], "ok": s["ok"], "tdf": s["tdf"],
             "net_ratio": r(s.get("net_ratio_p50"), 2), "proj_ms": r(s.get("projected_hw_iter_ms")),

@@ -87,3 +87,30 @@ def test_the_server_model_plays_the_cores_of_a_multi_core_server_in_parallel():
     # replay takes about half of serving all 2 x 2 pushes per iteration one after another
     slow = project(two_core_job(service_s=1e-3), TOFINO).makespan_s
     assert 3 * 2 * 1e-3 < slow < 0.6 * 3 * 4 * 1e-3
+
+
+def test_stages_in_hardware_time_come_from_the_server_trace_and_its_core_model():
+    from hosts.phub.server import merge_cores  # noqa: PLC0415
+    from testbed.fidelity.network_model import message_cost  # noqa: PLC0415
+    from testbed.workloads.phub import hw_stages  # noqa: PLC0415
+    rate, iters = 50e9, 2
+    cores = [TraceRecorder(None, host="ps", rank=2, world=3, tdf=1.0) for _ in (0, 1)]
+    for it in range(iters):
+        for c, values in ((0, 1000), (1, 10)):          # core 0 is the busiest
+            ps = cores[c]
+            for k in range(2):
+                ps.waited(ps.recv(it, it, peer=f"w{k}", values=values, tag=f"push.j1.c{c}", core=c))
+                n = ps.compute(it, it, hw_s=modeled_work_s(values, values if k == 1 else 0, True, rate), real_s=0,
+                               work={"values": values})
+                ps.nodes[n]["core"] = c
+            for k in range(2):
+                ps.send(it, it, peer=f"w{k}", values=values, tag=f"update.j1.c{c}", core=c)
+    header = dict(cores[0].header, role="server", workload="phub", cores=2,
+                  device={"bytes_per_s": rate})
+    tr = [(header, merge_cores({c: r.nodes for c, r in enumerate(cores)}))]
+    st = hw_stages(tr, TOFINO, iters)
+    port = message_cost(4000, TOFINO).link_busy_s
+    assert st["agg"] == pytest.approx(2 * (CORE_MESSAGE_S + 4000 / rate) * 1e6)
+    assert st["opt"] == pytest.approx(20 * 1000 / rate * 1e6)                     # Nesterov, once per chunk
+    assert st["recv"] == pytest.approx(2 * port * 1e6) and st["send"] == pytest.approx(2 * port * 1e6)
+    assert hw_stages([(dict(header, role="worker"), [])], TOFINO, iters) is None
