@@ -200,9 +200,10 @@ class JobState:
                 f"waiting for rank {nxt} (ranks {early} already in)")
 
 
-def accept_links(cfg: ServerConfig, core: int) -> dict[tuple[int, int], P.Link]:
+def accept_links(cfg: ServerConfig, core: int, ranks: range | None = None) -> dict[tuple[int, int], P.Link]:
+    """One link per worker (job, rank); `ranks`: only those ranks connect (a rack server's)."""
     server = listen(cfg.ip, cfg.port + core)
-    expected = {(j.job, r) for j in cfg.jobs for r in range(j.world)}
+    expected = {(j.job, r) for j in cfg.jobs for r in (range(j.world) if ranks is None else ranks)}
     jobs = {j.job: j for j in cfg.jobs}
     links: dict[tuple[int, int], P.Link] = {}
     deadline = time.monotonic() + cfg.connect_timeout_s
