@@ -337,7 +337,7 @@ def serve(cfg: RackServerConfig) -> dict[str, Any]:
         if not expected.get(kind, False):
             raise ProtocolError(f"{peer} sent {P.KINDS[kind]} to rack {cfg.rack}'s server")
         dev.at_iteration(it)
-        tr.recv(kind, it, peer, payload.size, m0, m1)
+        tr.recv(kind, it, tr.peer(WORKERS if src is None else src, rank), payload.size, m0, m1)
         c0 = time.perf_counter()
         s0, o0, k0 = state.summed_values, state.optimized_values, state.optimized_chunks
         if kind == P.PUSH:
