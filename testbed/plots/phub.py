@@ -37,7 +37,7 @@ LABELS = {"phub": "PHub (chunked, tall)", "wide_ps": "wide-aggregation PS", "rin
           "switch": "in-switch"}
 SYSTEM = {"wide_ps": "ps"}          # the style's colour key
 MODELS = ("resnet50", "inception_v3", "alexnet", "cnn")
-STAGES = (("recv", "server_recv_s_per_iter_ms"), ("aggregate", "server_agg_s_per_iter_ms"),
+STAGES = (("receive", "server_recv_s_per_iter_ms"), ("aggregate", "server_agg_s_per_iter_ms"),
           ("optimize", "server_opt_s_per_iter_ms"), ("send", "server_send_s_per_iter_ms"))
 HW_STAGES = (("receive (port)", "server_hw_recv_us_per_iter"), ("aggregate", "server_hw_agg_us_per_iter"),
              ("optimize", "server_hw_opt_us_per_iter"), ("send (port)", "server_hw_send_us_per_iter"))
@@ -82,7 +82,7 @@ def x_axis(sums: list[dict[str, Any]]) -> tuple[str, Callable[[dict], Any], list
     return "case", lambda s: cats.index(s["case"]), cats
 
 
-def caption(sums: list[dict[str, Any]], extra: list[str] = ()) -> list[str]:
+def caption(sums: list[dict[str, Any]], extra: list[str] = (), lines_drawn: bool = True) -> list[str]:
     if not sums:
         return ["no successful points"]
     models = values_text(sorted({f"{s['model']} x{s['size_scale']:g}" if s["model"] != "cnn" else "cnn"
@@ -97,8 +97,8 @@ def caption(sums: list[dict[str, Any]], extra: list[str] = ()) -> list[str]:
     lines = [f"model: {models}; workers that ran: {workers}; jobs: "
              f"{values_text(sorted({s['jobs'] for s in sums}))}; server cores: "
              f"{values_text(sorted({s['server_cores'] for s in sums}))}",
-             f"TDF ({cal}) x{tdfs}; {dil}; time = emulated wall / TDF (hardware-equivalent); thin lines with "
-             f"crosses: the traces projected on the hardware model"
+             f"TDF ({cal}) x{tdfs}; {dil}; time = emulated wall / TDF (hardware-equivalent)"
+             + ("; thin lines with crosses: the traces projected on the hardware model" if lines_drawn else "")
              + (f"; {len(agree)} point(s) whose workers' weights disagree" if agree else
                 "; every point's workers ended with identical weights"), *extra]
     bad = [s for s in sums if s["invalid"]]
@@ -190,7 +190,7 @@ def stages(run: Run, out_dir: Path) -> list[Path]:
              "(calibration iterations included; idle not drawn); red dashed outline = invalid point"]
     if len(hw) < len(sums):
         extra.append(f"{len(sums) - len(hw)} point(s) without a server trace have no hardware bar")
-    return save(fig, run, out_dir, "phub_stages", caption(sums, extra))
+    return save(fig, run, out_dir, "phub_stages", caption(sums, extra, lines_drawn=False))
 
 
 @figure("phub_server")
@@ -204,9 +204,14 @@ def server(run: Run, out_dir: Path) -> list[Path]:
            label="numpy sum of the same bytes, same process")
     ax.set_yscale("log")
     ax.set_xticks(i, [_point_label(s) for s in sums], fontsize=6.5)
-    ax.set_ylabel("aggregation GB/s per core (emulator)")
+    ax.set_ylabel("aggregation GB/s per core\n(emulator, measured)")
     ax.set_title("Server aggregation throughput", fontsize=9)
     if sums:
-        ax.legend(fontsize=7)
+        top = max([s["server_agg_gbps_per_core"] for s in sums] + [s.get("numpy_sum_gbps_per_core") or 0 for s in sums])
+        ax.set_ylim(top=top * 12)           # room for the legend above the bars (log scale)
+        ax.legend(fontsize=7, loc="upper left")
     return save(fig, run, out_dir, "phub_server", caption(sums, [
-        "GB/s of gradient bytes summed per second of the core's aggregation stage (median over cores)"]))
+        "GB/s of gradient bytes summed per second of the core's aggregation stage (median over cores; with "
+        "racks, over rack servers); the emulator's own speed: the paced cores and the projection use the "
+        "modeled core (the profile's reduce_rate, 50 GB/s in tofino1-100g, and 1 us per message)"],
+        lines_drawn=False))
