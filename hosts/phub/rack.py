@@ -48,7 +48,8 @@ from hosts.common.trace import TraceRecorder
 from hosts.phub import protocol as P
 from hosts.phub.chunking import ChunkPlan
 from hosts.phub.config import JobSpec, RackServerConfig, load_rack
-from hosts.phub.server import CORE_MESSAGE_S, CoreDevice, Stages, accept_links, modeled_work_s, numpy_sum_reference
+from hosts.phub.server import (CORE_MESSAGE_S, Backlog, CoreDevice, Stages, accept_links, modeled_work_s,
+                               numpy_sum_reference)
 
 log = logging.getLogger("phub.rack")
 
@@ -278,9 +279,10 @@ class _Trace:
         if self.on and it >= self.cfg.trace_from:
             self.rec.waited(self.rec.recv(t0, t1, peer=peer, values=values, tag=self.tag(kind), iteration=it))
 
-    def compute(self, it, t0, t1, hw, real, work) -> None:
+    def compute(self, it, t0, t1, hw, real, work) -> int | None:
         if self.on and it >= self.cfg.trace_from:
-            self.rec.compute(t0, t1, hw, real, work)
+            return self.rec.compute(t0, t1, hw, real, work)
+        return None
 
     def send(self, kind, it, peer, values, t0):
         if not self.on or it < self.cfg.trace_from or kind not in TRACED:
@@ -303,8 +305,8 @@ def serve(cfg: RackServerConfig) -> dict[str, Any]:
     sent_end = False
     t_start = time.perf_counter()
 
-    def emit(actions: list[Action]) -> None:
-        t0 = time.perf_counter()
+    def emit(actions: list[Action], t0: float | None = None) -> None:
+        t0 = time.perf_counter() if t0 is None else t0
         for dest, kind, it, ids, payload in actions:
             h = P.header(kind, job.job, it, ids)
             for r, ln in (workers.items() if dest == WORKERS else [(None, racks[dest])]):
@@ -356,45 +358,58 @@ def serve(cfg: RackServerConfig) -> dict[str, Any]:
             st.agg_s += real
             st.agg_bytes += 4 * summed
         hw = modeled_work_s(summed, optimized, state.v is not None, cfg.reduce_bytes_per_s)
-        dev.charge(hw * dev.time_scale, real)
-        if actions:
-            dev.flush()                    # the results are "computed" before they leave
-        tr.compute(it, c0, time.perf_counter(), hw, real,
-                   {"kind": P.KINDS[kind], "chunks": len(ids), "values": int(payload.size),
-                    "summed": summed, "optimized": optimized, "core": 0, "step": "rack"})
+        dev.work(m1, c0, hw, real)        # paced by a deadline (server.CoreDevice): results leave at its end
+        node = tr.compute(it, c0, dev.busy_until, hw, real,
+                          {"kind": P.KINDS[kind], "chunks": len(ids), "values": int(payload.size),
+                           "summed": summed, "optimized": optimized, "core": 0, "step": "rack"})
         st.chunks_done += state.optimized_chunks - k0
-        emit(actions)
+        if node is not None:
+            work.held.append(lambda t1, n=node: tr.rec.nodes[n].__setitem__("t1", t1))
+        if actions:
+            work.held.append(lambda t0, a=actions: emit(a, t0))
 
     links = [(None, r, ln) for r, ln in workers.items()] + [(s, None, ln) for s, ln in racks.items()]
+    work = Backlog()
+    rx_done: set[tuple[int | None, int | None]] = set()     # links whose END is in (the peer may close)
     try:
         while True:
             progressed = False
             for src, rank, ln in links:
-                if (src is None and rank in ended) or (src is not None and src in racks_ended):
-                    continue                   # END was its last message; it may close now
+                if (src, rank) in rx_done:
+                    continue
                 t0 = time.perf_counter()
                 msgs = ln.pump_recv()
                 st.recv_s += time.perf_counter() - t0
                 for hdr, payload, m0, m1 in msgs:
                     progressed = True
-                    handle(src, rank, hdr, payload, m0, m1, ln.conn.peer)
+                    work.waiting.append((src, rank, hdr, payload, m0, m1, ln.conn.peer))
+                    if hdr.size and int(hdr[0]) == P.END:
+                        rx_done.add((src, rank))
+            if work.held and time.perf_counter() >= dev.busy_until:
+                progressed |= work.release(time.perf_counter())
+            while work.waiting and not work.held and time.perf_counter() >= dev.busy_until:
+                handle(*work.waiting.popleft())
+                progressed = True
+                if work.held and time.perf_counter() >= dev.busy_until:
+                    work.release(time.perf_counter())
             for _, _, ln in links:
                 if ln.busy:
                     t0 = time.perf_counter()
                     progressed |= ln.pump_send()
                     st.send_s += time.perf_counter() - t0
-            busy = any(ln.busy for _, _, ln in links)
+            busy = any(ln.busy for _, _, ln in links) or work.waiting or work.held
             if len(ended) == len(ranks) and not sent_end and not busy:
                 emit([(r, P.END, 0, [], np.zeros(0, np.float32)) for r in racks])   # our last message to each
                 sent_end, progressed = True, True
                 continue
             if sent_end and len(racks_ended) == len(racks) and not busy:
                 break
-            stall.check(progressed, lambda: state.incomplete() + (
+            stall.check(progressed or bool(work.held), lambda: state.incomplete() + (
                 f"; END from racks {sorted(set(racks) - racks_ended)}" if sent_end else ""))
             if not progressed:
-                P.poll_links([ln for src, rank, ln in links if ln.busy or (
-                    rank not in ended if src is None else src not in racks_ended)], 0.2)
+                wait = dev.busy_until - time.perf_counter() if work.held or work.waiting else 0.2
+                P.poll_links([ln for src, rank, ln in links if ln.busy or (src, rank) not in rx_done],
+                             min(0.2, max(0.0, wait)))
     except NetError as e:
         raise NetError(f"{e} [rack {cfg.rack}: {state.incomplete()}]") from None
     finally:

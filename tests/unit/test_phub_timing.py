@@ -114,3 +114,16 @@ def test_stages_in_hardware_time_come_from_the_server_trace_and_its_core_model()
     assert st["opt"] == pytest.approx(20 * 1000 / rate * 1e6)                     # Nesterov, once per chunk
     assert st["recv"] == pytest.approx(2 * port * 1e6) and st["send"] == pytest.approx(2 * port * 1e6)
     assert hw_stages([(dict(header, role="worker"), [])], TOFINO, iters) is None
+
+
+def test_a_core_is_paced_by_a_deadline_and_catches_up_on_its_own_lateness():
+    from hosts.phub.server import CoreDevice  # noqa: PLC0415
+    dev = CoreDevice(tdf=1000.0, measured_from=0)
+    # idle core: the work starts when the message was in (10.0), ends TDF x 1 ms later
+    assert dev.work(arrived=10.0, c0=10.2, hw_s=1e-3, real_s=0.01) == pytest.approx(11.0)
+    # the next message was in at 10.5, served late (11.3): it starts at the core's 11.0
+    assert dev.work(arrived=10.5, c0=11.3, hw_s=2e-3, real_s=0.01) == pytest.approx(13.0)
+    # Python slower than the dilated model: an overrun, the work takes Python's time
+    assert dev.work(arrived=20.0, c0=20.0, hw_s=1e-6, real_s=0.5) == pytest.approx(20.5)
+    v = dev.validity()
+    assert v["steps"] == 3 and v["violations"] == 1 and not v["valid"]
