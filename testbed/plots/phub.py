@@ -59,6 +59,8 @@ def summaries(run: Run) -> list[dict[str, Any]]:
         fid = p.get("fidelity") or {}
         bad = fid.get("valid") is False or m.get("valid") is False
         reasons = list(m.get("invalid_reasons") or fid.get("reasons") or []) if bad else []
+        # the reason that made it invalid first (warnings come along in the list)
+        reasons.sort(key=lambda r: "warning only" in r)
         out.append(dict(m, case=p.get("case") or "", invalid=bad, reasons=reasons))
     return out
 
@@ -139,8 +141,11 @@ def iteration(run: Run, out_dir: Path) -> list[Path]:
                     label=f"{name}, projected")
     if cats:
         ax.set_xticks(range(len(cats)), cats)
-    elif label != "workers":
+    else:                    # workers: 2-8 emulated, 16-64 projected; chunk sizes: 4 KiB - 1 MiB
         ax.set_xscale("log", base=2)
+        if label == "workers":
+            ticks = sorted({x(s) for s in sums} | ({*PROJECTED_WORKERS} if sums else set()))
+            ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.set_xlabel(label)
     ax.set_ylabel("time per iteration (hardware ms)")
     ax.set_title("PHub vs wide aggregation, ring and in-switch", fontsize=9)
@@ -149,13 +154,14 @@ def iteration(run: Run, out_dir: Path) -> list[Path]:
     extra = []
     if label == "workers":
         extra.append(f"beyond the emulated counts, projected at {values_text(list(PROJECTED_WORKERS))} workers "
-                     "from the largest emulated point's trace (PHub's server as a service model that answers a "
-                     "chunk once every worker's copy is in)")
+                     "from the largest emulated point's trace (PHub's server as a service model: one queue per "
+                     "core, a chunk answered once every worker's copy is in)")
     return save(fig, run, out_dir, "phub_iteration", caption(sums, extra))
 
 
 def _point_label(s: dict[str, Any]) -> str:
-    return f"{s['case'] or s['algorithm']}\n{s['model']} {s['workers']}w {s['chunk_bytes'] // 1024}K"
+    racks = f", {s['racks']} racks" if s.get("racks", 1) > 1 else ""
+    return f"{s['case'] or s['algorithm']}\n{s['model']}\n{s['workers']}w{racks} {s['chunk_bytes'] // 1024}K"
 
 
 def _stacked(ax, sums: list[dict[str, Any]], stages, ylabel: str, title: str) -> None:
