@@ -97,6 +97,49 @@ def load_server(path: str) -> ServerConfig:
 
 
 @dataclass(frozen=True)
+class RackServerConfig:
+    """One rack's PHub server (hosts/phub/rack.py): its workers are the job's ranks
+    `ranks` [first, end) (contiguous: racks chain their partial sums in rank order);
+    `servers` lists every rack's server {name, ip} in rack order."""
+    host: str
+    ip: str
+    port: int
+    rack: int
+    servers: list[dict[str, str]]
+    ranks: list[int]
+    jobs: list[JobSpec]
+    out: str
+    cores: int = 1                       # one core per rack server (what its workers' HELLO says)
+    trace: str | None = None
+    trace_rank: int = 0
+    trace_world: int = 1
+    trace_from: int = 0
+    reduce_bytes_per_s: float = 50e9
+    tdf: float = 1.0
+    start_at: float | None = None
+    connect_timeout_s: float = 30.0
+    timeout_s: float = 60.0
+
+    def __post_init__(self):
+        if len(self.jobs) != 1 or self.cores != 1:
+            raise ConfigError(f"a rack server serves one job with one core, got {len(self.jobs)} job(s), "
+                              f"cores {self.cores}")
+        if not 0 <= self.rack < len(self.servers) or len(self.servers) < 2:
+            raise ConfigError(f"rack {self.rack} of {len(self.servers)} servers (cross-rack PHub needs >= 2)")
+        r = self.ranks
+        if not (isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r)
+                and 0 <= r[0] < r[1] <= self.jobs[0].world):
+            raise ConfigError(f"ranks must be [first, end) within the job's world {self.jobs[0].world}, "
+                              f"got {r!r}")
+
+
+def load_rack(path: str) -> RackServerConfig:
+    d = _read(path)
+    jobs = [_take(JobSpec, j, f"{path}: jobs[{i}]", optimizer=_opt) for i, j in enumerate(d.pop("jobs", []))]
+    return _take(RackServerConfig, dict(d, jobs=jobs), path)
+
+
+@dataclass(frozen=True)
 class WorkerConfig:
     host: str
     ip: str

@@ -9,6 +9,12 @@ a uint32 header [kind, job, iteration, n, chunk ids...] and the float32 payload
   TDF     rank 0 -> core: the time dilation the workers agreed on (payload: one
           float32), so the core paces its modeled work at the workers' TDF
           (time_scale auto changes it after every calibration round)
+  PREFIX  rack r -> rack r+1 server: the chunks' running sum over ranks of racks 0..r
+  SUM     last rack -> the chunk's owner rack: the complete sum
+  XUPDATE owner rack -> every other rack server: the updated weights, which it
+          forwards to its workers as UPDATE
+  (INIT, TDF and END also travel between rack servers: rank 0's rack forwards the
+  weights of other racks' chunks and the TDF; END is a server's last message.)
 Workers never ask for weights (PHub's pull-request elision): the core sends a
 chunk's new weights as soon as its optimizer step ran.
 
@@ -30,7 +36,10 @@ import numpy as np
 from hosts.common.tcp import KIND_DATA, Conn, PeerTimeout, ProtocolError, RecvOp, SendOp
 
 INIT, PUSH, UPDATE, END, TDF = 1, 2, 3, 4, 5
-KINDS = {INIT: "INIT", PUSH: "PUSH", UPDATE: "UPDATE", END: "END", TDF: "TDF"}
+# Between rack servers (cross-rack PHub, hosts/phub/rack.py):
+PREFIX, SUM, XUPDATE = 6, 7, 8
+KINDS = {INIT: "INIT", PUSH: "PUSH", UPDATE: "UPDATE", END: "END", TDF: "TDF", PREFIX: "PREFIX", SUM: "SUM",
+         XUPDATE: "XUPDATE"}
 _EMPTY = np.zeros(0, np.float32)
 
 

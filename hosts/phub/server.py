@@ -25,9 +25,10 @@ Output (JSON lines): `core` per core (bytes, messages, seconds per stage:
 receive, aggregate, optimize, send, idle; GB/s of aggregation beside a plain
 numpy sum of the same bytes), and a `summary`. With a trace path, one trace of
 the whole server (role "server", reply_after "all": a chunk is answered once
-every worker's copy is in): per PUSH a recv node, a compute node (aggregate +
-optimize: hw_s modeled, real_s measured) and the update's send nodes; messages
-of iterations before `trace_from` (calibration) are not traced.
+every worker's copy is in; `cores`: K, and every node names its `core`, so the
+projector plays the cores in parallel): per PUSH a recv node, a compute node
+(aggregate + optimize: hw_s modeled, real_s measured) and the update's send
+nodes; messages of iterations before `trace_from` (calibration) are not traced.
 """
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ import logging
 import multiprocessing as mp
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -72,16 +74,50 @@ def modeled_work_s(summed_values: int, optimized_values: int, has_momentum: bool
 
 class CoreDevice(PacedDevice):
     """A core's paced modeled work; its statistics (overruns) restart at the first
-    measured iteration (calibration's round 0 runs unpaced: every step overruns)."""
+    measured iteration (calibration's round 0 runs unpaced: every step overruns).
+
+    Paced by a deadline, not a sleep (`busy_until`): while the modeled work of a
+    message runs, the core's loop keeps receiving (the next messages wait in a
+    backlog, as a NIC's receive queue fills while the CPU computes) and sending
+    what is already queued; the work's results leave at its end. A core that slept
+    stopped reading its sockets, so workers' pushes took the core's compute time
+    on top of the network's, and the monitor read that as a slow network."""
 
     def __init__(self, tdf: float, measured_from: int):
         super().__init__(tdf)
         self.measured_from, self.measuring = measured_from, measured_from == 0
+        self.busy_until = 0.0             # perf_counter time the modeled work in progress ends
 
     def at_iteration(self, it: int) -> None:
         if not self.measuring and it >= self.measured_from:
             self._reset_stats()
             self.measuring = True
+
+    def work(self, arrived: float, c0: float, hw_s: float, real_s: float) -> float:
+        """A message's modeled work (hw_s, undilated), processed from c0 in real_s: it
+        starts when the core is free and the message was in (never later than c0),
+        and ends TDF x hw_s later, or real_s later when Python was slower (an
+        overrun). Sets and returns busy_until."""
+        modeled = hw_s * self.time_scale
+        self._record(modeled, real_s)
+        start = min(c0, max(self.busy_until, arrived))
+        self.busy_until = start + max(modeled, real_s)
+        return self.busy_until
+
+
+class Backlog:
+    """A core's messages in, waiting for the core (CoreDevice), and the results of
+    the work in progress, held until it ends (`release`)."""
+
+    def __init__(self):
+        self.waiting: deque = deque()
+        self.held: list[Callable[[float], None]] = []
+
+    def release(self, now: float) -> bool:
+        held, self.held = self.held, []
+        for fn in held:
+            fn(now)
+        return bool(held)
 
 
 def modeled_key_s(values: int, world: int, cores: int, has_momentum: bool, bytes_per_s: float) -> float:
@@ -199,9 +235,10 @@ class JobState:
                 f"waiting for rank {nxt} (ranks {early} already in)")
 
 
-def accept_links(cfg: ServerConfig, core: int) -> dict[tuple[int, int], P.Link]:
+def accept_links(cfg: ServerConfig, core: int, ranks: range | None = None) -> dict[tuple[int, int], P.Link]:
+    """One link per worker (job, rank); `ranks`: only those ranks connect (a rack server's)."""
     server = listen(cfg.ip, cfg.port + core)
-    expected = {(j.job, r) for j in cfg.jobs for r in range(j.world)}
+    expected = {(j.job, r) for j in cfg.jobs for r in (range(j.world) if ranks is None else ranks)}
     jobs = {j.job: j for j in cfg.jobs}
     links: dict[tuple[int, int], P.Link] = {}
     deadline = time.monotonic() + cfg.connect_timeout_s
@@ -244,26 +281,42 @@ def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
     stall = P.Stall(cfg.timeout_s)
     t_start = time.perf_counter()
     by_link = list(links.items())
+    work = Backlog()
+    rx_done: set[tuple[int, int]] = set()      # links whose END is in: the worker may close them
     try:
-        while any(len(s.ended) < s.spec.world for s in states.values()):
+        while any(len(s.ended) < s.spec.world for s in states.values()) or work.waiting or work.held:
             progressed = False
             for (job, rank), ln in by_link:
-                if rank in states[job].ended:          # END was its last message; it may close now
+                if (job, rank) in rx_done:
                     continue
                 t0 = time.perf_counter()
                 msgs = ln.pump_recv()
                 st.recv_s += time.perf_counter() - t0
                 for hdr, payload, m0, m1 in msgs:
                     progressed = True
-                    _handle(states[job], links, job, rank, hdr, payload, m0, m1, st, tr, ln.conn.peer, dev)
+                    work.waiting.append((job, rank, hdr, payload, m0, m1, ln.conn.peer))
+                    if hdr.size and int(hdr[0]) == P.END:
+                        rx_done.add((job, rank))
+            now = time.perf_counter()
+            if work.held and now >= dev.busy_until:
+                progressed |= work.release(now)
+            while work.waiting and not work.held and time.perf_counter() >= dev.busy_until:
+                job, rank, hdr, payload, m0, m1, peer = work.waiting.popleft()
+                _handle(states[job], links, job, rank, hdr, payload, m0, m1, st, tr, peer, dev, work)
+                progressed = True
+                if work.held and time.perf_counter() >= dev.busy_until:
+                    work.release(time.perf_counter())          # an overrun: Python was the slower
             for (job, rank), ln in by_link:
                 if ln.busy:
                     t0 = time.perf_counter()
                     progressed |= ln.pump_send()
                     st.send_s += time.perf_counter() - t0
-            stall.check(progressed, lambda: "; ".join(f"job {j}: {s.incomplete()}" for j, s in states.items()))
+            stall.check(progressed or bool(work.held), lambda: "; ".join(
+                f"job {j}: {s.incomplete()}" for j, s in states.items()))
             if not progressed:
-                P.poll_links([ln for (j, r), ln in by_link if r not in states[j].ended or ln.busy], 0.2)
+                wait = dev.busy_until - time.perf_counter() if work.held or work.waiting else 0.2
+                P.poll_links([ln for key, ln in by_link if key not in rx_done or ln.busy],
+                             min(0.2, max(0.0, wait)))
         # The last updates leave before the links close.
         while any(ln.busy for _, ln in by_link):
             t0 = time.perf_counter()
@@ -290,7 +343,9 @@ def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
 
 
 def _handle(s: JobState, links, job: int, rank: int, hdr, payload, m0: float, m1: float, st: Stages,
-            tr: "_CoreTrace | None", peer: str, dev: CoreDevice) -> None:
+            tr: "_CoreTrace | None", peer: str, dev: CoreDevice, work: Backlog) -> None:
+    """Serve one message; its updates go to `work.held`, leaving when the core's
+    modeled work on it ends (dev.busy_until)."""
     kind, hjob, it, ids = P.parse(hdr, peer)
     if hjob != job:
         raise ProtocolError(f"{peer} sent a message for job {hjob} on its job-{job} connection")
@@ -318,22 +373,23 @@ def _handle(s: JobState, links, job: int, rank: int, hdr, payload, m0: float, m1
     real = time.perf_counter() - c0
     hw = modeled_work_s(payload.size, sum(s.local[c].stop - s.local[c].start for c in done), s.v is not None,
                         s.reduce_bytes_per_s)
-    dev.charge(hw * dev.time_scale, real)
-    if done:
-        dev.flush()                       # the updated chunks are "computed" before they leave
-    if tr:
-        tr.compute(c0, time.perf_counter(), hw, real, it,
-                   work={"chunks": len(ids), "completed": len(done), "values": int(payload.size)})
+    dev.work(m1, c0, hw, real)
+    node = tr.compute(c0, dev.busy_until, hw, real, it,
+                      work={"chunks": len(ids), "completed": len(done), "values": int(payload.size)}) if tr else None
+    if node is not None:          # its end: when the work's results leave
+        work.held.append(lambda t1, n=node: tr.rec.nodes[n].__setitem__("t1", t1))
     if not done:
         return
-    t0 = time.perf_counter()
     out = np.concatenate([s.w[s.local[c]] for c in done])
     h = P.header(P.UPDATE, job, it, done)
-    for r in range(s.spec.world):
-        cb = tr.send(t0, (job, r), out.size, it) if tr else None
-        links[(job, r)].queue(h, out, cb)
-        st.messages_out += 1
-    st.send_s += time.perf_counter() - t0
+
+    def send(t0: float) -> None:
+        for r in range(s.spec.world):
+            cb = tr.send(t0, (job, r), out.size, it) if tr else None
+            links[(job, r)].queue(h, out, cb)
+            st.messages_out += 1
+        st.send_s += time.perf_counter() - t0
+    work.held.append(send)
 
 
 class _CoreTrace:
@@ -355,9 +411,12 @@ class _CoreTrace:
                           tag=P.message_tag("push", peer_rank[0], self.core), iteration=it, core=self.core)
         self.rec.waited(n)
 
-    def compute(self, t0, t1, hw_s, real_s, it, work) -> None:
-        if it >= self.trace_from:
-            self.rec.compute(t0, t1, hw_s, real_s, dict(work, core=self.core, step="aggregate+optimize"))
+    def compute(self, t0, t1, hw_s, real_s, it, work) -> int | None:
+        if it < self.trace_from:
+            return None
+        n = self.rec.compute(t0, t1, hw_s, real_s, dict(work, core=self.core, step="aggregate+optimize"))
+        self.rec.nodes[n]["core"] = self.core     # every node names its core (header `cores`)
+        return n
 
     def send(self, t0, peer_rank, values, it):
         if it < self.trace_from:
@@ -452,15 +511,22 @@ def write_trace(cfg: ServerConfig, cores: list[dict[str, Any]]) -> None:
                         workload="phub", role="server", reply_after="all", cores=cfg.cores,
                         device={"kind": "phub server core", "bytes_per_s": cfg.reduce_bytes_per_s,
                                 "message_s": CORE_MESSAGE_S})
-    # One program of the cores' nodes, merged by start time (each core's own order kept):
-    # concatenated core by core, a replay would serve core 1 only after core 0's last
-    # message, which waits for core 1's updates (a deadlock the real cores never had).
-    streams = [[(c["core"], n) for n in c.pop("nodes")] for c in cores]
+    rec.nodes = merge_cores({c["core"]: c.pop("nodes") for c in cores})
+    rec.close()
+
+
+def merge_cores(nodes_by_core: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The cores' nodes as one trace, merged by start time (each core's own order
+    kept; ids and deps renumbered). Every node names its core and the header says
+    `cores`: the projector replays each core as its own program and the service
+    model gives each core its own queue (testbed/fidelity/server_model.py)."""
+    streams = [[(core, n) for n in nodes] for core, nodes in sorted(nodes_by_core.items())]
+    out: list[dict[str, Any]] = []
     new_id: dict[tuple[int, int], int] = {}
     for core, n in heapq.merge(*streams, key=lambda cn: cn[1]["t0"]):
-        new_id[(core, n["id"])] = len(rec.nodes)
-        rec.nodes.append(dict(n, id=len(rec.nodes), deps=[new_id[(core, d)] for d in n["deps"]]))
-    rec.close()
+        new_id[(core, n["id"])] = len(out)
+        out.append(dict(n, id=len(out), deps=[new_id[(core, d)] for d in n["deps"]]))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

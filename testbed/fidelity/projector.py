@@ -26,6 +26,10 @@ Each rank's program is one SimPy process that walks its nodes in program order:
   recv     its event is the message's arrival: a compute node that depends on
            it (the program waited for it) waits for that.
   A rank finishes when its last node and its last in-flight operation are done.
+  A trace whose header says `cores: K` (K > 1: a server of K cores working in
+  parallel, server_model.py) is K programs, one per core, each walking the nodes
+  of its `core` in order (a node may depend only on nodes of its own core); the
+  rank finishes with its last core.
   `world` (the count compute_time sees, Projection.world) is the number of
   worker traces; server traces (header role "server") are not counted.
 
@@ -69,8 +73,8 @@ from testbed.fidelity.constants import HardwareProfile
 from testbed.fidelity.fabric import Fabric, Message
 from testbed.fidelity.projector_checks import (P2P, Trace, check_comm, check_traces, group_members,
                                                is_server, truncate)
-from testbed.fidelity.server_model import (Server, ServiceModel, expected_messages, service_models,
-                                           synthesize_workers)
+from testbed.fidelity.server_model import (Server, ServiceModel, expected_messages, node_core,
+                                           service_models, synthesize_workers)
 
 ComputeTime = Callable[[dict[str, Any], dict[str, Any], int], float]
 
@@ -143,9 +147,11 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
             m = messages[key] = Message(env, src, dst)
         return m
 
-    def program(rank: int, header: dict[str, Any], nodes: list[dict[str, Any]]):
-        # done[i]: None once node i finished on this rank's timeline, else its event.
-        done: list[simpy.Event | None] = [None] * len(nodes)
+    def program(rank: int, header: dict[str, Any], nodes: list[dict[str, Any]], size: int):
+        # done[i]: None once node i finished on this rank's timeline, else its event
+        # (indexed by node id: `nodes` may be one core's share of a trace of `size`).
+        done: list[simpy.Event | None] = [None] * size
+        device_s = 0.0
         for node in nodes:
             pending = [done[d] for d in node["deps"] if done[d] is not None and not done[d].processed]
             if node["kind"] == "compute":
@@ -157,7 +163,7 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
                 if not d >= 0:
                     raise ValueError(f"compute_time gave {d!r} for rank {rank} node {node['id']}")
                 yield env.timeout(d)
-                busy[rank] += d
+                device_s += d
             elif node["algo"] == P2P:
                 m = message(node)
                 if node["op"] == "recv":     # its event: the message is in
@@ -182,7 +188,8 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
         tail = [e for e in done if e is not None and not e.processed]
         if tail:                 # asynchronous ops still in flight when the program ends
             yield env.all_of(tail)
-        finish[rank] = env.now
+        finish[rank] = max(finish[rank], env.now)
+        busy[rank] = max(busy[rank], device_s)      # cores in parallel: the busiest one
 
     def arrive(node: dict[str, Any], state: list) -> None:
         state[0] += 1
@@ -198,8 +205,8 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
         yield env.all_of(pending)
         then()
 
-    procs = {int(h["rank"]): env.process(program(int(h["rank"]), h, nodes))
-             for (h, _), nodes in zip(traces, cut)}
+    procs = {(int(h["rank"]), core): env.process(program(int(h["rank"]), h, mine, len(nodes)))
+             for (h, _), nodes in zip(traces, cut) for core, mine in split_cores(h, nodes).items()}
     servers = {}
     if services:
         recv_nodes = {(n["group"], n["seq"]): n for nodes in cut for n in nodes
@@ -207,7 +214,7 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
         order = [str(h["host"]) for h, _ in sorted(traces, key=lambda t: int(t[0]["rank"]))]
         for s in services:
             servers[s.host] = Server(env, s, fabric, message, order, expected[s.host], recv_nodes)
-            procs[s.rank] = env.process(serve(s.rank, servers[s.host]))
+            procs[(s.rank, 0)] = env.process(serve(s.rank, servers[s.host]))
         fabric.on_delivered = lambda m, node: (servers[m.dst].arrive(m, node) if m.dst in servers else None)
 
     events = 0
@@ -217,7 +224,7 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
         except simpy.core.EmptySchedule:
             break
         events += 1
-    stuck = sorted(r for r, proc in procs.items() if not proc.triggered)
+    stuck = sorted({r for (r, _), proc in procs.items() if not proc.triggered})
     if stuck:
         raise RuntimeError(f"projection stalled: ranks {stuck[:8]} never finished "
                            f"(a collective some member never reached, or a message never sent?)")
@@ -229,6 +236,23 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
                       comm_exposed_s={r: finish[r] - busy[r] for r in finish},
                       collectives=len(arrived), nodes=simulated, nodes_total=total, events=events,
                       truncated=simulated < total, extrapolation=factor, messages=len(messages))
+
+
+def split_cores(header: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """core -> its nodes in order (module docstring); {0: nodes} for a one-core trace.
+    ValueError names a node that depends on another core's node."""
+    if int(header.get("cores", 1)) <= 1:
+        return {0: nodes}
+    out: dict[int, list[dict[str, Any]]] = {}
+    core_of: dict[int, int] = {}
+    for n in nodes:
+        c = core_of[n["id"]] = node_core(header, n)
+        other = [d for d in n["deps"] if core_of[d] != c]
+        if other:
+            raise ValueError(f"trace of {header.get('host')}: node {n['id']} (core {c}) depends on node "
+                             f"{other[0]} of core {core_of[other[0]]}; cores are replayed in parallel")
+        out.setdefault(c, []).append(n)
+    return out
 
 
 def synthesize_world(traces: Sequence[Trace], world: int, template_rank: int = 0) -> list[Trace]:

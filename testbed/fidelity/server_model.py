@@ -43,6 +43,16 @@ Servers: each server trace (header role "server") becomes a service model:
   Server compute the model does not attribute (setup), messages a server sends
   unasked and server-to-server messages are not projected.
 
+  * cores: a server whose header says `cores: K` (K > 1) runs K cores in
+    parallel (PHub: each core owns a fixed share of the chunks; chunk id mod K
+    there), and every node of its trace carries `core` (0..K-1). Each request tag
+    is served by one core, the core of its recv nodes (a tag seen on two cores
+    is refused); a core is its own queue (first come first served, or round
+    robin over its own senders), with its own service time per tag; replies are
+    paired with requests of the same core, and the aggregation barrier
+    (`reply_after: "all"`) holds per tag, so per core. Without `cores` the
+    server is one core.
+
 At the recorded worker count, the service model replays a first come first
 served server within the spread of its recorded compute (tested).
 """
@@ -77,6 +87,25 @@ class ServiceModel:
     service_s: dict[str, float]                         # request tag -> seconds per message
     replies: dict[str, Reply] = field(default_factory=dict)   # request tag -> its reply
     reply_after: str = "each"                          # "all": reply once every worker's k-th is in
+    cores: int = 1                                     # cores serving in parallel, one queue each
+    core_of: dict[str, int] = field(default_factory=dict)    # request tag -> its core (cores > 1)
+
+    def lane(self, tag: str) -> int:
+        """The core that serves `tag` (0 on a one-core server)."""
+        return self.core_of.get(tag, 0)
+
+
+def node_core(header: dict[str, Any], node: dict[str, Any]) -> int:
+    """The core a node of a multi-core trace ran on (module docstring: cores);
+    0 on a one-core trace. ValueError names the node without a valid one."""
+    cores = int(header.get("cores", 1))
+    if cores <= 1:
+        return 0
+    c = node.get("core")
+    if not (isinstance(c, int) and 0 <= c < cores):
+        raise ValueError(f"trace of {header.get('host')}: node {node.get('id')} has core {c!r}; "
+                         f"a trace of cores: {cores} needs core 0..{cores - 1} on every node")
+    return c
 
 
 def service_model(header: dict[str, Any], nodes: list[dict[str, Any]], rank: int) -> ServiceModel:
@@ -88,25 +117,34 @@ def service_model(header: dict[str, Any], nodes: list[dict[str, Any]], rank: int
     reply_after = header.get("reply_after", "each")
     if reply_after not in REPLY_AFTER:
         raise ValueError(f"trace of {host}: reply_after {reply_after!r} (known: {', '.join(REPLY_AFTER)})")
+    cores = int(header.get("cores", 1))
+    if cores < 1:
+        raise ValueError(f"trace of {host}: cores {cores} (a server has at least one)")
     busy: dict[str, float] = defaultdict(float)
     count: Counter = Counter()
-    unanswered: dict[str, list[str]] = defaultdict(list)      # peer -> request tags, oldest first
+    # (peer, core) -> request tags, oldest first: a core answers its own requests
+    unanswered: dict[tuple[str, int], list[str]] = defaultdict(list)
     never = set(header.get("unanswered_tags", ()))             # tags the server never answers
     answers: dict[str, Counter] = defaultdict(Counter)        # request tag -> Counter(Reply)
-    current = None
+    current: dict[int, str] = {}                               # core -> tag it is serving
+    core_of: dict[str, int] = {}
     for n in nodes:
+        core = node_core(header, n)
         if n["kind"] == "compute":
-            if current is not None:
-                busy[current] += float(n["hw_s"])
+            if core in current:
+                busy[current[core]] += float(n["hw_s"])
         elif n["algo"] == P2P:
             tag, src, dst = parse_p2p_group(n["group"])
             if n["op"] == "recv":
-                current = tag
+                if core_of.setdefault(tag, core) != core:
+                    raise ValueError(f"trace of {host}: {tag!r} messages received on cores {core_of[tag]} "
+                                     f"and {core} (the model serves a tag on one core)")
+                current[core] = tag
                 count[tag] += 1
                 if tag not in never:
-                    unanswered[src].append(tag)
-            elif unanswered[dst]:
-                answers[unanswered[dst].pop(0)][Reply(tag, int(n["values"]), int(n["value_bytes"]))] += 1
+                    unanswered[(src, core)].append(tag)
+            elif unanswered[(dst, core)]:
+                answers[unanswered[(dst, core)].pop(0)][Reply(tag, int(n["values"]), int(n["value_bytes"]))] += 1
     replies = {}
     for tag, got in answers.items():
         n_answered = sum(got.values())
@@ -116,7 +154,8 @@ def service_model(header: dict[str, Any], nodes: list[dict[str, Any]], rank: int
         replies[tag] = got.most_common(1)[0][0]
     if not count:
         raise ValueError(f"trace of {host}: a server that received no message (nothing to model)")
-    return ServiceModel(host, rank, order, {t: busy[t] / count[t] for t in count}, replies, reply_after)
+    return ServiceModel(host, rank, order, {t: busy[t] / count[t] for t in count}, replies, reply_after,
+                        cores, core_of if cores > 1 else {})
 
 
 def synthesize_workers(traces: Sequence[Trace], world: int, template_rank: int = 0) -> list[Trace]:
@@ -160,46 +199,60 @@ def service_models(traces: Sequence[Trace], first_rank: int) -> list[ServiceMode
 
 
 class Server:
-    """A service model running in the projection: serves `expected` messages, then ends."""
+    """A service model running in the projection: serves `expected` messages, then ends.
+    Each core (lane) is its own queue and process; one-core servers have lane 0."""
 
     def __init__(self, env: simpy.Environment, model: ServiceModel, fabric: Fabric,
                  message: Any, workers: list[str], expected: Counter, recv_nodes: dict[tuple, dict]):
         self.env, self.model, self.fabric, self.message = env, model, fabric, message
-        self.expected, self.recv_nodes = expected, recv_nodes
-        self.order = [w for w in workers if expected[w]]
-        self.fifo = simpy.Store(env)
-        self.by_peer = {w: simpy.Store(env) for w in self.order}
+        self.expected, self.recv_nodes = expected, recv_nodes      # (worker, lane) -> messages
+        lanes = sorted({lane for _, lane in expected})
+        self.order = {lane: [w for w in workers if expected[(w, lane)]] for lane in lanes}
+        self.fifo = {lane: simpy.Store(env) for lane in lanes}
+        self.by_peer = {(w, lane): simpy.Store(env) for lane in lanes for w in self.order[lane]}
+        self.workers = workers
         self.reply_seq: Counter = Counter()
-        self.busy_s = 0.0
+        self.lane_busy: Counter = Counter()
         # reply_after "all": per tag, the workers that send it, messages served per
         # (worker, tag), and each round's served senders waiting for the rest
         self.senders = senders_by_tag(model, recv_nodes)
         self.served: Counter = Counter()
         self.waiting: dict[tuple[str, int], list[str]] = defaultdict(list)
 
+    @property
+    def busy_s(self) -> float:
+        """The busiest core's service time (the cores work in parallel)."""
+        return max(self.lane_busy.values(), default=0.0)
+
     def arrive(self, msg: Message, node: dict[str, Any]) -> None:
         tag, _, _ = parse_p2p_group(node["group"])     # known: expected_messages checked it
         item = (msg.src, tag)
-        (self.by_peer[msg.src] if self.model.order == "round_robin" else self.fifo).put(item)
+        lane = self.model.lane(tag)
+        (self.by_peer[(msg.src, lane)] if self.model.order == "round_robin" else self.fifo[lane]).put(item)
 
     def run(self):
-        remaining = Counter(self.expected)
+        lanes = [self.env.process(self.run_lane(lane)) for lane in self.fifo]
+        if lanes:
+            yield self.env.all_of(lanes)
+
+    def run_lane(self, lane: int):
+        remaining = Counter({w: n for (w, ln), n in self.expected.items() if ln == lane})
         while sum(remaining.values()):
             if self.model.order == "round_robin":
-                for w in self.order:
+                for w in self.order[lane]:
                     if remaining[w]:
                         remaining[w] -= 1
-                        yield from self.serve((yield self.by_peer[w].get()))
+                        yield from self.serve((yield self.by_peer[(w, lane)].get()), lane)
             else:
-                item = yield self.fifo.get()
+                item = yield self.fifo[lane].get()
                 remaining[item[0]] -= 1
-                yield from self.serve(item)
+                yield from self.serve(item, lane)
 
-    def serve(self, item: tuple[str, str]):
+    def serve(self, item: tuple[str, str], lane: int = 0):
         src, tag = item
         d = self.model.service_s[tag]
         yield self.env.timeout(d)
-        self.busy_s += d
+        self.lane_busy[lane] += d
         reply = self.model.replies.get(tag)
         if reply is None:
             return
@@ -212,7 +265,7 @@ class Server:
         round_.append(src)
         if len(round_) == len(self.senders[tag]):       # the last copy is in: the round's replies
             del self.waiting[(tag, k)]
-            for w in sorted(round_, key=self.order.index):
+            for w in sorted(round_, key=self.workers.index):
                 self.send_reply(reply, w)
 
     def send_reply(self, reply: Reply, src: str) -> None:
@@ -242,8 +295,9 @@ def senders_by_tag(model: ServiceModel, recv_nodes: dict[tuple, dict]) -> dict[s
 
 def expected_messages(workers: Sequence[Trace], cut: Sequence[list[dict]], servers: Sequence[ServiceModel]
                       ) -> dict[str, Counter]:
-    """server host -> Counter(worker host -> messages it sends that server), with every
-    tag checked against the server's model; ValueError names an unknown tag."""
+    """server host -> Counter((worker host, core) -> messages it sends that server's
+    core), with every tag checked against the server's model; ValueError names an
+    unknown tag."""
     models = {s.host: s for s in servers}
     out: dict[str, Counter] = {s.host: Counter() for s in servers}
     for (h, _), nodes in zip(workers, cut):
@@ -254,5 +308,5 @@ def expected_messages(workers: Sequence[Trace], cut: Sequence[list[dict]], serve
                     if tag not in models[dst].service_s:
                         raise ValueError(f"message {n['group']}#{n['seq']}: server {dst} never received a "
                                          f"{tag!r} message in its recorded trace (no service time)")
-                    out[dst][src] += 1
+                    out[dst][(src, models[dst].lane(tag))] += 1
     return out

@@ -7,9 +7,11 @@ point's own worker count, and at 16-64 workers on the workers figure).
   phub_iteration  hardware-equivalent time per iteration (emulated wall / the
                   point's TDF) against whatever the run swept: workers, model,
                   chunk size, or the cases (shared server, straggler)
-  phub_stages     PHub server's time per iteration by pipeline stage (the
-                  slowest core's receive, aggregate, optimize, send; emulator
-                  wall time, not hardware time: the stages are Python's)
+  phub_stages     PHub server's time per iteration by pipeline stage (receive,
+                  aggregate, optimize, send). Left: hardware time, the busiest
+                  core's modeled work and its messages' time on the server's
+                  port (workloads/phub.py hw_stages). Right: the emulator's own
+                  Python time per stage (slowest core), for comparison
   phub_server     the server's aggregation GB/s per core beside a plain numpy
                   sum of the same bytes in the same process
 Captions come from what ran (the summaries' worker counts, models, TDFs).
@@ -35,8 +37,11 @@ LABELS = {"phub": "PHub (chunked, tall)", "wide_ps": "wide-aggregation PS", "rin
           "switch": "in-switch"}
 SYSTEM = {"wide_ps": "ps"}          # the style's colour key
 MODELS = ("resnet50", "inception_v3", "alexnet", "cnn")
-STAGES = (("recv", "server_recv_s_per_iter_ms"), ("aggregate", "server_agg_s_per_iter_ms"),
+STAGES = (("receive", "server_recv_s_per_iter_ms"), ("aggregate", "server_agg_s_per_iter_ms"),
           ("optimize", "server_opt_s_per_iter_ms"), ("send", "server_send_s_per_iter_ms"))
+HW_STAGES = (("receive (port)", "server_hw_recv_us_per_iter"), ("aggregate", "server_hw_agg_us_per_iter"),
+             ("optimize", "server_hw_opt_us_per_iter"), ("send (port)", "server_hw_send_us_per_iter"))
+STAGE_COLOURS = ("#56b4e9", "#009e73", "#e69f00", "#cc79a7")
 
 
 def colour(algo: str) -> str:
@@ -54,6 +59,8 @@ def summaries(run: Run) -> list[dict[str, Any]]:
         fid = p.get("fidelity") or {}
         bad = fid.get("valid") is False or m.get("valid") is False
         reasons = list(m.get("invalid_reasons") or fid.get("reasons") or []) if bad else []
+        # the reason that made it invalid first (warnings come along in the list)
+        reasons.sort(key=lambda r: "warning only" in r)
         out.append(dict(m, case=p.get("case") or "", invalid=bad, reasons=reasons))
     return out
 
@@ -77,7 +84,7 @@ def x_axis(sums: list[dict[str, Any]]) -> tuple[str, Callable[[dict], Any], list
     return "case", lambda s: cats.index(s["case"]), cats
 
 
-def caption(sums: list[dict[str, Any]], extra: list[str] = ()) -> list[str]:
+def caption(sums: list[dict[str, Any]], extra: list[str] = (), lines_drawn: bool = True) -> list[str]:
     if not sums:
         return ["no successful points"]
     models = values_text(sorted({f"{s['model']} x{s['size_scale']:g}" if s["model"] != "cnn" else "cnn"
@@ -92,8 +99,8 @@ def caption(sums: list[dict[str, Any]], extra: list[str] = ()) -> list[str]:
     lines = [f"model: {models}; workers that ran: {workers}; jobs: "
              f"{values_text(sorted({s['jobs'] for s in sums}))}; server cores: "
              f"{values_text(sorted({s['server_cores'] for s in sums}))}",
-             f"TDF ({cal}) x{tdfs}; {dil}; time = emulated wall / TDF (hardware-equivalent); thin lines with "
-             f"crosses: the traces projected on the hardware model"
+             f"TDF ({cal}) x{tdfs}; {dil}; time = emulated wall / TDF (hardware-equivalent)"
+             + ("; thin lines with crosses: the traces projected on the hardware model" if lines_drawn else "")
              + (f"; {len(agree)} point(s) whose workers' weights disagree" if agree else
                 "; every point's workers ended with identical weights"), *extra]
     bad = [s for s in sums if s["invalid"]]
@@ -134,8 +141,11 @@ def iteration(run: Run, out_dir: Path) -> list[Path]:
                     label=f"{name}, projected")
     if cats:
         ax.set_xticks(range(len(cats)), cats)
-    elif label != "workers":
+    else:                    # workers: 2-8 emulated, 16-64 projected; chunk sizes: 4 KiB - 1 MiB
         ax.set_xscale("log", base=2)
+        if label == "workers":
+            ticks = sorted({x(s) for s in sums} | ({*PROJECTED_WORKERS} if sums else set()))
+            ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.set_xlabel(label)
     ax.set_ylabel("time per iteration (hardware ms)")
     ax.set_title("PHub vs wide aggregation, ring and in-switch", fontsize=9)
@@ -144,22 +154,19 @@ def iteration(run: Run, out_dir: Path) -> list[Path]:
     extra = []
     if label == "workers":
         extra.append(f"beyond the emulated counts, projected at {values_text(list(PROJECTED_WORKERS))} workers "
-                     "from the largest emulated point's trace (PHub's server as a service model that answers a "
-                     "chunk once every worker's copy is in)")
+                     "from the largest emulated point's trace (PHub's server as a service model: one queue per "
+                     "core, a chunk answered once every worker's copy is in)")
     return save(fig, run, out_dir, "phub_iteration", caption(sums, extra))
 
 
 def _point_label(s: dict[str, Any]) -> str:
-    return f"{s['case'] or s['algorithm']}\n{s['model']} {s['workers']}w {s['chunk_bytes'] // 1024}K"
+    racks = f", {s['racks']} racks" if s.get("racks", 1) > 1 else ""
+    return f"{s['case'] or s['algorithm']}\n{s['model']}\n{s['workers']}w{racks} {s['chunk_bytes'] // 1024}K"
 
 
-@figure("phub_stages")
-def stages(run: Run, out_dir: Path) -> list[Path]:
-    sums = [s for s in summaries(run) if s["algorithm"] == "phub" and s.get("server_agg_s_per_iter_ms") is not None]
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.0 + 0.9 * len(sums)), 4.2))
+def _stacked(ax, sums: list[dict[str, Any]], stages, ylabel: str, title: str) -> None:
     bottom = np.zeros(len(sums))
-    colours = ("#56b4e9", "#009e73", "#e69f00", "#cc79a7")
-    for (name, key), c in zip(STAGES, colours):
+    for (name, key), c in zip(stages, STAGE_COLOURS):
         v = np.array([s.get(key) or 0.0 for s in sums])
         ax.bar(range(len(sums)), v, bottom=bottom, color=c, label=name)
         bottom += v
@@ -167,13 +174,29 @@ def stages(run: Run, out_dir: Path) -> list[Path]:
         if s["invalid"]:
             ax.bar(i, bottom[i], fill=False, edgecolor="#B00000", lw=1.5, ls="--")
     ax.set_xticks(range(len(sums)), [_point_label(s) for s in sums], fontsize=6.5)
-    ax.set_ylabel("server time per iteration (emulator ms,\nslowest core)")
-    ax.set_title("PHub server pipeline stages", fontsize=9)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
     if sums:
         ax.legend(fontsize=7)
-    extra = ["stages are the emulated server's own Python time per iteration (calibration iterations "
-             "included; the cores' idle time is not drawn); red dashed outline = invalid point"]
-    return save(fig, run, out_dir, "phub_stages", caption(sums, extra))
+
+
+@figure("phub_stages")
+def stages(run: Run, out_dir: Path) -> list[Path]:
+    sums = [s for s in summaries(run) if s["algorithm"] == "phub" and s.get("server_agg_s_per_iter_ms") is not None]
+    hw = [s for s in sums if s.get("server_hw_agg_us_per_iter") is not None]
+    fig, (ax_hw, ax_emu) = plt.subplots(1, 2, figsize=(max(8.0, 2.0 + 1.6 * len(sums)), 4.4))
+    _stacked(ax_hw, hw, HW_STAGES, "server time per iteration (hardware us,\nbusiest core)",
+             "PHub server stages, hardware time")
+    _stacked(ax_emu, sums, STAGES, "server time per iteration (emulator ms,\nslowest core)",
+             "the same stages in the emulator (Python)")
+    extra = ["left: hardware time per traced iteration of the busiest core: receive / send = its PUSH / UPDATE "
+             "bytes' serialization on the server's port (network model), aggregate = 1 us per message + the "
+             "pushed bytes at the profile's reduce_rate, optimize = the optimizer's bytes at that rate (the "
+             "model the cores are paced by); right: the emulated server's own Python time per iteration "
+             "(calibration iterations included; idle not drawn); red dashed outline = invalid point"]
+    if len(hw) < len(sums):
+        extra.append(f"{len(sums) - len(hw)} point(s) without a server trace have no hardware bar")
+    return save(fig, run, out_dir, "phub_stages", caption(sums, extra, lines_drawn=False))
 
 
 @figure("phub_server")
@@ -187,9 +210,14 @@ def server(run: Run, out_dir: Path) -> list[Path]:
            label="numpy sum of the same bytes, same process")
     ax.set_yscale("log")
     ax.set_xticks(i, [_point_label(s) for s in sums], fontsize=6.5)
-    ax.set_ylabel("aggregation GB/s per core (emulator)")
+    ax.set_ylabel("aggregation GB/s per core\n(emulator, measured)")
     ax.set_title("Server aggregation throughput", fontsize=9)
     if sums:
-        ax.legend(fontsize=7)
+        top = max([s["server_agg_gbps_per_core"] for s in sums] + [s.get("numpy_sum_gbps_per_core") or 0 for s in sums])
+        ax.set_ylim(top=top * 12)           # room for the legend above the bars (log scale)
+        ax.legend(fontsize=7, loc="upper left")
     return save(fig, run, out_dir, "phub_server", caption(sums, [
-        "GB/s of gradient bytes summed per second of the core's aggregation stage (median over cores)"]))
+        "GB/s of gradient bytes summed per second of the core's aggregation stage (median over cores; with "
+        "racks, over rack servers); the emulator's own speed: the paced cores and the projection use the "
+        "modeled core (the profile's reduce_rate, 50 GB/s in tofino1-100g, and 1 us per message)"],
+        lines_drawn=False))

@@ -5,8 +5,11 @@ in-switch aggregation, on the same network and model (hosts/phub/, docs/phub.md)
 Metric records (metrics.jsonl):
   phub_iter     one per worker and iteration (iteration seconds, loss for the CNN)
   phub_core     one per server core: bytes, messages, seconds per stage (receive,
-                aggregate, optimize, send, idle), aggregation GB/s and a plain
-                numpy sum's GB/s over the same bytes, measured in the same process
+                aggregate, optimize, send, idle: the emulator's Python time),
+                aggregation GB/s and a plain numpy sum's GB/s over the same
+                bytes, measured in the same process
+  (phub_summary's server_hw_<stage>_us_per_iter: the same stages in hardware
+                time, from the server's trace and its core model: hw_stages)
   phub_summary  one per point: median iteration time (the slowest worker's per
                 iteration), server totals, weights agreement, device validity, and
                 the fidelity monitor's verdict where it models the point's messages
@@ -101,6 +104,9 @@ class PhubWorkload(CalibratedWorkloadParams):
     chunk_bytes: int = Field(32768, ge=4, description="PHub's key chunk size in bytes (multiple of 4).")
     server_cores: int = Field(2, ge=1, le=64, description="PHub server processes (chunk owners).")
     jobs: int = Field(1, ge=1, le=4, description="Jobs sharing the server (workers split evenly).")
+    racks: int = Field(1, ge=1, le=8, description="Cross-rack PHub (hosts/phub/rack.py): one PHub server per "
+                       "rack on a tree topology with this many leaves; the first host of each leaf is its "
+                       "rack's server (topology.workers counts it), the others train. 1: one server.")
     iterations: int = Field(5, ge=1)
     warmup: int = Field(1, ge=0)
     batch_size: int = Field(32, ge=1, description="Per worker (the device model's batch).")
@@ -123,6 +129,10 @@ class PhubWorkload(CalibratedWorkloadParams):
     def _jobs(self) -> "PhubWorkload":
         if self.jobs > 1 and self.algorithm != "phub":
             raise ValueError(f"jobs > 1 shares a PHub server; algorithm {self.algorithm} has none")
+        if self.racks > 1 and (self.algorithm != "phub" or self.jobs > 1 or self.server_cores != 1):
+            raise ValueError(f"racks {self.racks}: cross-rack PHub runs algorithm phub, one job, and one core per "
+                             f"rack server (server_cores: 1); got algorithm {self.algorithm}, jobs {self.jobs}, "
+                             f"server_cores {self.server_cores}")
         if self.calibrated and self.jobs > 1:
             raise ValueError("device.time_scale auto with jobs > 1: each job would calibrate and dilate the "
                              "network on its own; give a fixed time_scale")
@@ -140,7 +150,34 @@ class PhubWorkload(CalibratedWorkloadParams):
         return self.calibration_rounds * self.calibration_iterations if self.calibrated else 0
 
     def extra_hosts(self) -> list[str]:
-        return ["ps"] if self.algorithm in ("phub", "wide_ps") else []
+        return ["ps"] if self.algorithm in ("phub", "wide_ps") and self.racks == 1 else []
+
+
+def roles(scenario: Any) -> tuple[list[str], list[str]]:
+    """(training workers in rank order, server hosts). racks > 1: the tree's leaf blocks
+    (testbed.net.topology.split_workers), the first host of each its rack's server;
+    ValueError names a topology that does not fit."""
+    wl: PhubWorkload = scenario.workload
+    hosts = scenario.hosts()
+    if wl.racks == 1:
+        return [h for h in hosts if h not in wl.extra_hosts()], list(wl.extra_hosts())
+    blocks = rack_blocks(scenario)
+    return [h for b in blocks for h in b[1:]], [b[0] for b in blocks]
+
+
+def rack_blocks(scenario: Any) -> list[list[str]]:
+    """racks > 1: each rack's hosts, its server first (roles)."""
+    from testbed.net.topology import split_workers  # noqa: PLC0415
+    wl: PhubWorkload = scenario.workload
+    topo = scenario.topology
+    if topo.kind != "tree" or topo.leaves != wl.racks:
+        raise ValueError(f"workload.racks {wl.racks} needs topology kind tree with leaves {wl.racks} "
+                         f"(one PHub server per rack), got kind {topo.kind} with leaves {topo.leaves}")
+    blocks = split_workers(scenario.hosts(), wl.racks)
+    if any(len(b) < 2 for b in blocks):
+        raise ValueError(f"workload.racks {wl.racks}: every rack needs its server and at least one worker; "
+                         f"topology.workers {topo.workers} gives racks of {[len(b) for b in blocks]} hosts")
+    return blocks
 
 
 def key_sizes(wl: PhubWorkload) -> list[int]:
@@ -213,15 +250,17 @@ class PhubRuntime(WorkloadRuntime):
         if wl.algorithm == "switch" and not ctx.switch:
             raise SkipPoint(f"algorithm switch needs the in-network switch, which --net {ctx.net_mode} "
                             "does not provide; use --net mininet")
-        workers = [h for h in scn.hosts() if h not in wl.extra_hosts()]
+        workers, servers = roles(scn)
         groups = job_groups(wl, workers)
         sizes = key_sizes(wl)
-        port = ctx.tcp_port_base(PHUB_TCP_PORT, span=100)     # cores, then the agreement ring (+80)
-        traced = len(workers) + (1 if wl.algorithm == "phub" else 0)
+        port = ctx.tcp_port_base(PHUB_TCP_PORT, span=100)     # cores, rack servers (+70), the agreement ring (+80)
+        traced = len(workers) + (len(servers) if wl.algorithm == "phub" else 0)
         jobs = [{"job": j + 1, "world": len(g), "sizes": sizes, "chunk_bytes": wl.chunk_bytes,
                  "optimizer": wl.optimizer.model_dump(), "workers": g} for j, g in enumerate(groups)]
         progs = []
         server = {"name": "ps", "ip": ctx.hosts["ps"].ip} if wl.extra_hosts() else None
+        racks = [{"name": h, "ip": ctx.hosts[h].ip} for h in servers] if wl.racks > 1 else []
+        rack_of = {h: r for r, b in enumerate(rack_blocks(scn)) for h in b} if racks else {}
         n = len(groups[0])
         calibration = ({"rounds": wl.calibration_rounds, "iterations": wl.calibration_iterations,
                         "hw_table": hw_table(wl, n)} if wl.calibrated else None)
@@ -240,6 +279,17 @@ class PhubRuntime(WorkloadRuntime):
                    "start_at": ctx.start_at, "connect_timeout_s": 60.0, "timeout_s": wl.timeout_s}
             module = "hosts.phub.server" if wl.algorithm == "phub" else "hosts.phub.wide_ps"
             progs.append(HostProgram("ps", self.module_argv(module, self.write_config(ctx, "ps", cfg)), phase=0))
+        for r, srv in enumerate(racks):
+            mine = [i for i, h in enumerate(workers) if rack_of[h] == r]
+            cfg = {"host": srv["name"], "ip": srv["ip"], "port": port, "rack": r, "servers": racks,
+                   "ranks": [mine[0], mine[-1] + 1], "jobs": jobs, "out": str(ctx.work_dir / f"{srv['name']}.jsonl"),
+                   "trace": str(ctx.work_dir / f"{srv['name']}.trace.jsonl"),
+                   "trace_rank": len(workers) + r, "trace_world": traced,
+                   "tdf": 1.0 if wl.calibrated else wl.tdf_start(), "trace_from": wl.calibration_iterations_total(),
+                   "reduce_bytes_per_s": load_profile(wl.hardware)["reduce_rate"],
+                   "start_at": ctx.start_at, "connect_timeout_s": 60.0, "timeout_s": wl.timeout_s}
+            progs.append(HostProgram(srv["name"], self.module_argv(
+                "hosts.phub.rack", self.write_config(ctx, srv["name"], cfg)), phase=0))
         for j, g in enumerate(groups):
             for rank, h in enumerate(g):
                 cfg = {"host": h, "ip": ctx.hosts[h].ip, "rank": rank, "job": jobs[j],
@@ -247,7 +297,7 @@ class PhubRuntime(WorkloadRuntime):
                        "warmup": wl.warmup, "seed": wl.seed, "batch_size": wl.batch_size,
                        "device": {"type": wl.device.type, "time_scale": wl.tdf_start()},
                        "out": str(ctx.work_dir / f"{h}.jsonl"),
-                       "server": server, "port": port, "cores": wl.server_cores,
+                       "server": racks[rack_of[h]] if racks else server, "port": port, "cores": wl.server_cores,
                        "peers": [{"name": x, "ip": ctx.hosts[x].ip} for x in g],
                        "ina": ({**ina_settings(ctx.switch, h), "job_id": 1} if wl.algorithm == "switch"
                                else None),
@@ -287,13 +337,14 @@ STAGES = ("recv_s", "agg_s", "opt_s", "send_s", "idle_s")
 
 def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
     wl: PhubWorkload = scenario.workload
-    workers = [h for h in scenario.hosts() if h not in wl.extra_hosts()]
+    workers, servers = roles(scenario)
     raw = {h: read_jsonl(work_dir / f"{h}.jsonl") for h in workers}
     iters = [dict(r, type="phub_iter") for h in workers for r in raw[h] if r.get("type") == "iter"]
     sums = {h: next((r for r in raw[h] if r.get("type") == "summary"), None) for h in workers}
-    server = read_jsonl(work_dir / "ps.jsonl") if wl.extra_hosts() and (work_dir / "ps.jsonl").exists() else []
-    cores = [dict(r, type="phub_core") for r in server if r.get("type") == "core"]
-    ssum = next((r for r in server if r.get("type") == "summary"), None)
+    # the server's output (one file per rack server with racks > 1; their cores are the racks)
+    server = {h: read_jsonl(work_dir / f"{h}.jsonl") if (work_dir / f"{h}.jsonl").exists() else [] for h in servers}
+    cores = [dict(r, type="phub_core", host=h) for h, rs in server.items() for r in rs if r.get("type") == "core"]
+    ssums = {h: next((r for r in rs if r.get("type") == "summary"), None) for h, rs in server.items()}
     per_it: dict[tuple[int, int], list[float]] = {}
     for r in iters:
         if not r.get("warmup"):
@@ -306,17 +357,17 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
     tdf = tdfs.pop() if tdfs else wl.tdf_start()
     n_it = max(1, wl.iterations + wl.warmup + wl.calibration_iterations_total())    # the server's whole run
     errors = [s.get("error") for s in sums.values() if s and s.get("error")]
-    if ssum and ssum.get("error"):
-        errors.insert(0, ssum["error"])
+    errors[:0] = [f"{h}: {s['error']}" for h, s in ssums.items() if s and s.get("error")]
     digests: dict[int, set] = {}
     for s in sums.values():
         if s:
             digests.setdefault(s.get("job"), set()).add(s.get("weights_sha1"))
     summary = {
         "type": "phub_summary", "algorithm": wl.algorithm, "workers": len(workers), "jobs": wl.jobs,
+        "racks": wl.racks,
         "model": wl.model.name if wl.model.kind == "profile" else "cnn", "size_scale": wl.model.size_scale,
         "params": sum(key_sizes(wl)), "chunk_bytes": wl.chunk_bytes, "server_cores": wl.server_cores,
-        "ok": all(s and s.get("ok") for s in sums.values()) and (not wl.extra_hosts() or bool(ssum and ssum.get("ok"))),
+        "ok": all(s and s.get("ok") for s in sums.values()) and all(s and s.get("ok") for s in ssums.values()),
         "error": errors[0] if errors else None,
         "iterations": len({k[1] for k in per_it}),
         "iter_ms": None if iter_s is None else iter_s * 1e3,
@@ -342,29 +393,40 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
     return [*iters, *cores, *cals, *fidelity_records(wl, work_dir, summary), summary]
 
 
-def one_queue_per_job(traces):
-    """The traces as the server's service model (other worker counts) can read them:
-    each PUSH/UPDATE tag loses its core (`push.j1.c0` -> `push.j1`) and every p2p group's
-    seqs are renumbered in program order. The model pairs a reply with the earliest
-    unanswered message from that worker, which with one tag per core pairs an update
-    of core 0 with a push to core 1 (replies of the wrong tag, a stalled projection);
-    with one tag per job every push is answered by one update. The price: the model
-    serves the cores' messages one at a time (one queue; the own-count replay, one
-    program per server, does the same)."""
-    from hosts.common.trace import p2p_group, parse_p2p_group  # noqa: PLC0415
-    out = []
-    for h, nodes in traces:
-        seq: dict[str, int] = {}
-        mine = []
+HW_STAGES = ("recv", "agg", "opt", "send")
+
+
+def hw_stages(traces, profile, iterations: int) -> dict[str, float] | None:
+    """PHub's server pipeline per iteration in hardware microseconds, from its trace:
+    the busiest core's (largest total) receive (serialization of its PUSH bytes on
+    the server's port: network_model.message_cost's link_busy_s; its share of the
+    port), aggregate (the modeled core's per-message cost + summing the pushed
+    values), optimize (the rest of each compute node's modeled hw_s: the optimizer's
+    bytes) and send (its UPDATE bytes on the port). The model that paces the cores
+    and that the projector replays (hosts/phub/server.py modeled_work_s). None
+    without a PHub server trace."""
+    from hosts.phub.server import CORE_MESSAGE_S  # noqa: PLC0415
+    from testbed.fidelity.network_model import message_cost  # noqa: PLC0415
+    from testbed.fidelity.server_model import node_core  # noqa: PLC0415
+    per_core: dict[tuple[str, int], dict[str, float]] = {}
+    for header, nodes in traces:
+        if header.get("role") != "server" or header.get("workload") != "phub":
+            continue
+        rate = float(header["device"]["bytes_per_s"])
         for n in nodes:
-            if n.get("kind") == "comm" and n.get("algo") == "p2p":
-                tag, src, dst = parse_p2p_group(n["group"])
-                group = p2p_group(tag.rsplit(".c", 1)[0] if tag.startswith(("push.", "update.")) else tag, src, dst)
-                n = {**n, "group": group, "seq": seq.get(group, 0)}
-                seq[group] = n["seq"] + 1
-            mine.append(n)
-        out.append((h, mine))
-    return out
+            st = per_core.setdefault((header["host"], node_core(header, n)), dict.fromkeys(HW_STAGES, 0.0))
+            if n["kind"] == "compute":
+                # a rack server's node says how many values it summed (a PUSH's or PREFIX's;
+                # an XUPDATE it forwards sums none); a core's PUSH sums all it carries
+                agg = CORE_MESSAGE_S + 4 * int(n["work"].get("summed", n["work"]["values"])) / rate
+                st["agg"] += agg
+                st["opt"] += max(0.0, float(n["hw_s"]) - agg)
+            else:
+                st["recv" if n["op"] == "recv" else "send"] += message_cost(int(n["bytes"]), profile).link_busy_s
+    if not per_core:
+        return None
+    busiest = max(per_core.values(), key=lambda st: sum(st.values()))
+    return {k: v / max(1, iterations) * 1e6 for k, v in busiest.items()}
 
 
 def _projected_nodes(traces) -> int:
@@ -387,12 +449,17 @@ def fidelity_records(wl: PhubWorkload, work_dir: Path, summary: dict[str, Any]) 
                                            "model": summary["model"]})
     fid = point.fidelity
     fid["calibrated"] = wl.calibrated
+    if wl.algorithm == "phub" and point.profile is not None:
+        for k, v in (hw_stages(point.traces, point.profile, iters) or {}).items():
+            summary[f"server_hw_{k}_us_per_iter"] = v
     summary["fidelity"] = ("valid" if fid["valid"] else "invalid: " + "; ".join(fid["reasons"]))[:300]
-    if point.projected is None or wl.jobs > 1:      # two jobs: a replicated template is one job, not two
+    # Two jobs: a replicated template is one job, not two. Racks: the service model
+    # does not play messages between servers (server_model.py), nor more racks.
+    if point.projected is None or wl.jobs > 1 or wl.racks > 1:
         return point.records
     records = point.records
     per_iter = _projected_nodes(point.traces) / iters
-    traces = one_queue_per_job(point.traces) if wl.algorithm == "phub" else point.traces
+    traces = point.traces       # PHub's server: one queue per core (its trace's `cores`)
     for n in PROJECTED_WORKERS:
         if n <= point.projected.world:
             continue
@@ -418,9 +485,11 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
     def r(v, nd=3):
         return None if v is None else round(v, nd)
     return {"algorithm": s["algorithm"], "model": s["model"], "workers": s["workers"], "jobs": s["jobs"],
+            "racks": s.get("racks", 1),
             "chunk_bytes": s["chunk_bytes"], "iter_ms": r(s["iter_ms"]), "hw_iter_ms": r(s["hw_iter_ms"]),
             "recv_ms": r(s.get("server_recv_s_per_iter_ms")), "agg_ms": r(s.get("server_agg_s_per_iter_ms")),
             "opt_ms": r(s.get("server_opt_s_per_iter_ms")), "send_ms": r(s.get("server_send_s_per_iter_ms")),
+            **{f"hw_{k}_us": r(s.get(f"server_hw_{k}_us_per_iter"), 2) for k in HW_STAGES},
             "agg_gbps": r(s.get("server_agg_gbps_per_core")), "numpy_gbps": r(s.get("numpy_sum_gbps_per_core")),
             "weights_agree": s["weights_agree"], "ok": s["ok"], "tdf": s["tdf"],
             "net_ratio": r(s.get("net_ratio_p50"), 2), "proj_ms": r(s.get("projected_hw_iter_ms")),

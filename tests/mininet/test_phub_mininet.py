@@ -76,3 +76,25 @@ def test_quick_workers_run_with_the_in_switch_baseline(tmp_path):
     assert sorted(s["algorithm"] for s in sums) == ["phub", "ring", "switch", "wide_ps"]
     assert all(s["ok"] and s["weights_agree"] and s["workers"] == 2 and s["network_dilated"] for s in sums), sums
     assert all(s["projected_hw_iter_ms"] and s.get("projected_hw_iter_ms_64") for s in sums), sums
+
+
+def test_cross_rack_phub_equals_one_server_and_plain_ps_bit_for_bit(tmp_path):
+    """`scenarios/phub/racks.yaml --quick`: one PHub server per rack on a two-leaf tree
+    (chained partial sums across the spine) trains the same 4 workers to the same
+    weights as one PHub server on the spine and the plain PS; every rack server's
+    trace is projected with the workers'."""
+    run_dir, points, metrics = _run(tmp_path, "racks.yaml")
+    by = {pt["case"]: pt for pt in points}
+    assert set(by) == {"one-server", "racks", "wide_ps"}
+    weights = {c: _weights(run_dir / "points" / pt["label"]) for c, pt in by.items()}
+    assert sorted(weights["racks"]) == ["w2.weights.npy", "w3.weights.npy", "w5.weights.npy", "w6.weights.npy"]
+    ref = next(iter(weights["wide_ps"].values()))
+    for case, ws in weights.items():
+        assert len(ws) == 4 and all(w == ref for w in ws.values()), case
+    sums = {m["point"]: m for m in metrics if m["type"] == "phub_summary"}
+    racks = sums[by["racks"]["index"]]
+    assert racks["racks"] == 2 and racks["workers"] == 4 and racks["ok"] and racks["network_dilated"], racks
+    assert racks["projected_hw_iter_ms"] and racks["projected_hw_iter_ms"] > 0, racks
+    assert racks["server_hw_recv_us_per_iter"] > 0 and racks["server_hw_opt_us_per_iter"] > 0, racks
+    cores = [m for m in metrics if m["type"] == "phub_core" and m["point"] == by["racks"]["index"]]
+    assert sorted(c["host"] for c in cores) == ["w1", "w4"] and all(c["chunks_done"] > 0 for c in cores)
