@@ -106,6 +106,24 @@ def projections(sums: dict[int, dict[str, Any]], case_of) -> dict[tuple[str, str
     return out
 
 
+def projected_servers_text(sums: dict[int, dict[str, Any]]) -> str:
+    """How many servers each projected count has (summary `projected_servers`), e.g.
+    "projected with 2/4/8 emb PS, 2/4/8 sync PS at 16/32/64 trainers"; "" without
+    projections. Series that disagree (EASGD has sync PSs, MA none) are merged per kind."""
+    per: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for s in sums.values():
+        for n, kinds in (s.get("projected_servers") or {}).items():
+            for kind, count in kinds.items():
+                per[kind][int(n)].add(count)
+    if not per:
+        return ""
+    counts = sorted({n for k in per.values() for n in k})
+    names = {"embedding_ps": "emb PS", "sync_ps": "sync PS"}
+    parts = [", ".join("/".join("|".join(map(str, sorted(per[k][n]))) if per[k].get(n) else "-" for n in counts)
+                       + f" {names.get(k, k)}" for k in sorted(per))]
+    return f"projected with {parts[0]} at {'/'.join(map(str, counts))} trainers"
+
+
 def shadow_over_foreground(proj: dict[tuple[str, str, str], dict[int, float]]) -> dict[str, dict[int, float]]:
     """Projected S-X / FR-X throughput per algorithm and trainer count (base case)."""
     out = {}
@@ -158,6 +176,8 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
     extra = band_description(most) + ("; projected S/FR " + ", ".join(
         f"{NAMES[a]} " + "/".join(f"{r:.2f}" for r in rs.values()) + " at " + "/".join(map(str, rs))
         for a, rs in sorted(ratio.items())) if ratio else "")
+    servers = projected_servers_text(sums)
+    extra += f"; {servers}" if servers else ""
     return save(fig, run, out_dir, "shadowsync_throughput", _caption(run, sums, extra))
 
 
