@@ -11,13 +11,14 @@ every k iterations (FR-EASGD, FR-MA, FR-BMUF). docs/shadowsync.md.
       hogwild_workers: 2          # worker processes per trainer
       embedding_servers: 1        # hosts emb1..embE (tables sharded table-wise)
       iterations: 100             # per worker
-      collective: ring            # the allreduce of MA / BMUF: ring | switch
+      collective: ring            # the allreduce of MA / BMUF: ring | switch | ps (host arps)
       device: {type: v100, time_scale: auto}   # auto: calibrated (hosts/shadowsync/timing.py)
       dilate_network: true        # on the soft switch, the network runs at the same TDF
 
 Hosts: trainers are the topology's workers w1..wN (hosts.shadowsync.trainer);
-extra hosts emb1..embE (hosts.shadowsync.servers --role embedding_ps) and, for
-easgd, syncps (--role sync_ps). Records: `shadowsync_iter` (every worker
+extra hosts emb1..embE (hosts.shadowsync.servers --role embedding_ps), for
+easgd syncps (--role sync_ps), and for ma/bmuf with collective ps the allreduce's
+parameter server arps (the torch layer's PS program, hosts.dnn.run_script role ps). Records: `shadowsync_iter` (every worker
 iteration), `shadowsync_trainer`, `shadowsync_server`, `shadowsync_server_host`,
 `fidelity` and one `shadowsync_summary` per point.
 """
@@ -39,6 +40,7 @@ from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, 
 FIGURES = ("shadowsync_throughput", "shadowsync_ne", "shadowsync_sync_gap")
 SHADOWSYNC_TCP_PORT = 48500        # servers; the ring allreduce at +100
 COLLECTIVE_OFFSET = 100
+ALLREDUCE_PS = "arps"              # the parameter server of collective ps (MA / BMUF)
 DEVICE_TYPES = ("cpu", "v100", "a100", "h100", "knl")
 # time_scale auto: the first calibration round's TDF (as LHC's and P4SGD's CALIBRATION_START).
 CALIBRATION_START = 400.0
@@ -105,7 +107,8 @@ class ShadowSyncWorkload(BaseModel):
     model: ModelParams = Field(default_factory=ModelParams)
     dataset: dict[str, Any] = Field(default_factory=lambda: {"source": "synthetic"},
                                     description="{source: synthetic} or {source: criteo_tsv, path, limit}.")
-    collective: Literal["ring", "switch"] = Field("ring", description="The allreduce of MA / BMUF.")
+    collective: Literal["ring", "switch", "ps"] = Field("ring", description="The allreduce of MA / BMUF: ring, "
+                                                        "switch (in-network) or ps (a parameter server, host arps).")
     device: dict[str, Any] = Field(default_factory=lambda: {"type": "v100", "time_scale": 400.0},
                                    description="Trainer device model (hosts/dnn/device.py).")
     hardware: str = Field("tor-100g-host", description="Hardware network profile for the fidelity monitor.")
@@ -195,7 +198,13 @@ class ShadowSyncWorkload(BaseModel):
         return [f"emb{i + 1}" for i in range(self.embedding_servers)]
 
     def extra_hosts(self) -> list[str]:
-        return self.server_hosts() + (["syncps"] if self.algorithm == "easgd" else [])
+        return self.server_hosts() + (["syncps"] if self.algorithm == "easgd" else []) + \
+            ([ALLREDUCE_PS] if self.allreduce_ps else [])
+
+    @property
+    def allreduce_ps(self) -> bool:
+        """MA / BMUF whose allreduce runs through a parameter server (host arps)."""
+        return self.algorithm in ("ma", "bmuf") and self.collective == "ps"
 
 
 def trainers_of(scenario: Any) -> list[str]:
@@ -291,6 +300,7 @@ class ShadowSyncRuntime(WorkloadRuntime):
         world = len(trainers) + len(servers) + (len(trainers) if wl.mode == "shadow" and wl.algorithm != "none"
                                                 else 0)
         peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in trainers]
+        ps = {"name": ALLREDUCE_PS, "ip": ctx.hosts[ALLREDUCE_PS].ip} if wl.allreduce_ps else None
         progs = []
         for i, h in enumerate(servers):
             role = "sync_ps" if h == "syncps" else "embedding_ps"
@@ -310,7 +320,7 @@ class ShadowSyncRuntime(WorkloadRuntime):
                 if wl.collective == "switch":
                     ina = {**ina_settings(ctx.switch, h), "job_id": 1, **wl.ina.model_dump(exclude_none=True)}
                 coll = {"host": h, "role": "worker", "rank": rank, "world": len(trainers),
-                        "collective": wl.collective, "peers": peers, "ps": None,
+                        "collective": wl.collective, "peers": peers, "ps": ps,
                         "port": port + COLLECTIVE_OFFSET, "master_addr": peers[0]["ip"],
                         "master_port": port + COLLECTIVE_OFFSET + 60, "gloo_ifname": None,
                         "script": "hosts/shadowsync/trainer.py", "args": [], "batch_size": wl.batch_size,
@@ -333,6 +343,14 @@ class ShadowSyncRuntime(WorkloadRuntime):
                    "shadowsync": s}
             progs.append(HostProgram(h, self.module_argv("hosts.shadowsync.trainer",
                                                          self.write_config(ctx, h, cfg)), phase=1))
+        if ps is not None:
+            # The torch layer's PS program serves the trainers' allreduces (of any size) until
+            # each sends the end of stream (hosts/dnn/open_collective.py _PSStream.close).
+            cfg = {**coll, "host": ALLREDUCE_PS, "role": "ps", "rank": -1, "ina": None,
+                   "out": str(ctx.work_dir / f"{ALLREDUCE_PS}.jsonl")}
+            progs.append(HostProgram(ALLREDUCE_PS, self.module_argv("hosts.dnn.run_script",
+                                                                    self.write_config(ctx, ALLREDUCE_PS, cfg)),
+                                     phase=0))
         return progs
 
     def ina_jobs(self, point: Any) -> list[Any]:
