@@ -149,19 +149,27 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
     for (alg, mode, case), p in sorted(proj.items()):
         ax.plot(list(p), list(p.values()), color=COLOURS[alg], lw=0.7, ls=_style(mode, case, cases), marker="x",
                 ms=5, alpha=0.9)
+    hollow_only, linear = [], False
     for (alg, mode, case), data in sorted(series.items()):
         label = ("S-" if mode == "shadow" else "FR-") + NAMES[alg] if alg != "none" else "no sync"
-        most = max(most, plot_repeats(ax, data, color=COLOURS[alg], ls=_style(mode, case, cases),
-                                      label=label + ("" if case == "base" else f" ({case})")))
+        label += "" if case == "base" else f" ({case})"
+        valid = plot_repeats(ax, data, color=COLOURS[alg], ls=_style(mode, case, cases), label=label)
+        most = max(most, valid)
+        if not valid:           # every point invalid: no line, so the legend names its hollow markers
+            hollow_only.append(legend_handle(color=COLOURS[alg], ls=_style(mode, case, cases), marker="o",
+                                             hollow_=True, label=f"{label}: invalid only"))
         ones = [v for v, bad in data.get(1, []) if not bad]
         if ones and mode == "shadow" and case == "base" and (len(data) > 1 or far > 1):
             xs = sorted(set(data) | {far})
             ax.plot(xs, [float(np.median(ones)) * x for x in xs], color=COLOURS[alg], lw=0.8, ls=(0, (1, 3)),
                     alpha=0.8)
+            linear = True
     if not series:
         ax.text(0.5, 0.5, "no successful shadowsync points", ha="center", va="center", transform=ax.transAxes)
     handles, _ = ax.get_legend_handles_labels()
-    handles.append(legend_handle(color="0.3", ls=(0, (1, 3)), label="linear scaling from 1 trainer"))
+    handles += hollow_only
+    if linear:
+        handles.append(legend_handle(color="0.3", ls=(0, (1, 3)), label="linear scaling from 1 trainer"))
     if proj:
         handles.append(legend_handle(color="0.3", marker="x", label="projected from the traces"))
         ax.set_xscale("log", base=2)
@@ -178,6 +186,9 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
         for a, rs in sorted(ratio.items())) if ratio else "")
     servers = projected_servers_text(sums)
     extra += f"; {servers}" if servers else ""
+    res = Resolution(run)
+    if proj and any(res.get(i, "links.loss_pct") for i in sums):
+        extra += "; the projections model no packet loss"
     return save(fig, run, out_dir, "shadowsync_throughput", _caption(run, sums, extra))
 
 
