@@ -149,7 +149,7 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
     for (alg, mode, case), p in sorted(proj.items()):
         ax.plot(list(p), list(p.values()), color=COLOURS[alg], lw=0.7, ls=_style(mode, case, cases), marker="x",
                 ms=5, alpha=0.9)
-    hollow_only, linear = [], False
+    hollow_only, linear = [], 0
     for (alg, mode, case), data in sorted(series.items()):
         label = ("S-" if mode == "shadow" else "FR-") + NAMES[alg] if alg != "none" else "no sync"
         label += "" if case == "base" else f" ({case})"
@@ -158,18 +158,20 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
         if not valid:           # every point invalid: no line, so the legend names its hollow markers
             hollow_only.append(legend_handle(color=COLOURS[alg], ls=_style(mode, case, cases), marker="o",
                                              hollow_=True, label=f"{label}: invalid only"))
-        ones = [v for v, bad in data.get(1, []) if not bad]
-        if ones and mode == "shadow" and case == "base" and (len(data) > 1 or far > 1):
-            xs = sorted(set(data) | {far})
-            ax.plot(xs, [float(np.median(ones)) * x for x in xs], color=COLOURS[alg], lw=0.8, ls=(0, (1, 3)),
-                    alpha=0.8)
-            linear = True
+        # linear scaling from the fewest trainers with a valid point (1 where it is valid)
+        base = min((x for x, vs in data.items() if any(not bad for _, bad in vs)), default=None)
+        if base is not None and mode == "shadow" and case == "base" and (len(data) > 1 or far > base):
+            per = float(np.median([v for v, bad in data[base] if not bad])) / base
+            xs = sorted({x for x in data if x >= base} | {far})
+            ax.plot(xs, [per * x for x in xs], color=COLOURS[alg], lw=0.8, ls=(0, (1, 3)), alpha=0.8)
+            linear = min(linear or base, base)
     if not series:
         ax.text(0.5, 0.5, "no successful shadowsync points", ha="center", va="center", transform=ax.transAxes)
     handles, _ = ax.get_legend_handles_labels()
     handles += hollow_only
     if linear:
-        handles.append(legend_handle(color="0.3", ls=(0, (1, 3)), label="linear scaling from 1 trainer"))
+        handles.append(legend_handle(color="0.3", ls=(0, (1, 3)), label="linear scaling from 1 trainer" if linear == 1
+                                     else "linear scaling from the fewest trainers with a valid point"))
     if proj:
         handles.append(legend_handle(color="0.3", marker="x", label="projected from the traces"))
         ax.set_xscale("log", base=2)
