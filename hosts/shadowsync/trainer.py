@@ -158,7 +158,7 @@ def fwd_bwd(tower, b, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     loss = F.binary_cross_entropy_with_logits(tower(b.dense, pooled), b.labels)
     tower.zero_grad(set_to_none=True)
     loss.backward()
-    return loss, flat_grad(tower)
+    return loss.detach(), flat_grad(tower)
 
 
 def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, shared: Shared, results,
