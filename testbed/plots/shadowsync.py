@@ -142,7 +142,10 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
     for idx, s in sums.items():
         if _rate(s):
             series[(s["algorithm"], s["mode"], _case(run, idx))][s["trainers"]].append((_rate(s), _bad(run, idx, s)))
-    proj = projections(sums, lambda i: _case(run, i))
+    # A straggler point's projection replicates trainer 0, not the straggler: not drawn.
+    res = Resolution(run)
+    straggled = {i for i in sums if res.get(i, "stragglers")}
+    proj = projections({i: s for i, s in sums.items() if i not in straggled}, lambda i: _case(run, i))
     fig, ax = plt.subplots(figsize=(7.2, 4.6))
     most = 0
     far = max([n for p in proj.values() for n in p] + [s["trainers"] for s in sums.values()] + [1])
@@ -188,9 +191,10 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
         for a, rs in sorted(ratio.items())) if ratio else "")
     servers = projected_servers_text(sums)
     extra += f"; {servers}" if servers else ""
-    res = Resolution(run)
     if proj and any(res.get(i, "links.loss_pct") for i in sums):
         extra += "; the projections model no packet loss"
+    if straggled:
+        extra += "; straggler points not projected (the projection replicates trainer 0, not the straggler)"
     return save(fig, run, out_dir, "shadowsync_throughput", _caption(run, sums, extra))
 
 
