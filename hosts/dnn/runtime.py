@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,6 +50,46 @@ def current() -> "Runtime":
                                f"hosts.dnn.run_script (${ENV_CONFIG} is not set)")
         _current = Runtime.open(path)
     return _current
+
+
+@dataclass
+class Step:
+    """One step run by run_step."""
+    result: Any
+    hw_s: float | None      # modeled device seconds (x slowdown); None on the measured CPU device
+    charged_s: float        # the step's device time as traced: hw_s, or (CPU device) real_s x slowdown
+    real_s: float           # the CPU time fn took (less what `excluded` says was not compute)
+    t0: float               # perf_counter before fn, after it, and after the device's sleep
+    t1: float
+    t2: float
+
+
+def run_step(dev: Any, fn: Callable[[], Any], batch_size: int, phase: str = "step", *, slowdown: float = 1.0,
+             delay_ms: float = 0.0, excluded: Callable[[], float] = lambda: 0.0) -> Step:
+    """Run one training step `fn` on the CPU and charge it to the device model `dev`
+    (hosts/dnn/device.py): slept to modeled x time_scale (a straggler's slowdown
+    scales the modeled time, also when projected), or, on the measured CPU device,
+    to real x slowdown; then a straggler's delay_ms. The one place a torch step is
+    charged: Runtime.compute and ShadowSync's Hogwild workers use it."""
+    hw = dev.hw_time(batch_size, phase)       # None for the measured CPU device
+    if hw is not None:
+        hw *= slowdown
+    t0 = time.perf_counter()
+    result = fn()
+    t1 = time.perf_counter()
+    real = (t1 - t0) - excluded()
+    if hw is None:
+        charged = real * slowdown
+        dev._record(real, real)
+        if charged > real:
+            time.sleep(charged - real)
+    else:
+        charged = hw
+        dev.charge(hw * dev.time_scale, real)
+        dev.flush()                           # the step's data is ready only now
+    if delay_ms > 0:
+        time.sleep(delay_ms / 1e3)
+    return Step(result, hw, charged, real, t0, t1, time.perf_counter())
 
 
 class Runtime:
@@ -127,43 +168,23 @@ class Runtime:
 
     def compute(self, fn: Callable[[], Any], batch_size: int | None = None, phase: str = "step") -> Any:
         """One step of `batch_size` samples (default: the workload's batch_size) on
-        the modeled device; a straggler's slowdown scales the modeled time and its
-        delay_ms is added once per call."""
+        the modeled device (run_step); a straggler's slowdown scales the modeled time
+        and its delay_ms is added once per call."""
         n = self.cfg.batch_size if batch_size is None else batch_size
-        dev = self.device
-        slow = self.cfg.straggler.slowdown if self.straggler_active() else 1.0
-        hw = dev.hw_time(n, phase)            # None for the measured CPU device
-        if hw is not None:
-            hw *= slow                        # a straggler's device is slower, also when projected
-        modeled = None if hw is None else hw * dev.time_scale
+        strag = self.cfg.straggler if self.straggler_active() else None
         self._in_compute, self._comm_inside = True, 0.0
-        t0 = time.perf_counter()
         if not self._started:                # script set-up (imports, data) is not training time
-            self.t0, self._started = t0, True
+            self.t0, self._started = time.perf_counter(), True
         try:
-            result = fn()
+            st = run_step(self.device, fn, n, phase, slowdown=strag.slowdown if strag else 1.0,
+                          delay_ms=strag.delay_ms if strag else 0.0, excluded=lambda: self._comm_inside)
         finally:
             self._in_compute = False
-        t1 = time.perf_counter()
-        real = (t1 - t0) - self._comm_inside
-        if modeled is None:
-            modeled = real * slow
-            dev._record(real, real)
-            extra = modeled - real
-            if extra > 0:
-                time.sleep(extra)
-        else:
-            dev.charge(modeled, real)
-            dev.flush()                       # the step's data is ready only now
-        if self.straggler_active() and self.cfg.straggler.delay_ms > 0:
-            time.sleep(self.cfg.straggler.delay_ms / 1e3)
-        t2 = time.perf_counter()
-        self.trace.compute(t0, t2, hw_s=hw if hw is not None else modeled, real_s=real,
-                           work={"batch_size": n, "phase": phase})
-        self.dilation.compute_done(real, hw)
-        self.it["compute_s"] += (t2 - t0) - self._comm_inside
-        self.it["hw_compute_s"] += hw if hw is not None else modeled
-        return result
+        self.trace.compute(st.t0, st.t2, hw_s=st.charged_s, real_s=st.real_s, work={"batch_size": n, "phase": phase})
+        self.dilation.compute_done(st.real_s, st.hw_s)
+        self.it["compute_s"] += (st.t2 - st.t0) - self._comm_inside
+        self.it["hw_compute_s"] += st.charged_s
+        return st.result
 
     # -- records ---------------------------------------------------------------------
     def restart_clock(self) -> None:

@@ -22,6 +22,12 @@ MODES = ("shadow", "foreground")
 MODEL_KEYS = ("table_sizes", "dim", "bottom", "top")
 
 
+def tables_of(server: int, servers: int, tables: int) -> list[int]:
+    """Table-wise sharding: table t lives on embedding PS t mod E (also the projection's
+    rule when it re-spreads the tables over more servers)."""
+    return [t for t in range(tables) if t % servers == server]
+
+
 @dataclass(frozen=True)
 class Settings:
     algorithm: str           # easgd | ma | bmuf | none
@@ -86,8 +92,7 @@ class Settings:
         return {k: getattr(self, k) for k in sorted(self.KEYS)}
 
     def tables_of(self, server: int) -> list[int]:
-        """Table-wise sharding: table t lives on embedding PS t mod E."""
-        return [t for t in range(len(self.model["table_sizes"])) if t % self.embedding_servers == server]
+        return tables_of(server, self.embedding_servers, len(self.model["table_sizes"]))
 
     @property
     def syncs(self) -> bool:

@@ -46,6 +46,7 @@ from hosts.common.tcp import NetError
 from hosts.common.trace import TraceRecorder
 from hosts.dnn.device import make_device
 from hosts.dnn.dlrm import tower_profile
+from hosts.dnn.runtime import run_step
 from hosts.shadowsync import rules
 from hosts.shadowsync.config import ConfigError, load
 from hosts.shadowsync.data import open_source, stream_batches
@@ -150,6 +151,16 @@ def _device(spec: dict, tower, batch: int):
     return dev
 
 
+def fwd_bwd(tower, b, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One Hogwild step's forward/backward on the looked-up rows: (loss, the flat dense
+    gradient); pooled.grad is then the rows' gradient the PUSH sends."""
+    pooled.requires_grad_(True)
+    loss = F.binary_cross_entropy_with_logits(tower(b.dense, pooled), b.labels)
+    tower.zero_grad(set_to_none=True)
+    loss.backward()
+    return loss.detach(), flat_grad(tower)
+
+
 def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, shared: Shared, results,
                 t_start: float) -> None:
     torch.set_num_threads(1)
@@ -186,31 +197,17 @@ def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, shared: Share
             t0 = time.perf_counter()
             pooled = emb.lookup(b.ids)
             t1 = time.perf_counter()
-            slow = strag["slowdown"] if strag and time.time() - t_start >= strag["start_s"] else 1.0
-            hw = dev.hw_time(s.batch_size)
-            pooled.requires_grad_(True)
-            logits = tower(b.dense, pooled)
-            loss = F.binary_cross_entropy_with_logits(logits, b.labels)
-            tower.zero_grad(set_to_none=True)
-            loss.backward()
-            g = flat_grad(tower)
-            real = time.perf_counter() - t1
-            if hw is None:                           # the measured CPU device
-                modeled = real * slow
-                dev._record(real, real)
-                if modeled > real:
-                    time.sleep(modeled - real)
-            else:
-                hw *= slow
-                real_s, hw_s = real_s + real, hw_s + hw
-                modeled = hw * dev.time_scale
-                dev.charge(modeled, real)
-                dev.flush()
-            if strag and slow != 1.0 and strag["delay_ms"] > 0:
-                time.sleep(strag["delay_ms"] / 1e3)
-            t2 = time.perf_counter()
+            slowed = bool(strag) and time.time() - t_start >= strag["start_s"]
+            # forward/backward charged to the modeled accelerator (the shared torch step, run_step)
+            st = run_step(dev, lambda: fwd_bwd(tower, b, pooled), s.batch_size,
+                          slowdown=strag["slowdown"] if slowed else 1.0,
+                          delay_ms=strag["delay_ms"] if slowed else 0.0)
+            loss, g = st.result
+            if st.hw_s is not None:
+                real_s, hw_s = real_s + st.real_s, hw_s + st.hw_s
+            t2 = st.t2
             if trace is not None:
-                trace.compute(t1, t2, hw_s=hw if hw is not None else modeled, real_s=real,
+                trace.compute(t1, t2, hw_s=st.charged_s, real_s=st.real_s,
                               work={"batch_size": s.batch_size, "phase": "step"})
             rules.local_sgd(flat, g, s.lr_dense)
             emb.push(b.ids, pooled.grad)

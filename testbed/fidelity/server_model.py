@@ -53,6 +53,13 @@ Servers: each server trace (header role "server") becomes a service model:
     (`reply_after: "all"`) holds per tag, so per core. Without `cores` the
     server is one core.
 
+More servers than recorded (`respread_messages`, `respread_service_models`): a
+workload whose servers hold shards (an embedding PS's tables, a slice of a dense
+vector) can project them re-spread over more servers: each run of a worker's
+messages to every old shard becomes one message per new server sized by its
+share, and each new server serves like the old ones, its service time scaled by
+its share (the old servers held equal shares [A]).
+
 At the recorded worker count, the service model replays a first come first
 served server within the spread of its recorded compute (tested).
 """
@@ -60,7 +67,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import simpy
 
@@ -158,13 +165,15 @@ def service_model(header: dict[str, Any], nodes: list[dict[str, Any]], rank: int
                         cores, core_of if cores > 1 else {})
 
 
-def synthesize_workers(traces: Sequence[Trace], world: int, template_rank: int = 0) -> list[Trace]:
+def synthesize_workers(traces: Sequence[Trace], world: int, template_rank: int = 0,
+                       more_servers: Iterable[str] = ()) -> list[Trace]:
     """`world` workers, each the template worker's nodes with its p2p groups renamed
-    (module docstring); compute nodes are shared, read-only."""
+    (module docstring); compute nodes are shared, read-only. more_servers: server
+    names with no trace that keep their name too (servers added by respread_messages)."""
     if world < 1:
         raise ValueError(f"world must be >= 1, got {world}")
     workers = sorted((t for t in traces if not is_server(t[0])), key=lambda t: int(t[0]["rank"]))
-    servers = {str(h["host"]) for h, _ in traces if is_server(h)}
+    servers = {str(h["host"]) for h, _ in traces if is_server(h)} | set(more_servers)
     index = {str(h["host"]): i for i, (h, _) in enumerate(workers)}
     template = next((t for t in workers if int(t[0]["rank"]) == template_rank), None)
     if template is None:
@@ -189,6 +198,98 @@ def synthesize_workers(traces: Sequence[Trace], world: int, template_rank: int =
                        "peer": name(str(nodes[i]["peer"]))}
         out.append(({**header, "rank": r, "host": f"projected{r}", "world": world,
                      "recorded_world": recorded}, mine))
+    return out
+
+
+def respread_messages(nodes: Sequence[dict[str, Any]], old: Sequence[str], shares: dict[str, float]
+                      ) -> list[dict[str, Any]]:
+    """A worker's program with the messages it exchanges with the sharded servers `old`
+    re-spread over the servers of `shares` (name -> share of the data, summing to 1):
+    projecting with more (or fewer) parameter servers than were recorded.
+
+    A run of consecutive p2p nodes whose peer is in `old` (a lookup fanned out to every
+    shard, a push to every shard) must hold the same pattern of (op, tag) per server and
+    reach every server of `old`; it is replaced by that pattern once per new server, each
+    message sized share x the run's total for its (op, tag) (at least 1 value). Node ids,
+    dependencies (a node that depended on a replaced one depends on all its copies) and
+    the seqs of the renamed groups are renumbered; everything else is unchanged. ValueError
+    names a run that cannot be re-spread."""
+    old_set, out, ids = set(old), [], {}
+    seqs: Counter = Counter()
+
+    def add(node: dict[str, Any], was: list[int]) -> None:
+        deps = sorted({d for x in node["deps"] for d in ids[x]})
+        n = {**node, "id": len(out), "deps": deps}
+        if n["kind"] == "comm" and n["algo"] == P2P:
+            tag, src, dst = parse_p2p_group(n["group"])
+            if src in shares or dst in shares:         # a group this function (re)names
+                n["seq"] = seqs[n["group"]]
+                seqs[n["group"]] += 1
+        for i in was:
+            ids.setdefault(i, []).append(n["id"])
+        out.append(n)
+
+    def peer(n: dict[str, Any]) -> str | None:
+        return str(n["peer"]) if n["kind"] == "comm" and n["algo"] == P2P else None
+
+    i = 0
+    while i < len(nodes):
+        if peer(nodes[i]) not in old_set:
+            add(nodes[i], [nodes[i]["id"]])
+            i += 1
+            continue
+        j = i
+        while j < len(nodes) and peer(nodes[j]) in old_set:
+            j += 1
+        run = nodes[i:j]
+        by_server: dict[str, list[dict]] = defaultdict(list)
+        for n in run:
+            by_server[peer(n)].append(n)
+        pattern = [(n["op"], parse_p2p_group(n["group"])[0]) for n in by_server[peer(run[0])]]
+        if set(by_server) != old_set or any([(n["op"], parse_p2p_group(n["group"])[0]) for n in ns] != pattern
+                                            for ns in by_server.values()):
+            raise ValueError(f"nodes {i}..{j - 1}: messages to {sorted(by_server)} (of servers {sorted(old_set)}) "
+                             f"are not one pattern per server; cannot re-spread them")
+        total: Counter = Counter()
+        for n in run:
+            total[(n["op"], parse_p2p_group(n["group"])[0])] += int(n["values"])
+        _, src0, dst0 = parse_p2p_group(run[0]["group"])
+        me = src0 if run[0]["op"] == "send" else dst0
+        for s, share in shares.items():
+            for k, (op, tag) in enumerate(pattern):
+                tmpl = by_server[peer(run[0])][k]
+                was = [ns[k]["id"] for ns in by_server.values()]
+                src, dst = (me, s) if op == "send" else (s, me)
+                add({**tmpl, "group": p2p_group(tag, src, dst), "peer": s,
+                     "values": max(1, int(round(total[(op, tag)] * share)))}, was)
+        i = j
+    return out
+
+
+def respread_service_models(models: Sequence[ServiceModel], old: Sequence[str], shares: dict[str, float],
+                            first_rank: int) -> list[ServiceModel]:
+    """Service models of the servers of `shares` replacing the models of `old` (whose
+    shards they re-spread, respread_messages): each serves like the old ones (their
+    order, replies and reply rule, which must agree), its service time per message the
+    old servers' mean scaled by its share over an old server's (1/len(old): the old
+    servers held equal shares [A]). Models of other servers keep theirs, ranks renumbered
+    from first_rank: the others first, then the new ones."""
+    mine = [m for m in models if m.host in set(old)]
+    if len(mine) != len(old):
+        raise ValueError(f"respread: servers {sorted(set(old) - {m.host for m in mine})} have no service model")
+    kinds = {(m.order, m.reply_after, tuple(sorted(m.replies.items()))) for m in mine}
+    if len(kinds) != 1:
+        raise ValueError(f"respread: servers {list(old)} serve differently (order, replies); cannot merge them")
+    tags = set().union(*(m.service_s for m in mine))
+    mean = {t: sum(m.service_s.get(t, 0.0) for m in mine) / len(mine) for t in tags}
+    rest = [m for m in models if m.host not in set(old)]
+    out = [ServiceModel(m.host, first_rank + k, m.order, m.service_s, m.replies, m.reply_after)
+           for k, m in enumerate(rest)]
+    t = mine[0]
+    for k, (host, share) in enumerate(shares.items()):
+        out.append(ServiceModel(host, first_rank + len(rest) + k, t.order,
+                                {tag: s * share * len(old) for tag, s in mean.items()}, dict(t.replies),
+                                t.reply_after))
     return out
 
 

@@ -106,6 +106,24 @@ def projections(sums: dict[int, dict[str, Any]], case_of) -> dict[tuple[str, str
     return out
 
 
+def projected_servers_text(sums: dict[int, dict[str, Any]]) -> str:
+    """How many servers each projected count has (summary `projected_servers`), e.g.
+    "projected with 2/4/8 emb PS, 2/4/8 sync PS at 16/32/64 trainers"; "" without
+    projections. Series that disagree (EASGD has sync PSs, MA none) are merged per kind."""
+    per: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for s in sums.values():
+        for n, kinds in (s.get("projected_servers") or {}).items():
+            for kind, count in kinds.items():
+                per[kind][int(n)].add(count)
+    if not per:
+        return ""
+    counts = sorted({n for k in per.values() for n in k})
+    names = {"embedding_ps": "emb PS", "sync_ps": "sync PS"}
+    parts = [", ".join("/".join("|".join(map(str, sorted(per[k][n]))) if per[k].get(n) else "-" for n in counts)
+                       + f" {names.get(k, k)}" for k in sorted(per))]
+    return f"projected with {parts[0]} at {'/'.join(map(str, counts))} trainers"
+
+
 def shadow_over_foreground(proj: dict[tuple[str, str, str], dict[int, float]]) -> dict[str, dict[int, float]]:
     """Projected S-X / FR-X throughput per algorithm and trainer count (base case)."""
     out = {}
@@ -124,26 +142,39 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
     for idx, s in sums.items():
         if _rate(s):
             series[(s["algorithm"], s["mode"], _case(run, idx))][s["trainers"]].append((_rate(s), _bad(run, idx, s)))
-    proj = projections(sums, lambda i: _case(run, i))
+    # A straggler point's projection replicates trainer 0, not the straggler: not drawn.
+    res = Resolution(run)
+    straggled = {i for i in sums if res.get(i, "stragglers")}
+    proj = projections({i: s for i, s in sums.items() if i not in straggled}, lambda i: _case(run, i))
     fig, ax = plt.subplots(figsize=(7.2, 4.6))
     most = 0
     far = max([n for p in proj.values() for n in p] + [s["trainers"] for s in sums.values()] + [1])
     for (alg, mode, case), p in sorted(proj.items()):
         ax.plot(list(p), list(p.values()), color=COLOURS[alg], lw=0.7, ls=_style(mode, case, cases), marker="x",
                 ms=5, alpha=0.9)
+    hollow_only, linear = [], 0
     for (alg, mode, case), data in sorted(series.items()):
         label = ("S-" if mode == "shadow" else "FR-") + NAMES[alg] if alg != "none" else "no sync"
-        most = max(most, plot_repeats(ax, data, color=COLOURS[alg], ls=_style(mode, case, cases),
-                                      label=label + ("" if case == "base" else f" ({case})")))
-        ones = [v for v, bad in data.get(1, []) if not bad]
-        if ones and mode == "shadow" and case == "base" and (len(data) > 1 or far > 1):
-            xs = sorted(set(data) | {far})
-            ax.plot(xs, [float(np.median(ones)) * x for x in xs], color=COLOURS[alg], lw=0.8, ls=(0, (1, 3)),
-                    alpha=0.8)
+        label += "" if case == "base" else f" ({case})"
+        valid = plot_repeats(ax, data, color=COLOURS[alg], ls=_style(mode, case, cases), label=label)
+        most = max(most, valid)
+        if not valid:           # every point invalid: no line, so the legend names its hollow markers
+            hollow_only.append(legend_handle(color=COLOURS[alg], ls=_style(mode, case, cases), marker="o",
+                                             hollow_=True, label=f"{label}: invalid only"))
+        # linear scaling from the fewest trainers with a valid point (1 where it is valid)
+        base = min((x for x, vs in data.items() if any(not bad for _, bad in vs)), default=None)
+        if base is not None and mode == "shadow" and case == "base" and (len(data) > 1 or far > base):
+            per = float(np.median([v for v, bad in data[base] if not bad])) / base
+            xs = sorted({x for x in data if x >= base} | {far})
+            ax.plot(xs, [per * x for x in xs], color=COLOURS[alg], lw=0.8, ls=(0, (1, 3)), alpha=0.8)
+            linear = min(linear or base, base)
     if not series:
         ax.text(0.5, 0.5, "no successful shadowsync points", ha="center", va="center", transform=ax.transAxes)
     handles, _ = ax.get_legend_handles_labels()
-    handles.append(legend_handle(color="0.3", ls=(0, (1, 3)), label="linear scaling from 1 trainer"))
+    handles += hollow_only
+    if linear:
+        handles.append(legend_handle(color="0.3", ls=(0, (1, 3)), label="linear scaling from 1 trainer" if linear == 1
+                                     else "linear scaling from the fewest trainers with a valid point"))
     if proj:
         handles.append(legend_handle(color="0.3", marker="x", label="projected from the traces"))
         ax.set_xscale("log", base=2)
@@ -158,6 +189,12 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
     extra = band_description(most) + ("; projected S/FR " + ", ".join(
         f"{NAMES[a]} " + "/".join(f"{r:.2f}" for r in rs.values()) + " at " + "/".join(map(str, rs))
         for a, rs in sorted(ratio.items())) if ratio else "")
+    servers = projected_servers_text(sums)
+    extra += f"; {servers}" if servers else ""
+    if proj and any(res.get(i, "links.loss_pct") for i in sums):
+        extra += "; the projections model no packet loss"
+    if straggled:
+        extra += "; straggler points not projected (the projection replicates trainer 0, not the straggler)"
     return save(fig, run, out_dir, "shadowsync_throughput", _caption(run, sums, extra))
 
 

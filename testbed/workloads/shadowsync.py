@@ -11,18 +11,20 @@ every k iterations (FR-EASGD, FR-MA, FR-BMUF). docs/shadowsync.md.
       hogwild_workers: 2          # worker processes per trainer
       embedding_servers: 1        # hosts emb1..embE (tables sharded table-wise)
       iterations: 100             # per worker
-      collective: ring            # the allreduce of MA / BMUF: ring | switch
+      collective: ring            # the allreduce of MA / BMUF: ring | switch | ps (host arps)
       device: {type: v100, time_scale: auto}   # auto: calibrated (hosts/shadowsync/timing.py)
       dilate_network: true        # on the soft switch, the network runs at the same TDF
 
 Hosts: trainers are the topology's workers w1..wN (hosts.shadowsync.trainer);
-extra hosts emb1..embE (hosts.shadowsync.servers --role embedding_ps) and, for
-easgd, syncps (--role sync_ps). Records: `shadowsync_iter` (every worker
+extra hosts emb1..embE (hosts.shadowsync.servers --role embedding_ps), for
+easgd syncps (--role sync_ps), and for ma/bmuf with collective ps the allreduce's
+parameter server arps (the torch layer's PS program, hosts.dnn.run_script role ps). Records: `shadowsync_iter` (every worker
 iteration), `shadowsync_trainer`, `shadowsync_server`, `shadowsync_server_host`,
 `fidelity` and one `shadowsync_summary` per point.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -39,6 +41,7 @@ from testbed.workloads.calibrated import CalibratedWorkloadParams
 FIGURES = ("shadowsync_throughput", "shadowsync_ne", "shadowsync_sync_gap")
 SHADOWSYNC_TCP_PORT = 48500        # servers; the ring allreduce at +100
 COLLECTIVE_OFFSET = 100
+ALLREDUCE_PS = "arps"              # the parameter server of collective ps (MA / BMUF)
 DEVICE_TYPES = ("cpu", "v100", "a100", "h100", "knl")
 # time_scale auto: the first calibration round's TDF (as LHC's and P4SGD's CALIBRATION_START).
 CALIBRATION_START = 400.0
@@ -105,7 +108,8 @@ class ShadowSyncWorkload(CalibratedWorkloadParams):
     model: ModelParams = Field(default_factory=ModelParams)
     dataset: dict[str, Any] = Field(default_factory=lambda: {"source": "synthetic"},
                                     description="{source: synthetic} or {source: criteo_tsv, path, limit}.")
-    collective: Literal["ring", "switch"] = Field("ring", description="The allreduce of MA / BMUF.")
+    collective: Literal["ring", "switch", "ps"] = Field("ring", description="The allreduce of MA / BMUF: ring, "
+                                                        "switch (in-network) or ps (a parameter server, host arps).")
     device: dict[str, Any] = Field(default_factory=lambda: {"type": "v100", "time_scale": 400.0},
                                    description="Trainer device model (hosts/dnn/device.py).")
     hardware: str = Field("tor-100g-host", description="Hardware network profile for the fidelity monitor.")
@@ -116,6 +120,10 @@ class ShadowSyncWorkload(CalibratedWorkloadParams):
                                         description="Trainer counts every point's traces are projected to "
                                                     "(trainer 0's worker and shadow replicated, servers as a "
                                                     "service model); [] for none.")
+    project_servers_per_trainer: Optional[float] = Field(
+        None, gt=0, le=1, description="Servers per trainer at the projected counts: embedding PSs (at most 26, "
+        "one per table) and sync PSs (S-/FR-EASGD) become ceil(trainers x this), never fewer than recorded, the "
+        "tables (dense vector) re-spread over them; null keeps the recorded servers.")
     seed: int = Field(1, ge=0)
     timeout_s: float = Field(300.0, gt=0)
     ina: InaParams = Field(default_factory=InaParams, description="In-switch transport (collective switch).")
@@ -180,7 +188,13 @@ class ShadowSyncWorkload(CalibratedWorkloadParams):
         return [f"emb{i + 1}" for i in range(self.embedding_servers)]
 
     def extra_hosts(self) -> list[str]:
-        return self.server_hosts() + (["syncps"] if self.algorithm == "easgd" else [])
+        return self.server_hosts() + (["syncps"] if self.algorithm == "easgd" else []) + \
+            ([ALLREDUCE_PS] if self.allreduce_ps else [])
+
+    @property
+    def allreduce_ps(self) -> bool:
+        """MA / BMUF whose allreduce runs through a parameter server (host arps)."""
+        return self.algorithm in ("ma", "bmuf") and self.collective == "ps"
 
 
 def trainers_of(scenario: Any) -> list[str]:
@@ -276,6 +290,7 @@ class ShadowSyncRuntime(WorkloadRuntime):
         world = len(trainers) + len(servers) + (len(trainers) if wl.mode == "shadow" and wl.algorithm != "none"
                                                 else 0)
         peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in trainers]
+        ps = {"name": ALLREDUCE_PS, "ip": ctx.hosts[ALLREDUCE_PS].ip} if wl.allreduce_ps else None
         progs = []
         for i, h in enumerate(servers):
             role = "sync_ps" if h == "syncps" else "embedding_ps"
@@ -295,7 +310,7 @@ class ShadowSyncRuntime(WorkloadRuntime):
                 if wl.collective == "switch":
                     ina = {**ina_settings(ctx.switch, h), "job_id": 1, **wl.ina.model_dump(exclude_none=True)}
                 coll = {"host": h, "role": "worker", "rank": rank, "world": len(trainers),
-                        "collective": wl.collective, "peers": peers, "ps": None,
+                        "collective": wl.collective, "peers": peers, "ps": ps,
                         "port": port + COLLECTIVE_OFFSET, "master_addr": peers[0]["ip"],
                         "master_port": port + COLLECTIVE_OFFSET + 60, "gloo_ifname": None,
                         "script": "hosts/shadowsync/trainer.py", "args": [], "batch_size": wl.batch_size,
@@ -318,6 +333,14 @@ class ShadowSyncRuntime(WorkloadRuntime):
                    "shadowsync": s}
             progs.append(HostProgram(h, self.module_argv("hosts.shadowsync.trainer",
                                                          self.write_config(ctx, h, cfg)), phase=1))
+        if ps is not None:
+            # The torch layer's PS program serves the trainers' allreduces (of any size) until
+            # each sends the end of stream (hosts/dnn/open_collective.py _PSStream.close).
+            cfg = {**coll, "host": ALLREDUCE_PS, "role": "ps", "rank": -1, "ina": None,
+                   "out": str(ctx.work_dir / f"{ALLREDUCE_PS}.jsonl")}
+            progs.append(HostProgram(ALLREDUCE_PS, self.module_argv("hosts.dnn.run_script",
+                                                                    self.write_config(ctx, ALLREDUCE_PS, cfg)),
+                                     phase=0))
         return progs
 
     def ina_jobs(self, point: Any) -> list[Any]:
@@ -456,16 +479,19 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
     pf.projection["hw_examples_per_s"] = rate
     summary["projected"] = {}
     for m in wl.project_trainers:
+        servers = projected_server_counts(pf.traces, m, wl.project_servers_per_trainer)
         try:
-            proj = project_trainers(pf.traces, m, pf.profile)
+            proj = project_trainers(pf.traces, m, pf.profile, wl.project_servers_per_trainer)
         except (ValueError, RuntimeError) as e:      # named in the record, never hidden
             out.append({"type": "shadowsync_projection", "label": summary["label"], "trainers": m,
-                        "from_trainers": n, "error": f"{type(e).__name__}: {e}"})
+                        "from_trainers": n, "servers": servers, "error": f"{type(e).__name__}: {e}"})
             continue
         r = projected_rate(proj, m, wl)
         summary["projected"][str(m)] = r
+        summary.setdefault("projected_servers", {})[str(m)] = servers
         out.append({"type": "shadowsync_projection", "label": summary["label"], "trainers": m, "from_trainers": n,
-                    "hw_examples_per_s": r, "hw_run_s": proj.makespan_s, "profile": pf.profile.label()})
+                    "servers": servers, "hw_examples_per_s": r, "hw_run_s": proj.makespan_s,
+                    "profile": pf.profile.label()})
     return out
 
 
@@ -477,26 +503,74 @@ def projected_rate(proj: Any, trainers: int, wl: ShadowSyncWorkload) -> float:
     return trainers * wl.hogwild_workers * wl.iterations * wl.batch_size / span
 
 
-def synthesize_trainers(traces: list, trainers: int) -> list:
+def server_plan(traces: list, trainers: int, per_trainer: float | None) -> list[tuple[list[str], dict[str, float]]]:
+    """How the servers change at `trainers` trainers (project_servers_per_trainer): per
+    kind whose count changes, (the recorded servers, {projected server: its share}).
+    Embedding PSs: ceil(trainers x per_trainer), at least the recorded count, at most one
+    per table, the tables re-spread table-wise (config.tables_of), a server's share its
+    tables / all tables; sync PSs (EASGD): as many, the dense vector split evenly [A]."""
+    from hosts.shadowsync.config import tables_of  # noqa: PLC0415
+    if per_trainer is None:
+        return []
+    heads = [h for h, _ in traces if h.get("role") == "server"]
+    emb = sorted((str(h["host"]) for h in heads if h.get("server") == "embedding_ps"), key=lambda n: int(n[3:]))
+    sync = [str(h["host"]) for h in heads if h.get("server") == "sync_ps"]
+    want, tables = math.ceil(trainers * per_trainer - 1e-9), 26
+    plan = []
+    e = min(tables, max(len(emb), want))
+    if emb and e != len(emb):
+        plan.append((emb, {f"emb{i + 1}": len(tables_of(i, e, tables)) / tables for i in range(e)}))
+    n = max(len(sync), want)
+    if sync and n != len(sync):
+        plan.append((sync, {("syncps" if i == 0 else f"syncps{i + 1}"): 1.0 / n for i in range(n)}))
+    return plan
+
+
+def projected_server_counts(traces: list, trainers: int, per_trainer: float | None) -> dict[str, int]:
+    """{"embedding_ps": E, "sync_ps": S} at `trainers` trainers (server_plan; recorded when unchanged)."""
+    heads = [h for h, _ in traces if h.get("role") == "server"]
+    out = {k: sum(1 for h in heads if h.get("server") == k) for k in ("embedding_ps", "sync_ps")}
+    for old, shares in server_plan(traces, trainers, per_trainer):
+        out["embedding_ps" if old[0].startswith("emb") else "sync_ps"] = len(shares)
+    return {k: v for k, v in out.items() if v}
+
+
+def synthesize_trainers(traces: list, trainers: int, per_trainer: float | None = None) -> list:
     """The job at `trainers` trainers: trainer rank 0's worker trace replicated
     (server_model.synthesize_workers: p2p groups renamed per replica), and, S-*,
     its shadow's trace replicated beside each replica as "projected<r>-shadow"
     (ranks trainers..2 x trainers - 1; its sync allreduces keep their group, so all
     shadows meet in them; its messages to the sync PS are renamed to its own host).
-    Servers are not in the result: project them with server_model.service_models."""
+    per_trainer (project_servers_per_trainer): the template's messages to the servers
+    are first re-spread over the projected servers (server_plan,
+    server_model.respread_messages).
+    Servers are not in the result: project them with server_model.service_models
+    (and respread_service_models)."""
     from hosts.common.trace import p2p_group, parse_p2p_group  # noqa: PLC0415
-    from testbed.fidelity.server_model import synthesize_workers  # noqa: PLC0415
+    from testbed.fidelity.server_model import respread_messages, synthesize_workers  # noqa: PLC0415
 
     role = lambda t: t[0].get("role", "worker")  # noqa: E731
     workers = sorted((t for t in traces if role(t) == "worker"), key=lambda t: int(t[0]["rank"]))
     shadows = sorted((t for t in traces if role(t) == "shadow"), key=lambda t: int(t[0]["rank"]))
     servers = [t for t in traces if role(t) == "server"]
+    plan = server_plan(traces, trainers, per_trainer)
+    added = [name for _, shares in plan for name in shares]
+
+    def respread(t: tuple) -> tuple:
+        h, nodes = t
+        for old, shares in plan:
+            nodes = respread_messages(nodes, old, shares)
+        return h, nodes
+    if plan:
+        workers = [respread(t) if int(t[0]["rank"]) == int(workers[0][0]["rank"]) else t for t in workers]
+        shadows = [respread(shadows[0])] if shadows else []
     world = trainers * (2 if shadows else 1)
-    out = [({**h, "world": world}, nodes) for h, nodes in synthesize_workers(workers + servers, trainers)]
+    out = [({**h, "world": world}, nodes)
+           for h, nodes in synthesize_workers(workers + servers, trainers, more_servers=added)]
     if shadows:
         sh, nodes = shadows[0]
         tmpl = ({**sh, "role": "worker", "rank": 0}, nodes)
-        for h, ns in synthesize_workers([tmpl] + servers, trainers):
+        for h, ns in synthesize_workers([tmpl] + servers, trainers, more_servers=added):
             me = f"{h['host']}-shadow"
 
             def rename(g: str, me=me, was=h["host"]) -> str:
@@ -508,14 +582,17 @@ def synthesize_trainers(traces: list, trainers: int) -> list:
     return out
 
 
-def project_trainers(traces: list, trainers: int, profile: Any) -> Any:
+def project_trainers(traces: list, trainers: int, profile: Any, per_trainer: float | None = None) -> Any:
     """The projection at `trainers` trainers (synthesize_trainers; the servers as
-    service models, testbed/fidelity/server_model.py)."""
+    service models, testbed/fidelity/server_model.py, re-spread per server_plan)."""
     from testbed.fidelity.projector import project  # noqa: PLC0415
-    from testbed.fidelity.server_model import service_models  # noqa: PLC0415
+    from testbed.fidelity.server_model import respread_service_models, service_models  # noqa: PLC0415
 
-    synth = synthesize_trainers(traces, trainers)
-    return project(synth, profile, services=service_models(traces, len(synth)))
+    synth = synthesize_trainers(traces, trainers, per_trainer)
+    models = service_models(traces, len(synth))
+    for old, shares in server_plan(traces, trainers, per_trainer):
+        models = respread_service_models(models, old, shares, len(synth))
+    return project(synth, profile, services=models)
 
 
 def summary_row(r: dict[str, Any]) -> dict[str, Any]:

@@ -139,3 +139,25 @@ def test_calibrated_run_agrees_on_one_tdf_and_traces_only_the_measured_run(tmp_p
     assert sum(1 for n in nodes if n["kind"] == "compute" and (n.get("work") or {}).get("phase") == "step") == 12
     assert s["projected_hw_examples_per_s"] > 0
     assert s["projected"]["16"] > s["projected_hw_examples_per_s"]
+
+
+def test_collective_ps_averages_through_the_parameter_server(tmp_path):
+    """S-MA and FR-BMUF with collective ps: the trainers' allreduces go through the
+    torch layer's PS program on host arps, which serves every one of them (the
+    trainers' sync counts), and model averaging leaves every trainer one model."""
+    run = run_cli(tmp_path, "workload.iterations=12", "workload.k=4", "workload.collective=ps",
+                  "workload.device={type: v100, time_scale: 400}",
+                  "sweep.quick.grid={topology.workers: [2], workload.algorithm: [ma, bmuf]}",
+                  "sweep.quick.cases=[shadow, foreground]")
+    s = summaries(run)
+    assert set(s) == {"S-MA", "FR-MA", "S-BMUF", "FR-BMUF"}
+    ps = {r["point"]: r for r in run.metrics_of("shadowsync_server_host") if r["host"] == "arps"}
+    for label, x in s.items():
+        assert x["ok"] and x["collective"] == "ps" and x["pushes_match"], (label, x["errors"])
+        # every sync of a trainer is one allreduce at the PS (the trainers sync in lockstep)
+        assert x["syncs"][0] == x["syncs"][1] > 0, label
+        assert ps[x["point"]]["ok"] and ps[x["point"]]["allreduces_served"] == x["syncs"][0], label
+    assert s["FR-BMUF"]["syncs"] == [3, 3]
+    for label in ("S-MA", "FR-MA"):
+        ne = s[label]["eval_ne_per_trainer"]
+        assert len(ne) == 2 and ne[0] == ne[1], label

@@ -97,3 +97,35 @@ def test_truth_seed_fixes_the_click_model_and_eval_set_not_the_stream():
     assert np.array_equal(a.row_w[0], b.row_w[0])
     assert torch.equal(a.eval_set(50).ids, b.eval_set(50).ids)
     assert not torch.equal(next(a.batches(0, 50)).ids, next(b.batches(0, 50)).ids)
+
+
+def test_the_hogwild_step_is_the_shared_torch_step_charged_to_the_device():
+    """A Hogwild worker's step goes through hosts.dnn.runtime.run_step (the torch
+    runtime's own): the loss and flat gradient of fwd_bwd are the tower's, the rows'
+    gradient is left for the PUSH, and the device model is charged hw x time_scale."""
+    from hosts.dnn.device import make_device
+    from hosts.dnn.dlrm import DenseTower
+    from hosts.dnn.runtime import run_step
+    from hosts.shadowsync.replica import flat_grad
+    from hosts.shadowsync.trainer import _device, fwd_bwd
+
+    torch.manual_seed(0)
+    tower = DenseTower(13, 26, 4, [8], [8])
+    b = next(data.SyntheticClicks(1, SIZES).batches(0, 16))
+    pooled = torch.randn(16, 26, 4)
+    dev = _device({"type": "v100", "time_scale": 3.0}, tower, 16)
+    st = run_step(dev, lambda: fwd_bwd(tower, b, pooled), 16)
+    loss, g = st.result
+    ref = torch.nn.functional.binary_cross_entropy_with_logits(tower(b.dense, pooled.detach()), b.labels)
+    tower.zero_grad(set_to_none=True)
+    ref.backward()
+    assert not loss.requires_grad and float(loss) == pytest.approx(float(ref.detach())) and torch.equal(g, flat_grad(tower))
+    assert pooled.grad is not None and pooled.grad.shape == (16, 26, 4)
+    assert st.hw_s == st.charged_s == dev.hw_time(16) > 0
+    v = dev.validity()
+    assert v["steps"] == 1 and v["modeled_s_total"] == pytest.approx(3.0 * st.hw_s)
+    # the measured CPU device: the step's own time is what is charged (x a straggler's slowdown)
+    cpu = make_device({"type": "cpu"})
+    st = run_step(cpu, lambda: fwd_bwd(tower, b, torch.randn(16, 26, 4)), 16, slowdown=2.0)
+    assert st.hw_s is None and st.charged_s == pytest.approx(2.0 * st.real_s)
+    assert st.t2 - st.t1 >= st.real_s          # slept the slowdown's extra

@@ -36,7 +36,9 @@ def shadowsync_run(tmp_path):
                                  "trainers": n, "embedding_servers": 1, "examples_per_s": 1000.0 * n,
                                  "hw_examples_per_s": 4e5 * n, "tdf": 400.0, "calibrated": False,
                                  **({"projected_hw_examples_per_s": 4e5 * n,
-                                     "projected": {"16": 4e5 * 16 * (1.0 if mode == "shadow" else 0.5)}}
+                                     "projected": {"16": 4e5 * 16 * (1.0 if mode == "shadow" else 0.5)},
+                                     "projected_servers": {"16": {"embedding_ps": 2,
+                                                                  **({"sync_ps": 2} if alg == "easgd" else {})}}}
                                     if n == 2 else {}),
                                  "eval_ne": ne, "avg_sync_gap": 0.5 * n if mode == "shadow" else 10.0,
                                  "device_valid": not (idx == 3), "valid": not (idx == 3),
@@ -77,6 +79,7 @@ def test_figures_draw_with_captions_and_the_ne_difference(tmp_path):
     # the projection from the 2-trainer point to 16: a thin line with crosses; S/FR ratio 2 in the caption
     assert ([2.0, 16.0], [8e5, 6.4e6]) in [(list(np.ravel(x)), list(np.ravel(y))) for x, y in tp[1]]
     assert "projected S/FR EASGD 1.00/2.00 at 2/16" in tp[0]
+    assert "projected with 2 emb PS, 2 sync PS at 16 trainers" in tp[0]
     # S-EASGD is 1 % worse than FR-EASGD in every repeat, S-MA equal
     ys = sorted(float(np.ravel(y)[0]) for _, y in ne[1] if len(np.ravel(y)) == 1)
     assert any(y == pytest.approx(1.0, abs=0.05) for y in ys)
