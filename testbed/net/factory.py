@@ -12,14 +12,14 @@ class BackendUnavailable(NetworkError):
     """The scenario's switch backend cannot run on this machine (the point is skipped)."""
 
 
-def switch_class(backend: str) -> type:
-    """The Mininet switch class of a backend."""
+def switch_class(backend: str, options: Any = None) -> type:
+    """The Mininet switch class of a backend (options: the scenario's switch.options)."""
     if backend == "soft":
         from testbed.switch.soft.node import SoftSwitchNode  # noqa: PLC0415
         return SoftSwitchNode
     if backend == "bmv2":
         from testbed.switch.bmv2 import Bmv2SwitchNode, bmv2_available  # noqa: PLC0415
-        ok, reason = bmv2_available()
+        ok, reason = bmv2_available(dict(options or {}).get("bmv2_prefix"))
         if not ok:
             raise BackendUnavailable(f"switch.backend bmv2: {reason}. Use switch.backend soft here.")
         return Bmv2SwitchNode
@@ -42,7 +42,7 @@ def build_network(net_mode: str, scenario: Any, *, logs_dir: Path, pcaps_dir: Pa
     from testbed.net.mininet_net import MininetNetwork  # noqa: PLC0415
     sw = scenario.switch
     base = {"pipeline": sw.program, **dict(sw.options)}
-    cls = switch_class(sw.backend)
+    cls = switch_class(sw.backend, sw.options)
     build = None
     if sw.backend == "bmv2":
         build = compile_bmv2(sw.program, sw.options, Path(logs_dir))
@@ -57,7 +57,8 @@ def compile_bmv2(program: str, options: Any, logs_dir: Path) -> Any:
     once per point; a bad option or a failed compile ends the point with p4c's log."""
     from testbed.switch import bmv2  # noqa: PLC0415
     try:
-        bmv2.check_options(dict(options or {}))
-        return bmv2.compile_program(program, Path(logs_dir) / "bmv2")
+        options = bmv2.check_options(dict(options or {}))
+        return bmv2.compile_program(program, Path(logs_dir) / "bmv2",
+                                    prefix=options.get("bmv2_prefix"))
     except bmv2.Bmv2Error as e:
         raise NetworkError(f"switch.backend bmv2: {e}") from None
