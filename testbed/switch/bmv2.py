@@ -230,8 +230,7 @@ def start_switch(argv: list[str], grpc_addr: str, log_file: str | Path, console_
         kw = {"env": env} if env is not None else {}
         proc = popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, **kw)
     try:
-        why = _wait_ready(proc, grpc_addr, ready_timeout, ports or {},
-                          [console_log] + _log_files(log_file))
+        why = _wait_ready(proc, grpc_addr, ready_timeout, ports or {}, log_file, console_log)
     except BaseException:
         stop_switch(proc)
         raise
@@ -246,7 +245,7 @@ def start_switch(argv: list[str], grpc_addr: str, log_file: str | Path, console_
 
 
 def _wait_ready(proc: subprocess.Popen, grpc_addr: str, ready_timeout: float,
-                ports: dict[int, str], logs: list[Path]) -> str | None:
+                ports: dict[int, str], log_file: Path, console_log: Path) -> str | None:
     """None when ready, else why not."""
     deadline = time.monotonic() + ready_timeout
     while True:
@@ -254,7 +253,7 @@ def _wait_ready(proc: subprocess.Popen, grpc_addr: str, ready_timeout: float,
         if rc is not None:
             return f"exit code {rc}"
         if _listening(grpc_addr):
-            problems = ports_not_up(proc.pid, ports, logs)
+            problems = ports_not_up(proc.pid, ports, [console_log] + _log_files(log_file))
             return None if not problems else "ports did not come up: " + "; ".join(problems)
         if time.monotonic() > deadline:
             return f"no gRPC on {grpc_addr} after {ready_timeout:.0f}s"

@@ -100,6 +100,18 @@ class ThriftRegisters:
             raise RegisterError(f"{self.switch}: {len(bad)} of {len(commands)} register writes "
                                 "refused: " + "; ".join(f"{c!r}: {r}" for c, r in bad[:5]))
 
+    def read_cells(self, cells: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Several cells in one CLI run: {(name, index): value}."""
+        cells = [(n, int(i)) for n, i in cells]
+        replies = self.run([f"register_read {n} {i}" for n, i in cells], "register_read cells")
+        out = {}
+        for (n, i), reply in zip(cells, replies):
+            m = _CELL.match(reply.splitlines()[-1] if reply else "")
+            if not (m and m["name"] == n and int(m["index"]) == i):
+                raise RegisterError(f"{self.switch}: 'register_read {n} {i}': unexpected answer {reply!r}")
+            out[(n, i)] = int(m["value"])
+        return out
+
     def read(self, name: str, index: int | None = None) -> dict[int, int]:
         """{index: value} of one cell, or of every cell when index is None."""
         cmd = f"register_read {name}" + ("" if index is None else f" {int(index)}")

@@ -71,6 +71,8 @@ def test_writes_then_reads_one_cell_and_all(regs):
                 ("DropSimulator.drop_probability", 3, 7)])
     assert regs.read("DropSimulator.drop_probability", 1) == {1: 1 << 31}
     assert regs.read("DropSimulator.drop_probability") == {0: 0, 1: 1 << 31, 2: 0, 3: 7}
+    assert regs.read_cells([("DropSimulator.drop_probability", 3), ("Aggregator.worker_count", 1)]) \
+        == {("DropSimulator.drop_probability", 3): 7, ("Aggregator.worker_count", 1): 0}
     logged = regs.log.path.read_text()
     assert "-> Thrift register_write" in logged and "> register_write DropSimulator.drop_probability 3 7" in logged
 
