@@ -14,8 +14,10 @@ Then 0.2 s more of listening catches frames nobody expected.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +32,15 @@ ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
 STEP_TIMEOUT_S = 60.0
 QUIET_S = 0.2
+
+
+def _die_with_parent() -> None:
+    # if this runner is killed (the test's timeout), BMv2 must not outlive it
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+
+
+def popen(*args, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen(*args, preexec_fn=_die_with_parent, **kwargs)
 
 
 def sh(cmd: str) -> None:
@@ -52,7 +63,8 @@ def main(spec_path: str, out_path: str, workdir: str) -> int:
     argv = bmv2.switch_argv(1, {p: f"swp{p}" for p in ports}, grpc_addr, work / "s1-bmv2.log",
                             thrift_port=thrift, binary=str(tools.switch), log_level="warn")
     proc = bmv2.start_switch(argv, grpc_addr, work / "s1-bmv2.log", work / "s1-console.log",
-                             ready_timeout=60, ports={p: f"swp{p}" for p in ports}, env=tools.env())
+                             popen=popen, ready_timeout=60, ports={p: f"swp{p}" for p in ports},
+                             env=tools.env())
     socks = {}
     try:
         for p in ports:
