@@ -46,6 +46,13 @@ def bmv2_unavailable_reason() -> str | None:
     return None if ok else why
 
 
+@functools.lru_cache(maxsize=None)
+def p4c_unavailable_reason() -> str | None:
+    from testbed.switch.bmv2_tools import p4c_available  # noqa: PLC0415
+    ok, why = p4c_available()
+    return None if ok else why
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         parts = Path(str(item.fspath)).parts
@@ -57,6 +64,8 @@ def pytest_collection_modifyitems(config, items):
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
         if item.get_closest_marker("bmv2"):
-            reason = bmv2_unavailable_reason()
+            # p4c_only: compiling the program needs the compiler, not the switch
+            reason = p4c_unavailable_reason() if item.get_closest_marker("p4c_only") \
+                else bmv2_unavailable_reason()
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))

@@ -31,7 +31,8 @@ try:
 except ImportError:   # argv building and compile need no Mininet
     Switch = object  # type: ignore[assignment,misc]
 
-from testbed.switch.bmv2_tools import P4C, SWITCH, Bmv2Tools, ToolsMissing, bmv2_available, find_tools
+from testbed.switch.bmv2_tools import (P4C, SWITCH, Bmv2Tools, ToolsMissing, bmv2_available, find_p4c,
+                                       find_tools)
 
 P4_DIR = Path(__file__).resolve().parents[2] / "p4"
 THRIFT_BASE_PORT = 9089  # s1 -> 9090 (bmv2's default); every switch of a run needs its own
@@ -88,8 +89,11 @@ def compile_p4(p4_path: str | Path, out_dir: str | Path, p4c: str | None = None,
     kept in <out>/<program>.p4c.log; Bmv2Build.warnings lists them."""
     env = None
     if p4c is None:
-        found = tools(prefix)
-        p4c, env = str(found.p4c), found.env()
+        try:
+            path, _, env = find_p4c(prefix)
+        except ToolsMissing as e:
+            raise Bmv2Error(str(e)) from None
+        p4c = str(path)
     build = compile_argv(p4_path, out_dir, p4c)
     build.json_path.parent.mkdir(parents=True, exist_ok=True)
     log_path = build.json_path.with_suffix(".p4c.log")

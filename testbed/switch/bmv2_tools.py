@@ -214,6 +214,29 @@ def clear_cache() -> None:
     _find.cache_clear()
 
 
+def find_p4c(prefix: str | Path | None = None) -> tuple[Path, str, dict[str, str]]:
+    """Only the compiler (all that compiling p4/ina.p4 needs): (path, version,
+    environment to run it in); raises ToolsMissing like find_tools."""
+    where, source = resolve_prefix(prefix)
+    try:
+        if where is not None and not where.is_dir():
+            raise ToolsMissing(f"{source}: {where} is not a directory")
+        path = _locate(P4C, where)
+        env = _tool_env(where)
+        return path, _version(path, env), env
+    except ToolsMissing as e:
+        raise ToolsMissing(f"{e} (looked in {source}). {FIX}") from None
+
+
+def p4c_available(prefix: str | Path | None = None) -> tuple[bool, str]:
+    """(True, "p4c-bm2-ss <version> (<path>)") or (False, why and how to fix it)."""
+    try:
+        path, version, _ = find_p4c(prefix)
+        return True, f"{P4C} {version} ({path})"
+    except ToolsMissing as e:
+        return False, str(e)
+
+
 def bmv2_available(prefix: str | Path | None = None) -> tuple[bool, str]:
     """(True, what was found) or (False, why and how to fix it)."""
     try:
@@ -222,5 +245,6 @@ def bmv2_available(prefix: str | Path | None = None) -> tuple[bool, str]:
         return False, str(e)
 
 
-__all__ = ["PREFIX_ENV", "Bmv2Tools", "ToolsMissing", "find_tools", "bmv2_available",
+__all__ = ["PREFIX_ENV", "Bmv2Tools", "ToolsMissing", "find_tools", "find_p4c", "bmv2_available",
+           "p4c_available",
            "resolve_prefix", "parse_version", "clear_cache", "FIX"]

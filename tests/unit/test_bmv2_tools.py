@@ -132,3 +132,11 @@ def test_doctor_reports_path_and_version_or_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv(bt.PREFIX_ENV, str(make_prefix(tmp_path / "p4")))
     found = doctor.check_bmv2()
     assert found.ok and "simple_switch_grpc 1.15.5" in found.detail and "p4c-bm2-ss 1.2.4.8" in found.detail
+
+
+def test_the_compiler_alone(tmp_path):
+    prefix = make_prefix(tmp_path, skip=(bt.SWITCH, bt.CLI))     # p4c without BMv2
+    assert bt.p4c_available(prefix) == (True, f"p4c-bm2-ss 1.2.4.8 ({prefix}/bin/p4c-bm2-ss)")
+    assert not bt.bmv2_available(prefix)[0]
+    ok, why = bt.p4c_available(tmp_path / "nothing")
+    assert not ok and "is not a directory" in why
