@@ -40,8 +40,13 @@ def contract(p4info: p4info_pb2.P4Info) -> dict:
 
 
 def annotations(p4info: p4info_pb2.P4Info) -> dict[str, list[str]]:
-    return {o.preamble.name: list(o.preamble.annotations) for kind in ("tables", "actions")
-            for o in getattr(p4info, kind) if o.preamble.annotations}
+    """Annotations of tables and actions, and of each table's action references."""
+    names = {a.preamble.id: a.preamble.name for a in p4info.actions}
+    out = {o.preamble.name: list(o.preamble.annotations) for kind in ("tables", "actions")
+           for o in getattr(p4info, kind) if o.preamble.annotations}
+    out.update({f"{t.preamble.name} -> {names[a.id]}": list(a.annotations)
+                for t in p4info.tables for a in t.action_refs if a.annotations})
+    return out
 
 
 @pytest.fixture(scope="module")
