@@ -1,14 +1,18 @@
 /*
  * ina.p4: in-network aggregation for v1model (BMv2 simple_switch_grpc).
  *
- * Written by hand for p4c-bm2-ss (not compiled here: p4c/BMv2 are not
- * installable on the development machines). The soft switch's Python pipeline
+ * Compiled by p4c-bm2-ss (tests/bmv2 compile it whenever p4c is installed and
+ * hold its P4Info to ina.p4info.txtpb). The soft switch's Python pipeline
  * (testbed/switch/ina/) implements exactly this program; the two share every
  * name below. The wire format is documented in testbed/wire.py.
  *
- * Names: P4Info names are "<control>.<object>". Objects of the sub-controls
- * Forward, DropSimulator and Aggregator carry absolute @name annotations so
- * their names do not depend on the instance name they get inside Ingress.
+ * Names: P4Info names are "<control>.<object>". Every object carries an
+ * absolute @name: the sub-controls' (Forward, DropSimulator, Aggregator) so
+ * their names do not depend on the instance name they get inside Ingress, and
+ * the top-level controls' because those are named InaIngress/InaEgress (v1model
+ * already declares control types Ingress and Egress: p4c refuses a program
+ * that declares them again) while the control plane knows them as
+ * "Ingress.<object>" and "Egress.<object>".
  *
  * Packet: Ethernet / IPv4 (IHL 5) / UDP (dst port 0x5A00..0x5A0F) / INA header
  * (16 bytes) / count x bit<32> values. The values are parsed into a header
@@ -323,22 +327,32 @@ control Aggregator(inout headers_t hdr, inout metadata_t meta) {
 }
 
 /* ------------------------------------------------------------------ ingress */
-control Ingress(inout headers_t hdr, inout metadata_t meta,
+control InaIngress(inout headers_t hdr, inout metadata_t meta,
                 inout standard_metadata_t standard_metadata) {
+    @name(".Ingress.ina_packets")
     counter(NUM_JOBS, CounterType.packets) ina_packets;
+    @name(".Ingress.ina_results")
     counter(NUM_JOBS, CounterType.packets) ina_results;
+    @name(".Ingress.ina_retransmits")
     counter(NUM_JOBS, CounterType.packets) ina_retransmits;
+    @name(".Ingress.ina_duplicates_dropped")
     counter(NUM_JOBS, CounterType.packets) ina_duplicates_dropped;
+    @name(".Ingress.bad_job")
     counter(NUM_JOBS, CounterType.packets) bad_job;
+    @name(".Ingress.bad_worker")
     counter(NUM_JOBS, CounterType.packets) bad_worker;
+    @name(".Ingress.bad_port")
     counter(NUM_JOBS, CounterType.packets) bad_port;
+    @name(".Ingress.bad_slot")
     counter(NUM_JOBS, CounterType.packets) bad_slot;
+    @name(".Ingress.malformed")
     counter(1, CounterType.packets) malformed;
 
     Forward() forward;
     DropSimulator() drop_simulator;
     Aggregator() aggregator;
 
+    @name(".Ingress.set_job")
     action set_job(bit<8> num_workers, bit<16> mcast_grp, bit<32> worker_mask,
                    bit<16> slot_base, bit<16> slot_count) {
         meta.num_workers = num_workers;
@@ -347,11 +361,13 @@ control Ingress(inout headers_t hdr, inout metadata_t meta,
         meta.slot_base = slot_base;
         meta.slot_count = slot_count;
     }
+    @name(".Ingress.unknown_job")
     @defaultonly
     action unknown_job() {
         bad_job.count((bit<32>)hdr.ina.job_id);
         mark_to_drop(standard_metadata);
     }
+    @name(".Ingress.job_table")
     table job_table {
         key = { hdr.ina.job_id: exact @name("job_id"); }
         actions = { set_job; @defaultonly unknown_job; }
@@ -362,12 +378,15 @@ control Ingress(inout headers_t hdr, inout metadata_t meta,
     /* Membership is bound to ports: (job, worker) -> the port the worker's
        contributions must come in on; a miss or another port is Ingress.bad_port,
        so a host cannot contribute under another member's worker id. */
+    @name(".Ingress.set_worker_port")
     action set_worker_port(bit<9> port) {
         meta.port_bound = 1;
         meta.bound_port = port;
     }
+    @name(".Ingress.unbound_worker")
     @defaultonly
     action unbound_worker() { }
+    @name(".Ingress.worker_port")
     table worker_port {
         key = {
             hdr.ina.job_id: exact @name("job_id");
@@ -434,18 +453,21 @@ control Ingress(inout headers_t hdr, inout metadata_t meta,
 }
 
 /* ------------------------------------------------------------------- egress */
-control Egress(inout headers_t hdr, inout metadata_t meta,
+control InaEgress(inout headers_t hdr, inout metadata_t meta,
                inout standard_metadata_t standard_metadata) {
     /* one entry per (job, worker) replica: rid = 0x8000 | job << 5 | worker */
+    @name(".Egress.rewrite_dst")
     action rewrite_dst(bit<48> dst_mac, bit<32> dst_ip, bit<16> dst_port) {
         hdr.ethernet.dst_addr = dst_mac;
         hdr.ipv4.dst_addr = dst_ip;
         hdr.udp.dst_port = dst_port;
     }
+    @name(".Egress.drop_replica")
     @defaultonly
     action drop_replica() {
         mark_to_drop(standard_metadata);
     }
+    @name(".Egress.replica_rewrite")
     table replica_rewrite {
         key = { standard_metadata.egress_rid: exact @name("egress_rid"); }
         actions = { rewrite_dst; @defaultonly drop_replica; }
@@ -454,6 +476,7 @@ control Egress(inout headers_t hdr, inout metadata_t meta,
     }
 
     /* the switch's own address: the source of every result */
+    @name(".Egress.set_switch_address")
     action set_switch_address(bit<48> mac, bit<32> ip) {
         hdr.ethernet.src_addr = mac;
         hdr.ipv4.src_addr = ip;
@@ -466,6 +489,7 @@ control Egress(inout headers_t hdr, inout metadata_t meta,
         hdr.udp.length = 16w24 + ((bit<16>)hdr.ina.count << 2);
         hdr.udp.checksum = 0;                  /* payload rewritten; 0 = none (IPv4) */
     }
+    @name(".Egress.switch_address")
     table switch_address {
         actions = { set_switch_address; }
         default_action = set_switch_address(48w0x0200000000fe, 32w0x0a0000fe);
@@ -505,5 +529,5 @@ control InaDeparser(packet_out packet, in headers_t hdr) {
     }
 }
 
-V1Switch(InaParser(), InaVerifyChecksum(), Ingress(), Egress(),
+V1Switch(InaParser(), InaVerifyChecksum(), InaIngress(), InaEgress(),
          InaComputeChecksum(), InaDeparser()) main;

@@ -105,6 +105,19 @@ def check_p4runtime_shell() -> Check:
                  fix="`make setup` (pins protobuf<3.21 and p4runtime==1.4.1)")
 
 
+def check_bmv2() -> Check:
+    """BMv2 + p4c, found the way the backend and the bmv2 test tier find them."""
+    from testbed.switch.bmv2_tools import FIX, ToolsMissing, find_tools  # noqa: PLC0415
+    try:
+        tools = find_tools()
+    except ToolsMissing as e:
+        why = str(e).split(f" {FIX}")[0]
+        return Check("bmv2 + p4c", False, f"{why}; the bmv2 backend and test tier are skipped",
+                     fix=FIX, optional=True)
+    driver = f"; p4c driver {tools.p4c_driver}" if tools.p4c_driver else ""
+    return Check("bmv2 + p4c", True, tools.describe() + driver, optional=True)
+
+
 def check_tofino_sde() -> Check:
     sde = os.environ.get("SDE")
     if not sde:
@@ -131,13 +144,7 @@ CHECKS: list[Callable[[], Check]] = [
     check_htb,
     check_netem,
     check_p4runtime_shell,
-    lambda: _which("simple_switch_grpc", "", "bmv2 backend", optional=True,
-                   skip="the bmv2 tier is skipped",
-                   fix="build BMv2 from github.com/p4lang/behavioral-model (not packaged for "
-                       "Debian 12 or PyPI)"),
-    lambda: _which("p4c", "", "P4 compiler for bmv2", optional=True,
-                   skip="the bmv2 tier is skipped",
-                   fix="build p4c from github.com/p4lang/p4c (not packaged for Debian 12 or PyPI)"),
+    check_bmv2,
     check_tofino_sde,
 ]
 

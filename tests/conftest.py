@@ -1,5 +1,6 @@
 """Test tiers: unit (no sockets), local (loopback processes), mininet (root or
-user namespaces), bmv2 (needs simple_switch_grpc + p4c, not installable here).
+user namespaces), bmv2 (needs simple_switch_grpc, p4c-bm2-ss and simple_switch_CLI
+on PATH or under $P4TOOLS_PREFIX: testbed/switch/bmv2_tools.py).
 
 Tests are marked by the folder they live in, so a test can't land in the wrong
 tier; the mininet and bmv2 tiers skip with the reason when the machine can't
@@ -39,12 +40,17 @@ def mininet_unavailable_reason() -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def bmv2_unavailable_reason() -> str | None:
-    # The same binaries testbed.switch.bmv2.bmv2_available() needs.
-    missing = [b for b in ("simple_switch_grpc", "p4c-bm2-ss") if shutil.which(b) is None]
-    if missing:
-        return (f"{' and '.join(missing)} not installed: BMv2/p4c are not packaged for Debian "
-                f"or PyPI; install them from p4lang to run this tier")
-    return None
+    # The very lookup the backend and `testbed doctor` use (PATH or $P4TOOLS_PREFIX).
+    from testbed.switch.bmv2_tools import bmv2_available  # noqa: PLC0415
+    ok, why = bmv2_available()
+    return None if ok else why
+
+
+@functools.lru_cache(maxsize=None)
+def p4c_unavailable_reason() -> str | None:
+    from testbed.switch.bmv2_tools import p4c_available  # noqa: PLC0415
+    ok, why = p4c_available()
+    return None if ok else why
 
 
 def pytest_collection_modifyitems(config, items):
@@ -58,6 +64,8 @@ def pytest_collection_modifyitems(config, items):
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
         if item.get_closest_marker("bmv2"):
-            reason = bmv2_unavailable_reason()
+            # p4c_only: compiling the program needs the compiler, not the switch
+            reason = p4c_unavailable_reason() if item.get_closest_marker("p4c_only") \
+                else bmv2_unavailable_reason()
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))

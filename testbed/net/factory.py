@@ -13,14 +13,14 @@ class BackendUnavailable(NetworkError):
     """The scenario's switch backend cannot run on this machine (the point is skipped)."""
 
 
-def switch_class(backend: str) -> type:
-    """The Mininet switch class of a backend."""
+def switch_class(backend: str, options: Any = None) -> type:
+    """The Mininet switch class of a backend (options: the scenario's switch.options)."""
     if backend == "soft":
         from testbed.switch.soft.node import SoftSwitchNode  # noqa: PLC0415
         return SoftSwitchNode
     if backend == "bmv2":
         from testbed.switch.bmv2 import Bmv2SwitchNode, bmv2_available  # noqa: PLC0415
-        ok, reason = bmv2_available()
+        ok, reason = bmv2_available(dict(options or {}).get("bmv2_prefix"))
         if not ok:
             raise BackendUnavailable(f"switch.backend bmv2: {reason}. Use switch.backend soft here.")
         return Bmv2SwitchNode
@@ -57,13 +57,13 @@ def build_network(net_mode: str, scenario: Any, *, logs_dir: Path, pcaps_dir: Pa
     base = {"pipeline": sw.program, **dict(sw.options)}
     if recorder is not None and sw.backend == "bmv2":
         from testbed.switch.bmv2 import Bmv2SwitchNode, bmv2_available  # noqa: PLC0415
-        ok, reason = bmv2_available()
+        ok, reason = bmv2_available(dict(sw.options or {}).get("bmv2_prefix"))
         if not ok:
             recorder.note(f"switch.backend bmv2 is not available on this machine: {reason} "
                           f"(a real run skips the point)")
         cls = Bmv2SwitchNode
     else:
-        cls = switch_class(sw.backend)
+        cls = switch_class(sw.backend, sw.options)
     build = None
     if sw.backend == "bmv2":
         build = compile_bmv2(sw.program, sw.options, Path(logs_dir), recorder)
@@ -84,13 +84,14 @@ def compile_bmv2(program: str, options: Any, logs_dir: Path, recorder: Any = Non
     the plan's controller shows the checked-in P4Info)."""
     from testbed.switch import bmv2  # noqa: PLC0415
     try:
-        bmv2.check_options(dict(options or {}))
+        options = bmv2.check_options(dict(options or {}))
         if recorder is not None:
             build = bmv2.compile_argv(bmv2.P4_DIR / f"{program}.p4", Path(logs_dir) / "bmv2")
             recorder.command("runner", build.argv, "compile the P4 program for BMv2 (p4c)")
             recorder.note(f"BMv2 device config: {build.json_path} (p4c's output), P4Info "
                           f"{build.p4info_path}; this dry run shows the checked-in P4Info instead")
             return None
-        return bmv2.compile_program(program, Path(logs_dir) / "bmv2")
+        return bmv2.compile_program(program, Path(logs_dir) / "bmv2",
+                                    prefix=options.get("bmv2_prefix"))
     except bmv2.Bmv2Error as e:
         raise NetworkError(f"switch.backend bmv2: {e}") from None

@@ -124,6 +124,8 @@ class MininetNetwork(Network):
             # What ControlPlane pushes to a BMv2: the compiled JSON and p4c's P4Info.
             info["pipeline_config"] = {"p4info": str(self.bmv2_build.p4info_path),
                                        "device_config": str(self.bmv2_build.json_path)}
+            from testbed.switch.bmv2 import control_info  # noqa: PLC0415
+            info["bmv2"] = control_info(self.switch_names, self.switch_config_base)
         return info
 
     @staticmethod

@@ -7,14 +7,17 @@ SwitchController as the soft switch (device config = the compiled BMv2 JSON).
     SwitchController("s1", "127.0.0.1:50001", 1, build.p4info_path,
                      build.json_path.read_bytes(), log_path).connect()
 
-BMv2 and p4c are not packaged for Debian or PyPI, so on the development
-machines `bmv2_available()` is False and tests/bmv2 skip with its reason.
-Started with --no-p4 because a BMv2 given a JSON on its command line cannot
-answer GetForwardingPipelineConfig until a controller pushes a config.
+Where the tools are (PATH, $P4TOOLS_PREFIX or switch.options.bmv2_prefix) and
+whether they are new enough: testbed/switch/bmv2_tools.py (`bmv2_available()`,
+also used by `testbed doctor` and the bmv2 test tier). Registers go through
+BMv2's Thrift runtime (testbed/switch/bmv2_registers.py): PI answers register
+reads and writes with UNIMPLEMENTED. Each switch has its own gRPC and Thrift
+port. Started with --no-p4 because a BMv2 given a JSON on its command line
+cannot answer GetForwardingPipelineConfig until a controller pushes a config.
 """
 from __future__ import annotations
 
-import shutil
+import os
 import signal
 import socket
 import subprocess
@@ -28,27 +31,30 @@ try:
 except ImportError:   # argv building and compile need no Mininet
     Switch = object  # type: ignore[assignment,misc]
 
-P4C = "p4c-bm2-ss"
-SWITCH = "simple_switch_grpc"
+from testbed.switch.bmv2_tools import (P4C, SWITCH, Bmv2Tools, ToolsMissing, bmv2_available, find_p4c,
+                                       find_tools)
+
 P4_DIR = Path(__file__).resolve().parents[2] / "p4"
 THRIFT_BASE_PORT = 9089  # s1 -> 9090 (bmv2's default); every switch of a run needs its own
 # switch.options a bmv2 switch understands (the soft switch's options mean nothing to it)
-NODE_OPTIONS = ("ready_timeout", "log_level")
+NODE_OPTIONS = ("ready_timeout", "log_level", "bmv2_prefix")
+PORT_ADD_FAILED = "Add port operation failed"   # BMv2's log line; the switch keeps running
 
 
 class Bmv2Error(RuntimeError):
     """p4c or simple_switch_grpc failed; the message has the command, exit code and log."""
 
 
-def bmv2_available() -> tuple[bool, str]:
-    """(True, where) when both binaries are on PATH, else (False, why and what to do)."""
-    found = {b: shutil.which(b) for b in (SWITCH, P4C)}
-    missing = [b for b, p in found.items() if p is None]
-    if missing:
-        return False, (f"{' and '.join(missing)} not found on PATH: BMv2/p4c are not packaged for "
-                       "Debian or PyPI; build them from p4lang (behavioral-model, p4c) or use "
-                       "the p4lang/p4c Docker image, then re-run")
-    return True, ", ".join(f"{b}={p}" for b, p in found.items())
+def tools(prefix: str | Path | None = None) -> Bmv2Tools:
+    """find_tools(), with the backend's error type."""
+    try:
+        return find_tools(prefix)
+    except ToolsMissing as e:
+        raise Bmv2Error(str(e)) from None
+
+
+def thrift_port(device_id: int) -> int:
+    return THRIFT_BASE_PORT + int(device_id)
 
 
 def _tail(path: Path, n: int = 20) -> str:
@@ -77,17 +83,26 @@ def compile_argv(p4_path: str | Path, out_dir: str | Path, p4c: str = P4C) -> Bm
     return Bmv2Build(json_path, p4info, argv)
 
 
-def compile_p4(p4_path: str | Path, out_dir: str | Path, p4c: str = P4C,
-               timeout: float = 600.0) -> Bmv2Build:
+def compile_p4(p4_path: str | Path, out_dir: str | Path, p4c: str | None = None,
+               timeout: float = 600.0, prefix: str | Path | None = None) -> Bmv2Build:
+    """Run p4c (the installed one unless `p4c` names another). Any warning is
+    kept in <out>/<program>.p4c.log; Bmv2Build.warnings lists them."""
+    env = None
+    if p4c is None:
+        try:
+            path, _, env = find_p4c(prefix)
+        except ToolsMissing as e:
+            raise Bmv2Error(str(e)) from None
+        p4c = str(path)
     build = compile_argv(p4_path, out_dir, p4c)
     build.json_path.parent.mkdir(parents=True, exist_ok=True)
     log_path = build.json_path.with_suffix(".p4c.log")
     with open(log_path, "wb") as logf:
         try:
             rc = subprocess.run(build.argv, stdout=logf, stderr=subprocess.STDOUT,
-                                timeout=timeout).returncode
+                                timeout=timeout, env=env).returncode
         except FileNotFoundError:
-            raise Bmv2Error(f"{p4c} not found: {bmv2_available()[1]}") from None
+            raise Bmv2Error(f"{p4c} not found: {bmv2_available(prefix)[1]}") from None
         except subprocess.TimeoutExpired:
             rc = "timeout"
     if rc != 0 or not build.json_path.exists():
@@ -95,15 +110,28 @@ def compile_p4(p4_path: str | Path, out_dir: str | Path, p4c: str = P4C,
     return build
 
 
+def compile_warnings(build: Bmv2Build) -> list[str]:
+    """The warning lines p4c wrote to the build's log (p4/ina.p4 must have none)."""
+    log_path = build.json_path.with_suffix(".p4c.log")
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if "warning" in line.lower()]
+
+
 def compile_program(program: str, out_dir: str | Path, p4_dir: str | Path = P4_DIR,
-                    compile: Callable[..., Bmv2Build] | None = None) -> Bmv2Build:
+                    compile: Callable[..., Bmv2Build] | None = None,
+                    prefix: str | Path | None = None) -> Bmv2Build:
     """switch.program -> p4/<program>.p4 compiled into out_dir (the point's logs)."""
     p4_path = Path(p4_dir) / f"{program}.p4"
     if not p4_path.exists():
         have = sorted(p.stem for p in Path(p4_dir).glob("*.p4"))
         raise Bmv2Error(f"switch.program {program!r}: no P4 source at {p4_path}; "
                         f"programs available: {have}")
-    return (compile or compile_p4)(p4_path, out_dir)
+    if compile is not None:
+        return compile(p4_path, out_dir)
+    return compile_p4(p4_path, out_dir, prefix=prefix)
 
 
 # --- the switch process --------------------------------------------------------------------
@@ -141,30 +169,98 @@ def _log_files(log_file: Path) -> list[Path]:
     return [p for p in (log_file, Path(f"{log_file}.txt")) if p.exists()]
 
 
+def _packet_socket_ifindexes(pid: int) -> set[int]:
+    """Interfaces (ifindex) on which process `pid` holds a bound packet socket:
+    how BMv2 receives a port's frames (libpcap). /proc/<pid>/net/packet lists the
+    packet sockets of pid's network namespace; its fds say which are pid's."""
+    inodes = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
+    for fd in fd_dir.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    out = set()
+    for line in Path(f"/proc/{pid}/net/packet").read_text().splitlines()[1:]:
+        cols = line.split()   # sk RefCnt Type Proto Iface R Rmem User Inode
+        if len(cols) >= 9 and cols[8] in inodes:
+            out.add(int(cols[4]))
+    return out
+
+
+def ports_not_up(pid: int, ports: dict[int, str], log_files: list[Path]) -> list[str]:
+    """Why some of `ports` did not come up in switch process `pid` ([] = all up):
+    BMv2 logs PORT_ADD_FAILED and keeps running, so the process being alive
+    proves nothing. Checked: the log has no such line, and each port's
+    interface exists and has one of pid's packet sockets bound to it."""
+    problems = []
+    for path in log_files:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        problems += [f"{path.name}: {line.strip()}" for line in text.splitlines()
+                     if PORT_ADD_FAILED in line]
+    if not ports:
+        return problems
+    try:
+        bound = _packet_socket_ifindexes(pid)
+    except OSError as e:
+        return problems + [f"cannot inspect the switch's sockets in /proc/{pid}: {e}"]
+    for no, intf in sorted(ports.items()):
+        try:
+            ifindex = int(Path(f"/sys/class/net/{intf}/ifindex").read_text())
+        except (OSError, ValueError):
+            problems.append(f"port {no}: interface {intf} does not exist")
+            continue
+        if ifindex not in bound:
+            problems.append(f"port {no}: the switch has no packet socket on {intf}")
+    return problems
+
+
 def start_switch(argv: list[str], grpc_addr: str, log_file: str | Path, console_log: str | Path,
                  popen: Callable[..., subprocess.Popen] = subprocess.Popen,
-                 ready_timeout: float = 10.0) -> subprocess.Popen:
-    """Start simple_switch_grpc and wait until it is ready: PID alive and its gRPC
-    port listening. Otherwise stop it and raise Bmv2Error with what to look at."""
+                 ready_timeout: float = 10.0, ports: dict[int, str] | None = None,
+                 env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start simple_switch_grpc and wait until it is ready: PID alive, its gRPC
+    port listening (BMv2 adds its ports before it serves gRPC) and every port up
+    (ports_not_up). Otherwise stop it, by its PID, and raise Bmv2Error with what
+    to look at."""
     log_file, console_log = Path(log_file), Path(console_log)
     console_log.parent.mkdir(parents=True, exist_ok=True)
     with open(console_log, "ab") as out:
-        proc = popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        kw = {"env": env} if env is not None else {}
+        proc = popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, **kw)
+    try:
+        why = _wait_ready(proc, grpc_addr, ready_timeout, ports or {}, log_file, console_log)
+    except BaseException:
+        stop_switch(proc)
+        raise
+    if why is None:
+        return proc
+    stop_switch(proc)
+    logs = [console_log] + _log_files(log_file)
+    raise Bmv2Error(
+        f"simple_switch_grpc did not become ready ({why})\n"
+        f"  command: {' '.join(map(str, argv))}\n"
+        + "".join(f"  log: {p}\n{_tail(p)}\n" for p in logs))
+
+
+def _wait_ready(proc: subprocess.Popen, grpc_addr: str, ready_timeout: float,
+                ports: dict[int, str], log_file: Path, console_log: Path) -> str | None:
+    """None when ready, else why not."""
     deadline = time.monotonic() + ready_timeout
     while True:
         rc = proc.poll()
-        if rc is None and _listening(grpc_addr):
-            return proc
-        if rc is not None or time.monotonic() > deadline:
-            if rc is None:
-                stop_switch(proc)
-            logs = [console_log] + _log_files(log_file)
-            why = f"exit code {rc}" if rc is not None else \
-                f"no gRPC on {grpc_addr} after {ready_timeout:.0f}s"
-            raise Bmv2Error(
-                f"simple_switch_grpc did not become ready ({why})\n"
-                f"  command: {' '.join(map(str, argv))}\n"
-                + "".join(f"  log: {p}\n{_tail(p)}\n" for p in logs))
+        if rc is not None:
+            return f"exit code {rc}"
+        if _listening(grpc_addr):
+            problems = ports_not_up(proc.pid, ports, [console_log] + _log_files(log_file))
+            return None if not problems else "ports did not come up: " + "; ".join(problems)
+        if time.monotonic() > deadline:
+            return f"no gRPC on {grpc_addr} after {ready_timeout:.0f}s"
         time.sleep(0.1)
 
 
@@ -197,8 +293,17 @@ def node_params(sw: str, device_id: int, grpc_port: int, log_dir: str | Path,
     the network's tcpdumps, not bmv2's --pcap. Unknown options are refused."""
     options = check_options(options)
     n = int(device_id)
-    return {"device_id": n, "grpc_port": int(grpc_port), "thrift_port": THRIFT_BASE_PORT + n,
+    return {"device_id": n, "grpc_port": int(grpc_port), "thrift_port": thrift_port(n),
             "log_dir": Path(log_dir), **options}
+
+
+def control_info(switches: list[str], options: dict | None = None) -> dict:
+    """What the control plane needs beside P4Runtime to drive a run's BMv2
+    switches: each one's Thrift address (registers) and the tools' prefix."""
+    from testbed.switch.p4runtime_server import device_id_for  # noqa: PLC0415
+    options = dict(options or {})
+    return {"thrift": {sw: f"127.0.0.1:{thrift_port(device_id_for(sw))}" for sw in switches},
+            "prefix": options.get("bmv2_prefix")}
 
 
 class Bmv2SwitchNode(Switch):
@@ -213,7 +318,8 @@ class Bmv2SwitchNode(Switch):
     def __init__(self, name: str, device_id: int = 1, grpc_port: int = 50001,
                  log_dir: str | Path | None = None, pcap_dir: str | Path | None = None,
                  thrift_port: int | None = None, ready_timeout: float = 10.0,
-                 binary: str = SWITCH, log_level: str = "info", **params):
+                 binary: str | None = None, log_level: str = "info",
+                 bmv2_prefix: str | None = None, **params):
         if Switch is object:
             raise Bmv2Error("Bmv2SwitchNode needs Mininet (run `make setup`)")
         params["inNamespace"] = False
@@ -226,7 +332,9 @@ class Bmv2SwitchNode(Switch):
         self.pcap_dir = pcap_dir
         self.thrift_port = thrift_port
         self.ready_timeout = float(ready_timeout)
-        self.binary = binary
+        self.bmv2_prefix = bmv2_prefix
+        self.binary = binary      # None: the installed one (bmv2_tools), resolved at start
+        self.env: dict[str, str] | None = None
         self.log_level = log_level
         self.proc: subprocess.Popen | None = None
         if _listening(self.grpc_addr):   # two runs must not share a switch silently
@@ -239,14 +347,18 @@ class Bmv2SwitchNode(Switch):
     def argv(self) -> list[str]:
         return switch_argv(self.device_id, self.port_map(), self.grpc_addr, self.log_file,
                            self.thrift_port, self.pcap_dir, log_level=self.log_level,
-                           binary=self.binary)
+                           binary=self.binary or SWITCH)
 
     def start(self, controllers) -> None:
         for intf in self.port_map().values():
             self.cmd(f"ip link set {intf} up")
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        if self.binary is None:
+            found = tools(self.bmv2_prefix)
+            self.binary, self.env = str(found.switch), found.env()
         self.proc = start_switch(self.argv(), self.grpc_addr, self.log_file, self.console_log,
-                                 popen=self.popen, ready_timeout=self.ready_timeout)
+                                 popen=self.popen, ready_timeout=self.ready_timeout,
+                                 ports=self.port_map(), env=self.env)
 
     def connected(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -263,7 +375,7 @@ def device_config(build: Bmv2Build) -> bytes:
     return build.json_path.read_bytes()
 
 
-__all__ = ["bmv2_available", "compile_argv", "compile_p4", "compile_program", "check_options",
-           "node_params",
+__all__ = ["bmv2_available", "tools", "thrift_port", "control_info", "compile_argv", "compile_p4",
+           "compile_program", "compile_warnings", "check_options", "node_params", "ports_not_up",
            "switch_argv", "start_switch",
            "stop_switch", "Bmv2SwitchNode", "Bmv2Build", "Bmv2Error", "device_config"]

@@ -38,6 +38,20 @@ def pipeline_config(switch_info: dict[str, Any], program: str) -> tuple[str, byt
     return str(p4info_path(program)), program.encode()
 
 
+def register_backends(switch_info: dict[str, Any]) -> dict[str, Any]:
+    """{switch: make(request_log) -> register backend} for switches whose P4Runtime
+    server has no register RPCs: BMv2 (switch_info["bmv2"], from
+    bmv2.control_info), whose registers go through its Thrift port. Others: {}."""
+    bmv2_info = switch_info.get("bmv2")
+    if not bmv2_info:
+        return {}
+    from testbed.switch import bmv2  # noqa: PLC0415
+    from testbed.switch.bmv2_registers import ThriftRegisters  # noqa: PLC0415
+    tools = bmv2.tools(bmv2_info.get("prefix"))
+    return {sw: (lambda log, sw=sw, addr=addr: ThriftRegisters(sw, addr, tools, log))
+            for sw, addr in bmv2_info["thrift"].items()}
+
+
 @dataclass
 class ControlPlane:
     controllers: dict[str, Any] = field(default_factory=dict)
@@ -54,12 +68,15 @@ class ControlPlane:
         controller_cls = controller_cls or SwitchController
         info = net.switch_info
         p4info, device_config = pipeline_config(info, program)
+        registers = register_backends(info)
         cp = cls()
         try:
             for sw, addr in sorted(info["p4runtime"].items()):
                 c = controller_cls(sw, addr, info.get("device_ids", {}).get(sw, device_id_for(sw)),
                                    p4info, device_config,
                                      logs_dir / f"{sw}-p4runtime-requests.txt")
+                if sw in registers:
+                    c.use_registers(registers[sw](c.log))
                 cp.controllers[sw] = c.connect()
                 c.install_flood_group(info["ports"][sw])
                 c.install_forwarding(info["forwarding"][sw])

@@ -5,6 +5,8 @@
     c.install_forwarding([{"dst_mac": "00:00:00:00:00:01", "port": 1}, ...])
     c.install_job(job); c.set_drop_probability(port, 0.01)
     c.read_counters(); c.close()
+    # BMv2: registers over its Thrift runtime (PI has no register RPCs)
+    c.use_registers(ThriftRegisters("s1", "127.0.0.1:9090", bmv2.tools()))
 
 Built on p4runtime-shell: `P4RuntimeClient` does the stream, the arbitration
 and the RPCs; the shell's entity helpers (TableEntry, MulticastGroupEntry,
@@ -315,6 +317,7 @@ class SwitchController:
         self.context = Context()
         self._set_p4info(self.p4info)
         self.client: _Client | None = None
+        self.registers = None     # None: registers over P4Runtime; else use_registers()
         self.primary = False
         self._fresh_slots: bool = False            # every slot zero since our commit
         self._used_slots: list[tuple[int, int]] = []   # (base, count) of jobs since then
@@ -536,6 +539,25 @@ class SwitchController:
             e.data.bitstring = int(value).to_bytes(max(1, (int(value).bit_length() + 7) // 8), "big")
         return e
 
+    # -- registers: P4Runtime, or the switch's own runtime where P4Runtime has none ------------------
+    def use_registers(self, backend) -> "SwitchController":
+        """Read and write registers through `backend` (`write([(name, index, value)],
+        what)`, `read(name, index) -> {index: value}`) instead of P4Runtime: BMv2's
+        P4Runtime server answers register RPCs with UNIMPLEMENTED, so its control
+        plane passes testbed.switch.bmv2_registers.ThriftRegisters. Names, indexes
+        and widths are still checked against this controller's P4Info."""
+        self.registers = backend
+        return self
+
+    def write_registers(self, cells: Iterable[tuple[str, int, int]], what: str = "Write registers") -> None:
+        """Set (register, index, value) cells."""
+        cells = [(self._register_info(n).preamble.name, int(i), int(v)) for n, i, v in cells]
+        entries = [self.register_entry(n, i, v) for n, i, v in cells]   # range/width checks
+        if self.registers is not None:
+            self.registers.write(cells, what)
+        else:
+            self.write([self.update(pb.Update.MODIFY, e) for e in entries], what)
+
     def _find_register(self, name: str) -> p4info_pb2.Register | None:
         for r in self.p4info.registers:
             if r.preamble.name == name or r.preamble.alias == name:
@@ -654,9 +676,8 @@ class SwitchController:
         if reset_slots:   # v1model layout: (slot, version) cells; TNA's pair registers differ
             regs = [r for r in SLOT_RESET_REGISTERS if (info := self._find_register(r)) is not None
                     and info.type_spec.HasField("bitstring") and info.size >= 2 * (base + count)]
-            self.write([self.update(pb.Update.MODIFY, self.register_entry(r, i, 0))
-                        for r in regs for i in range(2 * base, 2 * (base + count))],
-                       f"Write job {jid} slot reset")
+            self.write_registers([(r, i, 0) for r in regs for i in range(2 * base, 2 * (base + count))],
+                                 f"Write job {jid} slot reset")
         self.write([self.update(pb.Update.INSERT, self.table_entry(
             JobTable.NAME, {"job_id": jid}, SET_JOB,
             {"num_workers": int(job.get("num_workers", len(workers))), "mcast_grp": grp,
@@ -689,8 +710,8 @@ class SwitchController:
         if not 0.0 <= float(p) <= 1.0:
             raise ControllerError(f"{self.name}: drop probability for port {port}: {p} not in [0, 1]")
         threshold = min(int(round(float(p) * 4294967296.0)), 0xFFFFFFFF)
-        self.write([self.update(pb.Update.MODIFY, self.register_entry(
-            DropSimulator.PROBABILITY, int(port), threshold))], f"Write drop probability port {port}")
+        self.write_registers([(DropSimulator.PROBABILITY, int(port), threshold)],
+                             f"Write drop probability port {port}")
 
     # -- reads --------------------------------------------------------------------------------------------
     def read_table(self, name: str) -> list[dict]:
@@ -724,6 +745,10 @@ class SwitchController:
         return out
 
     def read_register(self, name: str, index: int | None = None) -> dict[int, int]:
+        if self.registers is not None:
+            info = self._register_info(name)
+            self.register_entry(name, index)                  # index range check
+            return self.registers.read(info.preamble.name, index)
         ents = self.read([_entity(self.register_entry(name, index))], f"Read {name}")
         return {e.register_entry.index.index: int.from_bytes(e.register_entry.data.bitstring, "big")
                 for e in ents}

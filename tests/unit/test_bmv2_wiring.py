@@ -14,9 +14,10 @@ from testbed.net import impairments as imp
 from testbed.net.base import NetworkError
 from testbed.net.mininet_net import P4RUNTIME_BASE_PORT
 from testbed.scenario import load_scenario
-from testbed.switch import bmv2
+from testbed.switch import bmv2, bmv2_tools
 from testbed.switch import control_plane as cpl
 from testbed.switch import controller as ctl
+from testbed.switch.bmv2_registers import ThriftRegisters
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
@@ -31,7 +32,7 @@ def fake_bmv2(monkeypatch):
     """BMv2 'installed': p4c writes a JSON and a P4Info; calls are recorded."""
     calls: list[tuple[Path, Path]] = []
 
-    def compile_p4(p4_path, out_dir, p4c=bmv2.P4C, timeout=600.0):
+    def compile_p4(p4_path, out_dir, p4c=bmv2.P4C, timeout=600.0, prefix=None):
         build = bmv2.compile_argv(p4_path, out_dir, p4c)
         build.json_path.parent.mkdir(parents=True, exist_ok=True)
         build.json_path.write_text('{"program": "%s"}' % Path(p4_path).name)
@@ -39,8 +40,11 @@ def fake_bmv2(monkeypatch):
         calls.append((Path(p4_path), Path(out_dir)))
         return build
 
-    monkeypatch.setattr(bmv2, "bmv2_available", lambda: (True, "simple_switch_grpc=/x, p4c-bm2-ss=/y"))
+    monkeypatch.setattr(bmv2, "bmv2_available", lambda prefix=None: (True, "simple_switch_grpc=/x, p4c-bm2-ss=/y"))
     monkeypatch.setattr(bmv2, "compile_p4", compile_p4)
+    monkeypatch.setattr(bmv2, "tools", lambda prefix=None: bmv2_tools.Bmv2Tools(
+        Path(bmv2.SWITCH), Path(bmv2.P4C), Path("simple_switch_CLI"), "/usr/bin/python3",
+        "1.15.5", "1.2.4.8", Path(prefix) if prefix else None))
     monkeypatch.setattr(imp, "netem_available", lambda: False)   # this kernel: no sch_netem
     monkeypatch.setattr(imp, "nft_available", lambda: True)
     return calls
@@ -78,12 +82,17 @@ def node(monkeypatch, name: str, params: dict, ports: dict[int, str]) -> bmv2.Bm
 # --- which class, which program ----------------------------------------------------------
 
 def test_missing_bmv2_fails_with_the_reason_before_compiling(monkeypatch, tmp_path):
-    monkeypatch.setattr(bmv2.shutil, "which", lambda b: None)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv(bmv2_tools.PREFIX_ENV, raising=False)
+    bmv2_tools.clear_cache()
     monkeypatch.setattr(bmv2, "compile_p4", lambda *a, **k: pytest.fail("compiled without p4c"))
     with pytest.raises(NetworkError) as e:
         network(tmp_path)
-    assert str(e.value).startswith("switch.backend bmv2: simple_switch_grpc and p4c-bm2-ss not found")
+    assert str(e.value).startswith("switch.backend bmv2: simple_switch_grpc not found on PATH")
     assert bmv2.bmv2_available()[1] in str(e.value) and "switch.backend soft" in str(e.value)
+    with pytest.raises(NetworkError, match=r"not found in /nonexistent-prefix/bin|/nonexistent-prefix is not"):
+        network(tmp_path, "switch.options.bmv2_prefix=/nonexistent-prefix")   # the option is used
+    bmv2_tools.clear_cache()
 
 
 def test_switch_class_is_the_bmv2_node_when_installed(fake_bmv2):
@@ -110,7 +119,8 @@ def test_unknown_program_and_failed_compile_are_named(fake_bmv2, monkeypatch, tm
 
 def test_soft_switch_options_are_refused_for_bmv2(fake_bmv2, tmp_path):
     with pytest.raises(NetworkError, match=r"switch.options \['nice'\] do not apply to "
-                                           r"switch.backend bmv2; it accepts \['ready_timeout', 'log_level'\]"):
+                                           r"switch.backend bmv2; it accepts \['ready_timeout', 'log_level', "
+                                           r"'bmv2_prefix'\]"):
         network(tmp_path, "switch.options.nice=-5")
     assert fake_bmv2 == []   # refused before compiling
 
@@ -140,12 +150,13 @@ def test_switch_params_and_argv_per_switch(fake_bmv2, monkeypatch, tmp_path):
         "--", "--grpc-server-addr", "127.0.0.1:9560"]
 
     started = {}
-    monkeypatch.setattr(bmv2, "start_switch", lambda argv, addr, log_file, console, popen, ready_timeout:
-                        started.update(argv=argv, addr=addr, console=console, timeout=ready_timeout)
-                        or "proc")
+    monkeypatch.setattr(bmv2, "start_switch", lambda argv, addr, log_file, console, popen, ready_timeout,
+                        ports, env: started.update(argv=argv, addr=addr, console=console,
+                                                   timeout=ready_timeout, ports=ports) or "proc")
     s2.start([])
     assert started == {"argv": s2.argv(), "addr": "127.0.0.1:9560",
-                       "console": logs / "s2-bmv2-console.log", "timeout": 10.0}
+                       "console": logs / "s2-bmv2-console.log", "timeout": 10.0,
+                       "ports": ports}                     # checked up, not only the process
     assert s2.cmds == [f"ip link set {i} up" for i in ports.values()]
 
 
@@ -164,8 +175,13 @@ class _RecordingController:
 
     def __init__(self, name, addr, device_id, p4info_path, device_config, log_path):
         self.rec = {"name": name, "addr": addr, "device_id": device_id, "p4info": p4info_path,
-                    "config": device_config, "log": log_path, "calls": []}
+                    "config": device_config, "log": log_path, "calls": [], "registers": None}
+        self.log = f"request log of {name}"
         _RecordingController.made.append(self.rec)
+
+    def use_registers(self, backend):
+        self.rec["registers"] = backend
+        return self
 
     def connect(self):
         return self
@@ -195,6 +211,11 @@ def test_control_plane_pushes_the_compiled_json_and_p4info(fake_bmv2, monkeypatc
     assert net._switch_params("s1")["device_id"] == rec["device_id"]   # --device-id agrees
     assert rec["calls"] == [("flood", [1, 2, 3, 4]), ("forwarding", 4)]
     assert list(cp.controllers) == ["s1"]
+    # registers through the switch's own Thrift port (PI has no register RPCs)
+    regs = rec["registers"]
+    assert isinstance(regs, ThriftRegisters) and regs.log == "request log of s1"
+    assert regs.argv[-4:] == ["--thrift-ip", "127.0.0.1", "--thrift-port",
+                              str(net._switch_params("s1")["thrift_port"])]
 
 
 def test_soft_switch_still_gets_the_program_name():
