@@ -386,6 +386,26 @@ def accuracy_curve(wl: EasgdWorkload, path: Path, start: float | None) -> list[d
             for i in keep]
 
 
+def comm_share(comm_s: dict[Any, float], span_s: dict[Any, float]) -> float | None:
+    """Share of the workers' time spent in exchanges: sum over workers of the time in
+    exchanges (sends, waits for replies, allreduces, with any wait for a peer inside
+    them) / sum of each worker's time from its first step to its OWN last one. A fast
+    worker that finished early under an asynchronous master is not idling "in
+    communication" until the straggler ends (1 - busy / makespan counted that tail).
+    The emulated and the projected shares both use this (docs/easgd.md, Time)."""
+    ranks = [r for r in span_s if r in comm_s and span_s[r] > 0]
+    total = sum(span_s[r] for r in ranks)
+    return sum(comm_s[r] for r in ranks) / total if total > 0 else None
+
+
+def projected_comm_share(proj: Any, workers: int) -> float | None:
+    """comm_share of a projection: per worker rank (< workers; a server rank's busy time
+    is the master's updates) the time its device was not busy up to its own finish."""
+    finish = {int(r): v for r, v in proj.finish_s.items() if int(r) < workers}
+    busy = {int(r): v for r, v in proj.compute_s.items()}
+    return comm_share({r: v - busy.get(r, 0.0) for r, v in finish.items()}, finish)
+
+
 def time_to_target(curve: list[dict[str, Any]], target: float) -> float | None:
     return next((r["t_s"] for r in curve if r["acc"] >= target), None)
 
@@ -427,7 +447,9 @@ def point_summary(wl: EasgdWorkload, workers: list[str], recs: list[dict[str, An
                                 if time_to_target(curve, wl.target_acc) is not None else None),
         "final_acc": curve[-1]["acc"] if curve else None,
         "max_acc": max((r["acc"] for r in curve), default=None),
-        "comm_share": comm / (compute + comm) if compute + comm > 0 else None,
+        "comm_share": comm_share({h: hosts[h].get("comm_s", 0.0) for h in workers if h in hosts},
+                                 {h: finals[h]["t_end_perf"] - finals[h]["t0_perf"] for h in workers
+                                  if h in finals and finals[h].get("t_end_perf") is not None}),
         "compute_s": compute, "comm_s": comm,
         "exchanges_worker": worker_ex,
         "exchanges_master": (master or {}).get("exchanges"),
@@ -498,13 +520,9 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
             proj = point.projected if n == world else project_world(traces, n, profile, max_nodes=cap)
             if n == 1:
                 base = proj.makespan_s
-            # workers only: a server rank's busy time (the master's updates) is not a worker's compute
-            busy = [v for r, v in proj.compute_s.items() if int(r) < n]
-            comp = float(np.mean(busy)) if busy else 0.0
-            sim = proj.simulated_makespan_s
             records.append({"type": "projection", "workload": "easgd", "variant": wl.variant, "workers": n,
                             "emulated": n == world, "profile": profile.label(), "hw_train_s": proj.makespan_s,
-                            "comm_share": (1 - comp / sim) if sim > 0 else None,
+                            "comm_share": projected_comm_share(proj, n),
                             "weak_scaling_eff": (base / proj.makespan_s) if base and proj.makespan_s > 0 else None,
                             "truncated": bool(proj.truncated)})
     except (ValueError, KeyError, RuntimeError) as e:     # a count the projector cannot replay
