@@ -21,7 +21,8 @@ import numpy as np
 
 from testbed.plots import figure
 from testbed.plots.captions import Resolution, invalid_note, invalid_reasons, per_case, run_mode_text
-from testbed.plots.style import band_description, bound_line, plot_repeats, plt, save
+from testbed.plots.style import (band_description, bound_line, case_styles, hollow, plot_repeats, plt,
+                                 save, scenario_cases)
 from testbed.results import Run
 from testbed.scenario import register_figure_names
 from testbed.workloads.easgd import FIGURES, PAPER_WEAK_SCALING, VARIANT_NAMES
@@ -81,6 +82,13 @@ def _caption(run: Run, sums: dict[int, dict[str, Any]], extra: str = "") -> list
             run_mode_text(run)]
 
 
+def _case_styles(run: Run, sums: dict[int, dict[str, Any]]) -> dict[str, str]:
+    """Line style per case (scenario order) when the run has several; {} for one case
+    (then EASGD solid, SGD counterparts dashed)."""
+    cases = [c for c in scenario_cases(run) if any(_case(run, i) == c for i in sums)]
+    return case_styles(cases) if len(cases) > 1 else {}
+
+
 def _invalid(run: Run, sums: dict[int, dict[str, Any]]) -> dict[int, list[str]]:
     return {i: r for i in sums if (r := invalid_reasons(run, i, sums[i])) is not None}
 
@@ -100,14 +108,19 @@ def accuracy_vs_time(run: Run, out_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     seen = set()
     invalid = _invalid(run, sums)
+    styles = _case_styles(run, sums)
     for idx, recs in sorted(curves.items()):
-        v = sums[idx]["variant"]
+        v, case = sums[idx]["variant"], _case(run, idx)
         recs.sort(key=lambda r: r["t_s"])
         bad = idx in invalid
-        ax.plot([_hw(sums[idx], r["t_s"]) * 1e3 for r in recs], [r["acc"] for r in recs],
-                ":" if bad else _ls(v), color=COLOURS.get(v, "0.5"), lw=0.8 if bad else 1.3, alpha=0.9,
-                label=None if v in seen else LABELS.get(v, v) + (" (invalid)" if bad else ""))
-        seen.add(v)
+        xs, ys = [_hw(sums[idx], r["t_s"]) * 1e3 for r in recs], [r["acc"] for r in recs]
+        key = (v, case, bad)
+        name = LABELS.get(v, v) + ("" if len(styles) < 2 else f" ({case})") + (" (invalid)" if bad else "")
+        ax.plot(xs, ys, ":" if bad else styles.get(case, _ls(v)), color=COLOURS.get(v, "0.5"),
+                lw=0.8 if bad else 1.3, alpha=0.9, label=None if key in seen else name)
+        if bad:                       # an invalid run: its end point hollow
+            hollow(ax, xs[-1:], ys[-1:], color=COLOURS.get(v, "0.5"))
+        seen.add(key)
     targets = {s["target_acc"] for s in sums.values()}
     for t in targets:
         ax.axhline(t, color="0.5", lw=0.8, ls=":")
@@ -118,7 +131,8 @@ def accuracy_vs_time(run: Run, out_dir: Path) -> list[Path]:
     ax.set_xlabel("hardware time since training start (ms; emulated / TDF)")
     ax.set_ylabel("test accuracy of the centre variable")
     ax.set_ylim(0, 1)
-    ax.set_title("Accuracy vs time: EASGD variants (solid) and SGD counterparts (dashed)", fontsize=9)
+    ax.set_title("Accuracy vs time: colour = variant family (SGD counterpart lighter); "
+                 + ("line style = case" if len(styles) > 1 else "EASGD solid, SGD dashed"), fontsize=9)
     return save(fig, run, out_dir, "easgd_accuracy_vs_time", _caption(run, sums))
 
 
@@ -127,6 +141,8 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
     sums = _summaries(run)
     groups: dict[tuple[str, str], list[tuple[float, bool]]] = defaultdict(list)
     missed: dict[tuple[str, str], int] = defaultdict(int)
+    projected: dict[tuple[str, str], list[float]] = defaultdict(list)
+    drew_proj = False
     invalid = _invalid(run, sums)
     for idx, s in sums.items():
         key = (s["variant"], _case(run, idx))
@@ -134,11 +150,17 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
             missed[key] += 1
         else:
             groups[key].append((s["hw_time_to_target_s"] * 1e3, idx in invalid))
+            if s.get("projected_time_to_target_s") is not None:
+                projected[key].append(s["projected_time_to_target_s"] * 1e3)
     keys = sorted(set(groups) | set(missed), key=lambda k: (k[1], VARIANT_NAMES.index(k[0])))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(keys) + 2), 4.6))
     most = 0
     for x, key in enumerate(keys):
         colour = COLOURS.get(key[0], "0.5")
+        if projected.get(key):        # the hardware model's replay of the same runs: thin crosses
+            ax.plot([x + 0.25] * len(projected[key]), projected[key], ls="none", marker="x", ms=5,
+                    mew=0.8, color=colour, label=None if drew_proj else "projected (hardware model)")
+            drew_proj = True
         if groups.get(key):
             most = max(most, plot_repeats(ax, {x: groups[key]}, color=colour))
             vals = [v for v, bad in groups[key] if not bad]
@@ -148,6 +170,9 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
             ax.text(x, 0, f"{missed[key]} not\nreached", ha="center", va="bottom", fontsize=6, color="#b00000")
     ax.set_xticks(range(len(keys)), [LABELS.get(v, v) + ("" if c == "base" else f"\n({c})") for v, c in keys],
                   rotation=30, ha="right", fontsize=7)
+    if drew_proj:
+        ax.legend(fontsize=7)
+    ax.set_ylim(bottom=0)
     ax.set_ylabel("time to target accuracy (hardware ms)")
     ax.set_title("Time to target accuracy (median of repeats, bar = min-max)", fontsize=9)
     return save(fig, run, out_dir, "easgd_time_to_target", _caption(run, sums, band_description(most)))

@@ -91,3 +91,13 @@ def test_projected_comm_share_uses_worker_finish_and_skips_the_master():
                       compute_s={0: 9.0, 1: 39.0, 2: 5.0}, comm_exposed_s={}, collectives=0,
                       nodes=0, nodes_total=0, events=0)
     assert projected_comm_share(proj, 2) == pytest.approx((1.0 + 1.0) / (10.0 + 40.0))
+
+
+def test_device_overruns_name_the_host_and_the_worst_ratio():
+    from testbed.workloads.easgd import device_overruns
+    hosts = {"w1": {"validity": {"violations": 0, "steps": 200, "worst_ratio": 0.4}},
+             "w2": {"validity": {"violations": 2, "steps": 200, "worst_ratio": 1.05}}}
+    master = {"validity": {"0": {"violations": 1, "steps": 800, "worst_ratio": 1.1719}, "1": None}}
+    assert device_overruns(["w1", "w2"], hosts, master) == [
+        "w2: 2 of 200 steps (worst 1.05x)", "master server 0: 1 of 800 updates (worst 1.17x)"]
+    assert device_overruns(["w1"], hosts, None) == []
