@@ -21,8 +21,8 @@ import numpy as np
 
 from testbed.plots import figure
 from testbed.plots.captions import Resolution, invalid_note, invalid_reasons, per_case, run_mode_text
-from testbed.plots.style import (band_description, bound_line, case_styles, hollow, plot_repeats, plt,
-                                 save, scenario_cases)
+from testbed.plots.style import (band_description, bound_line, case_styles, hollow, legend_handle, plot_repeats,
+                                 plt, save, scenario_cases)
 from testbed.results import Run
 from testbed.scenario import register_figure_names
 from testbed.workloads.easgd import FIGURES, PAPER_WEAK_SCALING, VARIANT_NAMES
@@ -181,26 +181,44 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
 @figure("easgd_comm_share")
 def comm_share(run: Run, out_dir: Path) -> list[Path]:
     sums = _summaries(run)
-    rows: dict[tuple[str, str], list[tuple[float, float | None]]] = defaultdict(list)
+    invalid = _invalid(run, sums)
+    rows: dict[tuple[str, str], list[tuple[float, float | None, bool]]] = defaultdict(list)
     for idx, s in sums.items():
         if s.get("comm_share") is not None:
-            rows[(s["variant"], _case(run, idx))].append((s["comm_share"], s.get("projected_comm_share")))
+            rows[(s["variant"], _case(run, idx))].append((s["comm_share"], s.get("projected_comm_share"),
+                                                          idx in invalid))
     keys = sorted(rows, key=lambda k: (k[1], VARIANT_NAMES.index(k[0])))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(keys) + 2), 4.6))
-    x = np.arange(len(keys))
+    for x, k in enumerate(keys):
+        colour = COLOURS.get(k[0], "0.5")
+        good = [r for r in rows[k] if not r[2]]
+        # bars: median over the valid repeats (min-max whisker); every repeat of a key
+        # invalid: hollow bars at the median of those (named in the caption)
+        use, bad_only = (good, False) if good else (rows[k], True)
+        for dx, vals, hatch, alpha in ((-0.2, [a for a, _, _ in use], None, 1.0),
+                                       (0.2, [b for _, b, _ in use if b is not None], "//", 0.4)):
+            if not vals:
+                continue
+            med = float(np.median(vals))
+            ax.bar(x + dx, med, 0.4, color="none" if bad_only else colour, alpha=1.0 if bad_only else alpha,
+                   edgecolor=colour, hatch=hatch, lw=1.2 if bad_only else 0)
+            if len(vals) > 1:
+                ax.vlines(x + dx, min(vals), max(vals), color="0.2", lw=1.0)
+        for a, b, bad in rows[k]:       # invalid repeats beside valid ones: hollow markers
+            if bad and good:
+                hollow(ax, [x - 0.2], [a], color=colour)
     if keys:
-        emu = [float(np.median([a for a, _ in rows[k]])) for k in keys]
-        proj = [float(np.median([b for _, b in rows[k] if b is not None] or [np.nan])) for k in keys]
-        ax.bar(x - 0.2, emu, 0.4, color=[COLOURS.get(k[0], "0.5") for k in keys], label="emulated")
-        ax.bar(x + 0.2, proj, 0.4, color=[COLOURS.get(k[0], "0.5") for k in keys], alpha=0.4,
-               hatch="//", label="projected (hardware model)")
-        ax.set_xticks(x, [LABELS.get(v, v) + ("" if c == "base" else f"\n({c})") for v, c in keys],
+        ax.set_xticks(range(len(keys)), [LABELS.get(v, v) + ("" if c == "base" else f"\n({c})") for v, c in keys],
                       rotation=30, ha="right", fontsize=7)
-        ax.legend(fontsize=7)
+        ax.legend(handles=[legend_handle("0.4", ls="none", marker="s", label="emulated (median, bar = min-max)"),
+                           legend_handle("0.75", ls="none", marker="s", label="projected (hardware model)"),
+                           legend_handle("0.4", ls="none", marker="o", hollow_=True, label="invalid repeat")],
+                  fontsize=7)
     ax.set_ylim(0, 1)
-    ax.set_ylabel("share of worker time in communication")
+    ax.set_ylabel("share of worker time in exchanges")
     ax.set_title("Communication share per variant (paper: 87 % before codesign, 14 % after)", fontsize=9)
-    return save(fig, run, out_dir, "easgd_comm_share", _caption(run, sums))
+    return save(fig, run, out_dir, "easgd_comm_share", _caption(
+        run, sums, "share = time in exchanges / each worker's time to its own last step"))
 
 
 @figure("easgd_weak_scaling")
