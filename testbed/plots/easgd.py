@@ -172,8 +172,7 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
                   rotation=30, ha="right", fontsize=7)
     if drew_proj:
         ax.legend(fontsize=7)
-    ax.set_ylim(bottom=0)
-    ax.set_ylabel("time to target accuracy (hardware ms)")
+    ax.set_ylabel("time to target (hardware ms)")
     ax.set_title("Time to target accuracy (median of repeats, bar = min-max)", fontsize=9)
     return save(fig, run, out_dir, "easgd_time_to_target", _caption(run, sums, band_description(most)))
 
