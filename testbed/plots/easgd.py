@@ -71,8 +71,9 @@ def _caption(run: Run, sums: dict[int, dict[str, Any]], extra: str = "") -> list
     ran = sorted({s["workers"] for s in sums.values()})
     tdfs = sorted({s.get("tdf") for s in sums.values() if s.get("tdf")})
     unmodeled = sum(1 for s in sums.values() if s.get("network_check", "monitor") != "monitor")
-    names = "; ".join(f"{sums[i]['variant']} ({sums[i]['workers']} w): {r[0] if r else '?'}"
-                      for i, r in list(invalid.items())[:3])
+    # the invalid points by name (the note above gives the first reason in full)
+    names = "; ".join(f"{sums[i]['variant']} {_case(run, i)} r{_repeat(run, i)} ({sums[i]['workers']} w)"
+                      for i in list(invalid)[:4]) + (f"; +{len(invalid) - 4} more" if len(invalid) > 4 else "")
     return [f"LeNet on sklearn digits; {what}; workers that ran: {'/'.join(map(str, ran)) or '-'}"
             + (f"; TDF {'/'.join(f'{t:g}' for t in tdfs)}" if tdfs else "") + (f"; {extra}" if extra else ""),
             invalid_note(invalid, len(sums), how="hollow markers / thin dotted curves")
@@ -87,6 +88,10 @@ def _case_styles(run: Run, sums: dict[int, dict[str, Any]]) -> dict[str, str]:
     (then EASGD solid, SGD counterparts dashed)."""
     cases = [c for c in scenario_cases(run) if any(_case(run, i) == c for i in sums)]
     return case_styles(cases) if len(cases) > 1 else {}
+
+
+def _repeat(run: Run, idx: int) -> int:
+    return next((p.get("repeat", 0) for p in run.points if p["index"] == idx), 0)
 
 
 def _invalid(run: Run, sums: dict[int, dict[str, Any]]) -> dict[int, list[str]]:
@@ -214,7 +219,7 @@ def comm_share(run: Run, out_dir: Path) -> list[Path]:
                            legend_handle("0.4", ls="none", marker="o", hollow_=True, label="invalid repeat")],
                   fontsize=7)
     ax.set_ylim(0, 1)
-    ax.set_ylabel("share of worker time in exchanges")
+    ax.set_ylabel("share of time in exchanges")
     ax.set_title("Communication share per variant (paper: 87 % before codesign, 14 % after)", fontsize=9)
     return save(fig, run, out_dir, "easgd_comm_share", _caption(
         run, sums, "share = time in exchanges / each worker's time to its own last step"))
