@@ -45,7 +45,7 @@ from hosts.common.results import JsonlWriter
 from hosts.common.tcp import (KIND_BARRIER, KIND_DATA, Conn, NetError, RecvOp, SendOp, accept_one,
                               exchange, listen, recv_array, recv_json, send_array, send_json)
 from hosts.easgd import rules
-from hosts.easgd.timing import MasterClock, master_host
+from hosts.easgd.timing import MasterClock, master_agreement, master_host, worst_ratio
 from hosts.easgd.config import (ConfigError, EasgdSettings, MasterConfig, load, master_rule,
                                 server_of, server_port, serving)
 from hosts.easgd.model import initial_weights
@@ -173,17 +173,23 @@ def calibrate(conns: dict[int, Conn], centre: Centre, clock: MasterClock, rounds
     n = centre.c.numel()
     timeout = max(c.timeout_s for c in conns.values())
     for r in range(rounds):
+        reals = []
         for _ in range(iterations):
             for rank in sorted(conns):
                 exchange([SendOp(conns[rank], KIND_BARRIER)], [], timeout)
                 arr = recv_array(conns[rank], np.empty(n, np.float32))
                 reply = clock.update(lambda: scratch.apply(torch.from_numpy(arr))[0], traced=False)
+                reals.append(clock.last_real_s)
                 send_array(conns[rank], reply)
         vecs = [recv_array(conns[rank]) for rank in sorted(conns)]
         if len({v.size for v in vecs}) != 1:
             raise NetError(f"calibration round {r}: workers sent agreement vectors of sizes "
                            f"{[v.size for v in vecs]}")
-        total = np.sum(np.stack([v.astype(np.float64) for v in vecs]), axis=0)
+        try:     # the master's own update enters the compute ratio (timing.master_agreement)
+            mine = master_agreement(vecs[0].size, len(conns), worst_ratio(reals, clock.update_hw_s))
+        except ValueError as e:
+            raise NetError(f"calibration round {r}: {e}") from None
+        total = np.sum(np.stack([v.astype(np.float64) for v in vecs] + [mine]), axis=0)
         for rank in sorted(conns):
             send_array(conns[rank], total)
         tdfs = {float(recv_array(conns[rank])[0]) for rank in sorted(conns)}

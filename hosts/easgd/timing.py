@@ -129,6 +129,27 @@ def _local_gradient(rt: Runtime, task, w, idx) -> float:
     return real
 
 
+def worst_ratio(reals: list[float], hw_s: float) -> float | None:
+    """The compute-ratio input of calibration: the round's WORST step (real / modeled),
+    not the mean. Pacing is checked step by step (one step over TDF x modeled makes the
+    point invalid) and on this loaded machine single steps stall for milliseconds, so
+    the mean ratio let calibrated points overrun (docs/easgd.md, Time)."""
+    return max(reals) / hw_s if reals and hw_s > 0 else None
+
+
+def master_agreement(size: int, workers: int, ratio: float | None) -> np.ndarray:
+    """The master's part of the calibration's agreement vector (size `size`, as the
+    workers' `encode_messages` with world = workers + 1): no round trips of its own,
+    its update's worst compute ratio at party `workers`, so a slow master update raises
+    the TDF as a slow worker step does."""
+    from hosts.common import calibration as cal  # noqa: PLC0415
+    parties = workers + 1
+    n, rem = divmod(size - 2 * parties, parties)
+    if rem or n < 0 or cal.messages_agreement_size(n, parties) != size:
+        raise ValueError(f"agreement vector of {size} values does not fit {workers} workers + the master")
+    return cal.encode_messages([0.0] * n, ratio, workers, parties)
+
+
 def _finish(rt: Runtime, c, tdf: float) -> dict:
     rt.device.time_scale = tdf
     rt.device._reset_stats()             # the run's step statistics are the run's
@@ -150,15 +171,14 @@ def calibrate_sync(rt: Runtime, task, cc: dict, nd: dict | None) -> dict:
     c = cal.Calibrator(cc["hw_op_s"], rt.device.time_scale, nd, rank, _expect_delay(rt))
     c.start()                            # the switch's impairments held off while calibrating
     for _ in range(cc["rounds"]):
-        spans, real, hw = [], 0.0, 0.0
+        spans, reals = [], []
         for _ in range(cc["iterations"]):
-            real += _local_gradient(rt, task, w, next(batches))
-            hw += rt.device.hw_time(task.batch_size)
+            reals.append(_local_gradient(rt, task, w, next(batches)))
             coll.barrier()
             t0 = time.perf_counter()
             coll.allreduce(torch.zeros_like(w))
             spans.append((t0, time.perf_counter()))
-        ratio = real / hw if hw > 0 else None
+        ratio = worst_ratio(reals, rt.device.hw_time(task.batch_size))
         vec = cal.encode([a for a, _ in spans], [b for _, b in spans], ratio, rank, world)
         summed = np.asarray(coll.allreduce(torch.from_numpy(vec.astype(np.float32))), np.float64)
         measured, why = cal.decide(summed, len(spans), world, cc["hw_op_s"], fallback=rt.device.time_scale)
@@ -178,18 +198,18 @@ def calibrate_master(rt: Runtime, link, task, cc: dict, nd: dict | None) -> dict
     c = cal.Calibrator(cc["hw_op_s"], rt.device.time_scale, nd, rank)
     c.start()                            # rank 0 goes first at the master: held before any probe
     for r in range(cc["rounds"]):
-        durations, real, hw = [], 0.0, 0.0
+        durations, reals = [], []
         for _ in range(cc["iterations"]):
-            real += _local_gradient(rt, task, w, next(batches))
-            hw += rt.device.hw_time(task.batch_size)
+            reals.append(_local_gradient(rt, task, w, next(batches)))
             link.wait_turn()
             t0 = time.perf_counter()
             link.send(w)
             link.recv(w.numel())
             durations.append(time.perf_counter() - t0)
-        ratio = real / hw if hw > 0 else None
-        summed = link.agree(cal.encode_messages(durations, ratio, rank, world))
-        measured, why = cal.decide_messages(summed, len(durations), world, cc["hw_op_s"],
+        ratio = worst_ratio(reals, rt.device.hw_time(task.batch_size))
+        # world + 1 parties: the master's updates have a compute-ratio slot too (rank world)
+        summed = link.agree(cal.encode_messages(durations, ratio, rank, world + 1))
+        measured, why = cal.decide_messages(summed, len(durations), world + 1, cc["hw_op_s"],
                                             fallback=rt.device.time_scale)
         tdf = c.after_round(measured, why, ops=len(durations), my_compute_ratio=ratio,
                             op_hw_p50_s=cc["hw_op_s"],
@@ -211,6 +231,7 @@ class MasterClock:
                  tdf: float, update_hw_s: float, serve_order: str, sleep: bool = True):
         self.host = master_host(servers, server)
         self.update_hw_s = update_hw_s
+        self.last_real_s = 0.0               # the last update's real seconds (calibration)
         self.device = PacedDevice(tdf, sleep=sleep)
         self.trace = TraceRecorder(trace_path, host=self.host, rank=workers + server,
                                    world=workers + servers, tdf=tdf, role="server",
@@ -227,7 +248,7 @@ class MasterClock:
         """The centre update `fn`, paced to update_hw_s x TDF."""
         t0 = time.perf_counter()
         out = fn()
-        real = time.perf_counter() - t0
+        real = self.last_real_s = time.perf_counter() - t0
         self.device.charge(self.update_hw_s * self.device.time_scale, real)
         self.device.flush()
         if traced:

@@ -21,7 +21,8 @@ import numpy as np
 
 from testbed.plots import figure
 from testbed.plots.captions import Resolution, invalid_note, invalid_reasons, per_case, run_mode_text
-from testbed.plots.style import band_description, bound_line, plot_repeats, plt, save
+from testbed.plots.style import (band_description, bound_line, case_styles, hollow, legend_handle, plot_repeats,
+                                 plt, save, scenario_cases)
 from testbed.results import Run
 from testbed.scenario import register_figure_names
 from testbed.workloads.easgd import FIGURES, PAPER_WEAK_SCALING, VARIANT_NAMES
@@ -70,8 +71,9 @@ def _caption(run: Run, sums: dict[int, dict[str, Any]], extra: str = "") -> list
     ran = sorted({s["workers"] for s in sums.values()})
     tdfs = sorted({s.get("tdf") for s in sums.values() if s.get("tdf")})
     unmodeled = sum(1 for s in sums.values() if s.get("network_check", "monitor") != "monitor")
-    names = "; ".join(f"{sums[i]['variant']} ({sums[i]['workers']} w): {r[0] if r else '?'}"
-                      for i, r in list(invalid.items())[:3])
+    # the invalid points by name (the note above gives the first reason in full)
+    names = "; ".join(f"{sums[i]['variant']} {_case(run, i)} r{_repeat(run, i)} ({sums[i]['workers']} w)"
+                      for i in list(invalid)[:4]) + (f"; +{len(invalid) - 4} more" if len(invalid) > 4 else "")
     return [f"LeNet on sklearn digits; {what}; workers that ran: {'/'.join(map(str, ran)) or '-'}"
             + (f"; TDF {'/'.join(f'{t:g}' for t in tdfs)}" if tdfs else "") + (f"; {extra}" if extra else ""),
             invalid_note(invalid, len(sums), how="hollow markers / thin dotted curves")
@@ -79,6 +81,17 @@ def _caption(run: Run, sums: dict[int, dict[str, Any]], extra: str = "") -> list
             (f"{unmodeled} point(s) recorded before the monitor modeled p2p messages (network_check: "
              f"not modeled; no projection)" if unmodeled else ""),
             run_mode_text(run)]
+
+
+def _case_styles(run: Run, sums: dict[int, dict[str, Any]]) -> dict[str, str]:
+    """Line style per case (scenario order) when the run has several; {} for one case
+    (then EASGD solid, SGD counterparts dashed)."""
+    cases = [c for c in scenario_cases(run) if any(_case(run, i) == c for i in sums)]
+    return case_styles(cases) if len(cases) > 1 else {}
+
+
+def _repeat(run: Run, idx: int) -> int:
+    return next((p.get("repeat", 0) for p in run.points if p["index"] == idx), 0)
 
 
 def _invalid(run: Run, sums: dict[int, dict[str, Any]]) -> dict[int, list[str]]:
@@ -100,14 +113,19 @@ def accuracy_vs_time(run: Run, out_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     seen = set()
     invalid = _invalid(run, sums)
+    styles = _case_styles(run, sums)
     for idx, recs in sorted(curves.items()):
-        v = sums[idx]["variant"]
+        v, case = sums[idx]["variant"], _case(run, idx)
         recs.sort(key=lambda r: r["t_s"])
         bad = idx in invalid
-        ax.plot([_hw(sums[idx], r["t_s"]) * 1e3 for r in recs], [r["acc"] for r in recs],
-                ":" if bad else _ls(v), color=COLOURS.get(v, "0.5"), lw=0.8 if bad else 1.3, alpha=0.9,
-                label=None if v in seen else LABELS.get(v, v) + (" (invalid)" if bad else ""))
-        seen.add(v)
+        xs, ys = [_hw(sums[idx], r["t_s"]) * 1e3 for r in recs], [r["acc"] for r in recs]
+        key = (v, case, bad)
+        name = LABELS.get(v, v) + ("" if len(styles) < 2 else f" ({case})") + (" (invalid)" if bad else "")
+        ax.plot(xs, ys, ":" if bad else styles.get(case, _ls(v)), color=COLOURS.get(v, "0.5"),
+                lw=0.8 if bad else 1.3, alpha=0.9, label=None if key in seen else name)
+        if bad:                       # an invalid run: its end point hollow
+            hollow(ax, xs[-1:], ys[-1:], color=COLOURS.get(v, "0.5"))
+        seen.add(key)
     targets = {s["target_acc"] for s in sums.values()}
     for t in targets:
         ax.axhline(t, color="0.5", lw=0.8, ls=":")
@@ -118,7 +136,8 @@ def accuracy_vs_time(run: Run, out_dir: Path) -> list[Path]:
     ax.set_xlabel("hardware time since training start (ms; emulated / TDF)")
     ax.set_ylabel("test accuracy of the centre variable")
     ax.set_ylim(0, 1)
-    ax.set_title("Accuracy vs time: EASGD variants (solid) and SGD counterparts (dashed)", fontsize=9)
+    ax.set_title("Accuracy vs time: colour = variant family (SGD counterpart lighter); "
+                 + ("line style = case" if len(styles) > 1 else "EASGD solid, SGD dashed"), fontsize=9)
     return save(fig, run, out_dir, "easgd_accuracy_vs_time", _caption(run, sums))
 
 
@@ -127,6 +146,8 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
     sums = _summaries(run)
     groups: dict[tuple[str, str], list[tuple[float, bool]]] = defaultdict(list)
     missed: dict[tuple[str, str], int] = defaultdict(int)
+    projected: dict[tuple[str, str], list[float]] = defaultdict(list)
+    drew_proj = False
     invalid = _invalid(run, sums)
     for idx, s in sums.items():
         key = (s["variant"], _case(run, idx))
@@ -134,11 +155,17 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
             missed[key] += 1
         else:
             groups[key].append((s["hw_time_to_target_s"] * 1e3, idx in invalid))
+            if s.get("projected_time_to_target_s") is not None:
+                projected[key].append(s["projected_time_to_target_s"] * 1e3)
     keys = sorted(set(groups) | set(missed), key=lambda k: (k[1], VARIANT_NAMES.index(k[0])))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(keys) + 2), 4.6))
     most = 0
     for x, key in enumerate(keys):
         colour = COLOURS.get(key[0], "0.5")
+        if projected.get(key):        # the hardware model's replay of the same runs: thin crosses
+            ax.plot([x + 0.25] * len(projected[key]), projected[key], ls="none", marker="x", ms=5,
+                    mew=0.8, color=colour, label=None if drew_proj else "projected (hardware model)")
+            drew_proj = True
         if groups.get(key):
             most = max(most, plot_repeats(ax, {x: groups[key]}, color=colour))
             vals = [v for v, bad in groups[key] if not bad]
@@ -148,7 +175,9 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
             ax.text(x, 0, f"{missed[key]} not\nreached", ha="center", va="bottom", fontsize=6, color="#b00000")
     ax.set_xticks(range(len(keys)), [LABELS.get(v, v) + ("" if c == "base" else f"\n({c})") for v, c in keys],
                   rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel("time to target accuracy (hardware ms)")
+    if drew_proj:
+        ax.legend(fontsize=7)
+    ax.set_ylabel("time to target (hardware ms)")
     ax.set_title("Time to target accuracy (median of repeats, bar = min-max)", fontsize=9)
     return save(fig, run, out_dir, "easgd_time_to_target", _caption(run, sums, band_description(most)))
 
@@ -156,26 +185,44 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
 @figure("easgd_comm_share")
 def comm_share(run: Run, out_dir: Path) -> list[Path]:
     sums = _summaries(run)
-    rows: dict[tuple[str, str], list[tuple[float, float | None]]] = defaultdict(list)
+    invalid = _invalid(run, sums)
+    rows: dict[tuple[str, str], list[tuple[float, float | None, bool]]] = defaultdict(list)
     for idx, s in sums.items():
         if s.get("comm_share") is not None:
-            rows[(s["variant"], _case(run, idx))].append((s["comm_share"], s.get("projected_comm_share")))
+            rows[(s["variant"], _case(run, idx))].append((s["comm_share"], s.get("projected_comm_share"),
+                                                          idx in invalid))
     keys = sorted(rows, key=lambda k: (k[1], VARIANT_NAMES.index(k[0])))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(keys) + 2), 4.6))
-    x = np.arange(len(keys))
+    for x, k in enumerate(keys):
+        colour = COLOURS.get(k[0], "0.5")
+        good = [r for r in rows[k] if not r[2]]
+        # bars: median over the valid repeats (min-max whisker); every repeat of a key
+        # invalid: hollow bars at the median of those (named in the caption)
+        use, bad_only = (good, False) if good else (rows[k], True)
+        for dx, vals, hatch, alpha in ((-0.2, [a for a, _, _ in use], None, 1.0),
+                                       (0.2, [b for _, b, _ in use if b is not None], "//", 0.4)):
+            if not vals:
+                continue
+            med = float(np.median(vals))
+            ax.bar(x + dx, med, 0.4, color="none" if bad_only else colour, alpha=1.0 if bad_only else alpha,
+                   edgecolor=colour, hatch=hatch, lw=1.2 if bad_only else 0)
+            if len(vals) > 1:
+                ax.vlines(x + dx, min(vals), max(vals), color="0.2", lw=1.0)
+        for a, b, bad in rows[k]:       # invalid repeats beside valid ones: hollow markers
+            if bad and good:
+                hollow(ax, [x - 0.2], [a], color=colour)
     if keys:
-        emu = [float(np.median([a for a, _ in rows[k]])) for k in keys]
-        proj = [float(np.median([b for _, b in rows[k] if b is not None] or [np.nan])) for k in keys]
-        ax.bar(x - 0.2, emu, 0.4, color=[COLOURS.get(k[0], "0.5") for k in keys], label="emulated")
-        ax.bar(x + 0.2, proj, 0.4, color=[COLOURS.get(k[0], "0.5") for k in keys], alpha=0.4,
-               hatch="//", label="projected (hardware model)")
-        ax.set_xticks(x, [LABELS.get(v, v) + ("" if c == "base" else f"\n({c})") for v, c in keys],
+        ax.set_xticks(range(len(keys)), [LABELS.get(v, v) + ("" if c == "base" else f"\n({c})") for v, c in keys],
                       rotation=30, ha="right", fontsize=7)
-        ax.legend(fontsize=7)
+        ax.legend(handles=[legend_handle("0.4", ls="none", marker="s", label="emulated (median, bar = min-max)"),
+                           legend_handle("0.75", ls="none", marker="s", label="projected (hardware model)"),
+                           legend_handle("0.4", ls="none", marker="o", hollow_=True, label="invalid repeat")],
+                  fontsize=7)
     ax.set_ylim(0, 1)
-    ax.set_ylabel("share of worker time in communication")
+    ax.set_ylabel("share of time in exchanges")
     ax.set_title("Communication share per variant (paper: 87 % before codesign, 14 % after)", fontsize=9)
-    return save(fig, run, out_dir, "easgd_comm_share", _caption(run, sums))
+    return save(fig, run, out_dir, "easgd_comm_share", _caption(
+        run, sums, "share = time in exchanges / each worker's time to its own last step"))
 
 
 @figure("easgd_weak_scaling")

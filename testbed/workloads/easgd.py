@@ -375,6 +375,26 @@ def accuracy_curve(wl: EasgdWorkload, path: Path, start: float | None) -> list[d
             for i in keep]
 
 
+def comm_share(comm_s: dict[Any, float], span_s: dict[Any, float]) -> float | None:
+    """Share of the workers' time spent in exchanges: sum over workers of the time in
+    exchanges (sends, waits for replies, allreduces, with any wait for a peer inside
+    them) / sum of each worker's time from its first step to its OWN last one. A fast
+    worker that finished early under an asynchronous master is not idling "in
+    communication" until the straggler ends (1 - busy / makespan counted that tail).
+    The emulated and the projected shares both use this (docs/easgd.md, Time)."""
+    ranks = [r for r in span_s if r in comm_s and span_s[r] > 0]
+    total = sum(span_s[r] for r in ranks)
+    return sum(comm_s[r] for r in ranks) / total if total > 0 else None
+
+
+def projected_comm_share(proj: Any, workers: int) -> float | None:
+    """comm_share of a projection: per worker rank (< workers; a server rank's busy time
+    is the master's updates) the time its device was not busy up to its own finish."""
+    finish = {int(r): v for r, v in proj.finish_s.items() if int(r) < workers}
+    busy = {int(r): v for r, v in proj.compute_s.items()}
+    return comm_share({r: v - busy.get(r, 0.0) for r, v in finish.items()}, finish)
+
+
 def time_to_target(curve: list[dict[str, Any]], target: float) -> float | None:
     return next((r["t_s"] for r in curve if r["acc"] >= target), None)
 
@@ -416,7 +436,9 @@ def point_summary(wl: EasgdWorkload, workers: list[str], recs: list[dict[str, An
                                 if time_to_target(curve, wl.target_acc) is not None else None),
         "final_acc": curve[-1]["acc"] if curve else None,
         "max_acc": max((r["acc"] for r in curve), default=None),
-        "comm_share": comm / (compute + comm) if compute + comm > 0 else None,
+        "comm_share": comm_share({h: hosts[h].get("comm_s", 0.0) for h in workers if h in hosts},
+                                 {h: finals[h]["t_end_perf"] - finals[h]["t0_perf"] for h in workers
+                                  if h in finals and finals[h].get("t_end_perf") is not None}),
         "compute_s": compute, "comm_s": comm,
         "exchanges_worker": worker_ex,
         "exchanges_master": (master or {}).get("exchanges"),
@@ -425,8 +447,25 @@ def point_summary(wl: EasgdWorkload, workers: list[str], recs: list[dict[str, An
         "c_sha256": {str(finals[h]["rank"]): finals[h].get("c_sha256") for h in workers if h in finals},
         "device_valid": all(v.get("valid", True) for v in validity),
         "device_violations": sum(v.get("violations", 0) for v in validity),
+        "device_overruns": device_overruns(workers, hosts, master),
         "hogwild_overlap": hogwild_overlap([r for r in recs if r["type"] == "easgd_exchange"]),
     }
+
+
+def device_overruns(workers: list[str], hosts: dict[str, dict[str, Any]],
+                    master: dict[str, Any] | None) -> list[str]:
+    """Who overran the dilated device model, for the reason a reader sees: 'w2: 1 of 200
+    steps (worst 1.05x)', 'master server 0: 1 of 800 updates (worst 1.17x)'."""
+    out = []
+    for h in workers:
+        v = (hosts.get(h) or {}).get("validity") or {}
+        if v.get("violations"):
+            out.append(f"{h}: {v['violations']} of {v.get('steps')} steps (worst {v.get('worst_ratio', 0):.2f}x)")
+    for s, v in sorted(((master or {}).get("validity") or {}).items()):
+        if v and v.get("violations"):
+            out.append(f"master server {s}: {v['violations']} of {v.get('steps')} updates "
+                       f"(worst {v.get('worst_ratio', 0):.2f}x)")
+    return out
 
 
 def hogwild_overlap(exchanges: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -462,8 +501,9 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
     wl: EasgdWorkload = scenario.workload
     summary["valid"] = bool(summary["device_valid"])
     summary["invalid_reasons"] = ([] if summary["device_valid"] else
-                                  [f"device model exceeded: {summary['device_violations']} steps took more "
-                                   f"CPU time than TDF x modeled"])
+                                  [f"device model exceeded (CPU time over TDF x modeled): "
+                                   + "; ".join(summary["device_overruns"] or
+                                               [f"{summary['device_violations']} steps"])])
     point = fidelity_and_projection(work_dir, wl.hardware, summary["tdf"], "easgd", None, summary,
                                     max_nodes=PROJECT_MAX_NODES, agreement_tolerance=None,
                                     extra={"variant": wl.variant})
@@ -487,13 +527,9 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
             proj = point.projected if n == world else project_world(traces, n, profile, max_nodes=cap)
             if n == 1:
                 base = proj.makespan_s
-            # workers only: a server rank's busy time (the master's updates) is not a worker's compute
-            busy = [v for r, v in proj.compute_s.items() if int(r) < n]
-            comp = float(np.mean(busy)) if busy else 0.0
-            sim = proj.simulated_makespan_s
             records.append({"type": "projection", "workload": "easgd", "variant": wl.variant, "workers": n,
                             "emulated": n == world, "profile": profile.label(), "hw_train_s": proj.makespan_s,
-                            "comm_share": (1 - comp / sim) if sim > 0 else None,
+                            "comm_share": projected_comm_share(proj, n),
                             "weak_scaling_eff": (base / proj.makespan_s) if base and proj.makespan_s > 0 else None,
                             "truncated": bool(proj.truncated)})
     except (ValueError, KeyError, RuntimeError) as e:     # a count the projector cannot replay

@@ -171,13 +171,16 @@ def test_master_calibration_protocol_and_server_trace(tmp_path):
     exact sum of the workers' agreement vectors back to each, then the TDF they chose.
     The probes leave the centre alone (the first real reply is the rule on C0), and the
     master's trace is a server's: recv / update / send per message, p2p groups per worker."""
+    from hosts.common import calibration as cal
     from hosts.common.trace import read_trace
     from hosts.easgd.timing import PUSH_TAG, REPLY_TAG
     from hosts.common.tcp import KIND_BARRIER, RecvOp, exchange
 
     proc, port, s = start_master(tmp_path, "async_easgd", SMALL, calibration={"rounds": 2, "iterations": 2})
     c0 = initial_weights(3, SMALL)
-    vecs = [np.array([1.5, 0.0, 2.0]), np.array([0.0, 4.25, 1.0])]
+    # the workers' vectors as encode_messages lays them out for 2 workers + the master
+    # (3 parties, 2 round trips each): durations, then the compute ratios' slots
+    vecs = [cal.encode_messages([1.5, 2.0], 10.0, 0, 3), cal.encode_messages([4.25, 1.0], 20.0, 1, 3)]
     try:
         c = [Client(r, port, s, calibrated=True) for r in range(2)]
         for x in c:
@@ -204,9 +207,15 @@ def test_master_calibration_protocol_and_server_trace(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, out[-3000:]
+    off = 2 * 3                                               # after the round trips
     for per_worker in sums:
         for got in per_worker:
-            assert np.array_equal(got, vecs[0] + vecs[1])
+            # the workers' slots summed exactly; the master's compute ratio (party 2) added:
+            # its worst update's real / modeled time, flagged
+            mine = np.zeros_like(got)
+            mine[[off + 2, off + 3 + 2]] = got[[off + 2, off + 3 + 2]]
+            assert np.array_equal(got - mine, vecs[0] + vecs[1])
+            assert got[off + 3 + 2] == 1.0 and got[off + 2] > np.log2(2.0)   # ratio x headroom > 1
     # rank 0's first real message meets the untouched C0: e = alpha (W - C0) exactly
     assert np.array_equal(replies[0], (0.45 * ((c0 + 1.0) - c0)).numpy())
     summary = next(json.loads(x) for x in (tmp_path / "master.jsonl").read_text().splitlines()
@@ -223,5 +232,6 @@ def test_master_calibration_protocol_and_server_trace(tmp_path):
     comp = [n for n in nodes if n["kind"] == "compute"]
     assert all(n["hw_s"] == UPDATE_HW_S for n in comp)
     assert all(n["deps"][-1] == n["id"] - 1 for n in comp)      # the update waited for its message
-    # paced: each update lasted at least TDF x its modeled time
-    assert all(n["t1"] - n["t0"] >= 0.95 * 301.0 * UPDATE_HW_S for n in comp)
+    # paced: the updates lasted TDF x their modeled time (in sum: an oversleep is carried
+    # as credit into the next update, hosts/common/device.py, so one alone may be shorter)
+    assert sum(n["t1"] - n["t0"] for n in comp) >= 0.95 * 301.0 * UPDATE_HW_S * len(comp)

@@ -69,3 +69,23 @@ def test_master_config_rejects_a_bad_timing_block():
     bad = dict(base, timing={"time_scale": 100.0, "update_hw_s": 0, "calibration": None})
     with pytest.raises(ConfigError, match="timing"):
         MasterConfig.parse(bad, "m.json")
+
+
+def test_calibration_compute_input_is_the_worst_step_and_the_master_has_a_slot():
+    from hosts.easgd.timing import master_agreement, worst_ratio
+    # the worst of three steps of 1 ms modeled: 50 ms real -> 50 (the mean, 20, hid it)
+    assert worst_ratio([0.005, 0.005, 0.05], 1e-3) == pytest.approx(50.0)
+    assert worst_ratio([], 1e-3) is None
+    # two workers + the master (3 parties), three round trips each, hardware trip 1 ms
+    w0 = cal.encode_messages([0.2, 0.4, 0.3], compute_ratio=10.0, rank=0, world=3)
+    w1 = cal.encode_messages([0.5, 0.1, 0.6], compute_ratio=40.0, rank=1, world=3)
+    m = master_agreement(w0.size, 2, 300.0)      # the master's update: 300 x modeled at worst
+    assert m.size == w0.size == cal.messages_agreement_size(3, 3) == 15
+    assert np.count_nonzero(m[:9]) == 0           # no round trips of its own
+    tdf, why = cal.decide_messages(w0 + w1 + m, 3, 3, 1e-3, fallback=7.0)
+    # network: median of {0.1 .. 0.6} s = 350 (the master's zero slots ignored); compute:
+    # max(10, 40, 300) x headroom 2 = 600 -> the master's update decides
+    assert why["tdf_net"] == pytest.approx(350.0)
+    assert why["tdf_cmp"] == pytest.approx(600.0) and tdf == 600.0 and why["limited_by"] == "compute"
+    with pytest.raises(ValueError, match="2 workers"):
+        master_agreement(w0.size + 1, 2, 300.0)

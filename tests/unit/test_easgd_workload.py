@@ -5,7 +5,8 @@ import pytest
 
 from hosts.easgd.config import ConfigError, EasgdSettings, VARIANTS, parse_worker
 from testbed.scenario import ScenarioError, load_scenario_text
-from testbed.workloads.easgd import (EasgdWorkload, hogwild_overlap, time_to_target)
+from testbed.workloads.easgd import (EasgdWorkload, comm_share, hogwild_overlap, projected_comm_share,
+                                     time_to_target)
 
 pytestmark = pytest.mark.unit
 
@@ -72,3 +73,31 @@ def test_time_to_target_is_the_first_crossing():
     curve = [{"t_s": 0.0, "acc": 0.1}, {"t_s": 1.0, "acc": 0.86}, {"t_s": 2.0, "acc": 0.8}]
     assert time_to_target(curve, 0.85) == 1.0
     assert time_to_target(curve, 0.9) is None
+
+
+def test_comm_share_ends_each_worker_at_its_own_last_step():
+    # A fast worker (1 s in exchanges, done at 10 s) beside a straggler (1 s, done at
+    # 40 s): 2 / 50. Counting the fast worker's idle 30 s to the makespan as
+    # communication would give 1 - (9 + 39) / 2 / 40 = 0.4.
+    assert comm_share({"w1": 1.0, "w2": 1.0}, {"w1": 10.0, "w2": 40.0}) == pytest.approx(2 / 50)
+    assert comm_share({"w1": 1.0}, {"w1": 0.0}) is None          # no span: no share
+    assert comm_share({}, {"w1": 5.0}) is None                   # no exchanges recorded: no share
+
+
+def test_projected_comm_share_uses_worker_finish_and_skips_the_master():
+    from testbed.fidelity.projector import Projection
+    # ranks 0, 1 workers (0 finishes early, 1 is a straggler), rank 2 the master
+    proj = Projection(profile="p", world=2, makespan_s=40.0, finish_s={0: 10.0, 1: 40.0, 2: 40.0},
+                      compute_s={0: 9.0, 1: 39.0, 2: 5.0}, comm_exposed_s={}, collectives=0,
+                      nodes=0, nodes_total=0, events=0)
+    assert projected_comm_share(proj, 2) == pytest.approx((1.0 + 1.0) / (10.0 + 40.0))
+
+
+def test_device_overruns_name_the_host_and_the_worst_ratio():
+    from testbed.workloads.easgd import device_overruns
+    hosts = {"w1": {"validity": {"violations": 0, "steps": 200, "worst_ratio": 0.4}},
+             "w2": {"validity": {"violations": 2, "steps": 200, "worst_ratio": 1.05}}}
+    master = {"validity": {"0": {"violations": 1, "steps": 800, "worst_ratio": 1.1719}, "1": None}}
+    assert device_overruns(["w1", "w2"], hosts, master) == [
+        "w2: 2 of 200 steps (worst 1.05x)", "master server 0: 1 of 800 updates (worst 1.17x)"]
+    assert device_overruns(["w1"], hosts, None) == []
