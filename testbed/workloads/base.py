@@ -45,21 +45,33 @@ class PointContext:
     def tcp_port_base(self, default: int, span: int = 64) -> int:
         """Base of the TCP ports host programs listen on. Mininet runs have a
         network namespace of their own, so the fixed default is safe; local
-        runs share the machine's loopback, so pick a free range instead."""
+        runs share the machine's loopback, so pick a free range instead: below
+        the kernel's ephemeral range (an outgoing connection of any process may
+        take a port there at any moment: a local ShadowSync run once found its
+        ring port 42859 taken), every port of the span free now."""
         if self.net_mode != "local":
             return default
         import random
         import socket
+        low = _ephemeral_low()
         rng = random.Random()
         for _ in range(50):
-            base = rng.randrange(20000, 60000 - span)
+            base = rng.randrange(10000, max(10001, low - span))
             try:
-                for port in (base, base + span - 1):
+                for port in range(base, base + span):
                     with socket.socket() as s:
                         s.bind(("127.0.0.1", port))
                 return base
             except OSError:
                 continue
+        return default
+
+
+def _ephemeral_low(default: int = 32768) -> int:
+    """The first port of the kernel's ephemeral range (net.ipv4.ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
         return default
 
 
