@@ -4,7 +4,9 @@ Collectives (allreduce, allgather) are costed by `network_model.collective_cost`
 with their own group's member count. The collectives of one member set share
 one fabric resource: a collective holds it for its `link_busy_s` (the time its
 busiest link is serializing), then waits the rest of its time (latency,
-reduction) without it. One collective alone takes exactly `collective_time`;
+reduction) without it; each member has its result at its own
+`finish_after_arrivals` (the same arrival-aware measure as the monitor's). One
+collective whose members arrive together takes exactly `collective_time`;
 two overlapping bandwidth-bound ones take about the sum of their serialization,
 as on a shared link; latency-bound ones overlap almost freely.
 
@@ -29,7 +31,7 @@ from typing import Any, Callable
 import simpy
 
 from testbed.fidelity.constants import HardwareProfile
-from testbed.fidelity.network_model import CollectiveCost, collective_cost, message_cost
+from testbed.fidelity.network_model import CollectiveCost, collective_cost, finish_after_arrivals, message_cost
 
 
 class Message:
@@ -64,17 +66,37 @@ class Fabric:
             c = self._costs[("p2p", nbytes)] = message_cost(nbytes, self.profile)
         return c
 
-    def collective(self, node: dict[str, Any], members: frozenset, done: simpy.Event):
+    def collective(self, node: dict[str, Any], members: frozenset, arrivals: dict[int, float],
+                   done: dict[int, simpy.Event]):
+        """Started at the last member's arrival; member r's `done[r]` fires
+        when it has its result: `finish_after_arrivals` given when each member
+        arrived (in a ring the early members' first steps are done before the
+        last joins), later by however long the shared link was held by
+        another collective of the same members."""
         c = self.collective_cost(node, len(members))
+        last = self.env.now
+        ranks = sorted(arrivals)               # ring order = rank order, as the monitor takes it
+        finish = finish_after_arrivals(node["op"], node["algo"], int(node["values"]),
+                                       int(node["value_bytes"]), [arrivals[r] for r in ranks],
+                                       self.profile, bool(node.get("scale_round")))
+        remaining = {r: max(0.0, f - last) for r, f in zip(ranks, finish)}
         if self.contention and c.link_busy_s > 0:
             link = self._shared.setdefault(members, simpy.Resource(self.env, capacity=1))
             with link.request() as req:
                 yield req
+                self.env.process(self._finish(done, remaining))
                 yield self.env.timeout(c.link_busy_s)
-            yield self.env.timeout(c.total_s - c.link_busy_s)
         else:
-            yield self.env.timeout(c.total_s)
-        done.succeed()
+            yield from self._finish(done, remaining)
+
+    def _finish(self, done: dict[int, simpy.Event], remaining: dict[int, float]):
+        """Fire each member's event `remaining[r]` after now, earliest first."""
+        start = self.env.now
+        for r in sorted(remaining, key=remaining.get):
+            wait = start + remaining[r] - self.env.now
+            if wait > 0:
+                yield self.env.timeout(wait)
+            done[r].succeed()
 
     def transfer(self, msg: Message, node: dict[str, Any]):
         """The bytes of a send node crossing the network (module docstring)."""

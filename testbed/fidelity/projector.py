@@ -15,7 +15,11 @@ Each rank's program is one SimPy process that walks its nodes in program order:
            (group, seq), and the program goes on (communication is
            asynchronous). Its members are projector_checks.group_members'
            (the group "world": every worker rank). When the last member arrives
-           it runs (fabric.py) and its event fires for every member at once;
+           it runs (fabric.py); each member's event fires when that member has
+           its result given when every member arrived
+           (network_model.finish_after_arrivals, as the fidelity monitor
+           measures it: in a ring the early members' first steps are done
+           before the last one joins; equal arrivals: collective_time for all);
            compute nodes that depend on it wait for that event, others overlap
            with it. It is costed with its own group's member count (server
            traces are not members of the workers' collectives).
@@ -179,23 +183,25 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
                 key = (node["group"], node["seq"])
                 state = arrived.get(key)
                 if state is None:
-                    state = arrived[key] = [0, env.event()]
-                done[node["id"]] = state[1]
+                    state = arrived[key] = ({}, {})
+                done[node["id"]] = state[1].setdefault(rank, env.event())
                 if pending:
-                    env.process(after(pending, lambda node=node, state=state: arrive(node, state)))
+                    env.process(after(pending, lambda node=node, state=state, rank=rank:
+                                      arrive(node, state, rank)))
                 else:
-                    arrive(node, state)
+                    arrive(node, state, rank)
         tail = [e for e in done if e is not None and not e.processed]
         if tail:                 # asynchronous ops still in flight when the program ends
             yield env.all_of(tail)
         finish[rank] = max(finish[rank], env.now)
         busy[rank] = max(busy[rank], device_s)      # cores in parallel: the busiest one
 
-    def arrive(node: dict[str, Any], state: list) -> None:
-        state[0] += 1
+    def arrive(node: dict[str, Any], state: tuple[dict, dict], rank: int) -> None:
+        arrivals, events = state       # rank -> arrival time, rank -> its done event
+        arrivals[rank] = env.now
         group = members[node["group"]]
-        if state[0] == len(group):
-            env.process(fabric.collective(node, group, state[1]))
+        if len(arrivals) == len(group):
+            env.process(fabric.collective(node, group, arrivals, events))
 
     def serve(rank: int, server: Server):
         yield from server.run()

@@ -6,7 +6,7 @@ import pytest
 from hosts.common.trace import TraceRecorder
 from testbed.fidelity.constants import load_profile
 from testbed.fidelity.monitor import load_traces
-from testbed.fidelity.network_model import collective_cost, collective_time
+from testbed.fidelity.network_model import collective_cost, collective_time, finish_after_arrivals
 from testbed.fidelity.projector import (linear_compute_scaling, project, project_world,
                                         synthesize_world)
 
@@ -50,6 +50,30 @@ def test_the_collective_starts_at_the_last_arrival():
     assert pr.finish_s[0] == pytest.approx(5e-6 + T64 + 2e-6, rel=1e-12)
     assert pr.finish_s[1] == pr.finish_s[0]
     assert pr.comm_exposed_s[0] == pytest.approx(4e-6 + T64, rel=1e-9)   # rank 0 waited for rank 1 too
+
+
+def test_a_ring_with_spread_arrivals_finishes_as_the_monitor_measures_it():
+    """The projector and the fidelity monitor share one measure of an op whose
+    members arrive apart (network_model.finish_after_arrivals): in a ring of 4
+    whose ranks join 20 us apart, the early ranks' first steps are done before
+    the last joins, so each rank finishes before last arrival + the whole op."""
+    values, world = 1 << 16, 4
+    firsts = [1e-6 + 20e-6 * i for i in range(world)]
+    rs = [rec(i, world) for i in range(world)]
+    for r, first in zip(rs, firsts):
+        sync_step(r, first_s=first, values=values, algo="ring")
+    pr = project(traces_of(*rs), TOFINO)
+    whole = collective_time("allreduce", "ring", values, 4, world, TOFINO)
+    expected = finish_after_arrivals("allreduce", "ring", values, 4, firsts, TOFINO)
+    for i in range(world):
+        assert pr.finish_s[i] == pytest.approx(expected[i] + 2e-6, rel=1e-9)
+        assert pr.finish_s[i] < max(firsts) + whole + 2e-6      # the old charge: whole op after the last
+    # equal arrivals: exactly the whole op for everyone
+    rs = [rec(i, world) for i in range(world)]
+    for r in rs:
+        sync_step(r, values=values, algo="ring")
+    pr = project(traces_of(*rs), TOFINO)
+    assert list(pr.finish_s.values()) == [pytest.approx(1e-6 + whole + 2e-6, rel=1e-12)] * world
 
 
 def test_async_allreduce_hidden_behind_compute():
