@@ -104,8 +104,24 @@ class Network(ABC):
               env: dict[str, str] | None = None) -> subprocess.Popen:
         """Start argv on host; stdout and stderr go to log_path."""
 
+    _stopped = False
+
+    def stop(self) -> None:
+        """Idempotent: the first call tears down; a dry run has nothing running."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.recorder is not None:
+            self._stop_dry_run()
+            return
+        self._teardown()
+
+    def _stop_dry_run(self) -> None:
+        """What a dry run's stop records (nothing by default)."""
+
     @abstractmethod
-    def stop(self) -> None: ...
+    def _teardown(self) -> None:
+        """Stop every program and switch started; runs once (see stop)."""
 
     def _spawn(self, spawn: Any, host: str, argv: list[str], log_path: str | Path,
                env: dict[str, str] | None, run_id: str, **popen_kw: Any) -> subprocess.Popen:

@@ -75,12 +75,7 @@ class LocalNetwork(Network):
         self._procs.append(p)
         return p
 
-    def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        if self.recorder is not None:
-            return
+    def _teardown(self) -> None:
         try:
             stop_processes(self._procs)
         finally:

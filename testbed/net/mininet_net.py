@@ -193,13 +193,10 @@ class MininetNetwork(Network):
         self._procs.append(p)
         return p
 
-    def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        if self.recorder is not None:
-            self._report = [{**r, "applied": False, "note": "dry run"} for r in self._report]
-            return
+    def _stop_dry_run(self) -> None:
+        self._report = [{**r, "applied": False, "note": "dry run"} for r in self._report]
+
+    def _teardown(self) -> None:
         try:
             if self._net is not None:
                 stop_processes(self._procs)

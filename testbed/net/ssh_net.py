@@ -333,12 +333,7 @@ class SshNetwork(Network):
         self._procs.append((host, p, Path(log_path)))
         return p
 
-    def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        if self.recorder is not None:
-            return
+    def _teardown(self) -> None:
         errors = []
         try:
             live = [p for _, p, _ in self._procs if p.poll() is None]

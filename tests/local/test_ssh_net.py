@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,18 @@ def test_ring_allreduce_runs_on_ssh_hosts_and_results_come_back(tmp_path, sshd, 
     assert str(out.run_dir) not in remote_cfg.read_text()
 
 
+def _wait_for_remote_line(root: Path, name: str, text: str, limit_s: float = 120.0) -> None:
+    """Wait until the program's log on the "remote" side says `text` (on a
+    loaded machine the interpreter may not have printed anything when the test
+    would stop it: the log gathered back would then be empty)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if any(text in f.read_text() for f in root.rglob(name)):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no {name} under {root} said {text!r} within {limit_s} s")
+
+
 def test_stop_kills_the_remote_program_by_pid(tmp_path, sshd):
     inv = load_inventory(_inventory(tmp_path, sshd[0], ["w1", "w2"]))
     scn = load_scenario_text(SCENARIO.format(inv=tmp_path / "inventory.yaml"), "ssh-ring.yaml")
@@ -152,6 +165,7 @@ def test_stop_kills_the_remote_program_by_pid(tmp_path, sshd):
                   logs / "w1.log")
     os.kill(p.pid, 0)   # running on this machine under the PID the server reported
     assert p.poll() is None
+    _wait_for_remote_line(tmp_path / "remote", "w1.log", "up")   # started, not just spawned
     net.stop()
     assert p.poll() is not None
     with pytest.raises(ProcessLookupError):
