@@ -25,6 +25,7 @@ def main() -> None:
         F.cross_entropy(ddp(x), y).backward()
         opt.step()
     torch.save(model.state_dict(), out)
+    dist.barrier()          # nobody tears gloo down under a peer still closing (docs/pytorch.md step 1)
     dist.destroy_process_group()
 
 

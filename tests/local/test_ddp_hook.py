@@ -32,7 +32,7 @@ def free_port_base() -> int:
     import random
     import socket
     for _ in range(100):
-        base = random.randrange(20000, 50000)
+        base = random.randrange(10000, 32000)     # below the kernel's ephemeral range (32768-)
         try:
             for ip, port in [(loopback_ip(r), base + 1 + r) for r in range(N)] + [("127.0.0.1", base + 60),
                                                                                ("127.0.1.200", base)]:
