@@ -95,6 +95,9 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
     else:
         coll = open_baseline(cfg)
     ina = getattr(coll, "client", None)          # the INA client (switch): its timers learn the dilation
+    # Without a fixed scale (ina.scale_exp) every in-switch allreduce of floats first agrees on
+    # one (a one-value MAX pass): the trace says so, and the network model charges that pass.
+    scale_round = {"scale_round": True} if ina is not None and ina.scale_exp is None else {}
     timing = PhubTiming(cfg.calibration, cfg.network_dilation, cfg.rank, world, model,
                         ina.expect_delay if ina is not None else (lambda seconds: None))
     timing.dilate_fixed()
@@ -130,7 +133,7 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
                     if it >= n_cal:
                         node = rec.comm(c0, c1, op="allreduce",
                                         algo={"wide_ps": "ps"}.get(cfg.algorithm, cfg.algorithm),
-                                        values=gsum.size, key=k, iteration=it)
+                                        values=gsum.size, key=k, iteration=it, **scale_round)
                         rec.waited(node)
                     else:
                         spans.append((c0, c1, int(gsum.size)))
@@ -171,10 +174,11 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
                 coll.close()
     rec.close()
     digest = model.digest()
+    ina_stats = ina.stats.summary() if ina is not None else None
     np.save(cfg.out.replace(".jsonl", ".weights.npy"), np.concatenate([w.reshape(-1) for w in model.weights]))
     return {"weights_sha1": digest, "device": model.validity(), "accuracy": model.accuracy(),
             "tdf": model.time_scale, "calibrated": calibration is not None,
-            "network_dilated": cfg.network_dilation is not None}
+            "network_dilated": cfg.network_dilation is not None, "ina": ina_stats}
 
 
 def main(argv: list[str] | None = None) -> int:
