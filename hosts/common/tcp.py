@@ -20,7 +20,7 @@ import select
 import socket
 import struct
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -334,6 +334,38 @@ def accept_one(server: socket.socket, *, waiting_for: str, timeout_s: float) -> 
             raise PeerTimeout(f"{waiting_for} did not connect to {ip}:{port} within {timeout_s:g} s; "
                               "did it start? (see its log)")
         poller.poll(max(1, math.ceil(remaining * 1000)))
+
+
+def accept_until(server: socket.socket, expected: set, handshake: Callable[[Conn, float], tuple[Hashable, Any]],
+                 *, what: str, connect_timeout_s: float, io_timeout_s: float) -> dict[Hashable, Conn]:
+    """Accept on `server` until every key of `expected` has its connection, within
+    connect_timeout_s in all. `handshake(conn, seconds_left)` reads and checks the
+    peer's hello, names the peer (conn.peer) and returns (its key, our answer); the
+    answer is sent (JSON) once the key is known to be expected and new, else
+    ProtocolError. On any failure every connection accepted so far is closed.
+    `what` names the peers in errors."""
+    conns: dict[Hashable, Conn] = {}
+    deadline = time.monotonic() + connect_timeout_s
+    try:
+        while len(conns) < len(expected):
+            missing = sorted(expected - set(conns))
+            sock = accept_one(server, waiting_for=f"{what} {missing[:6]}",
+                              timeout_s=max(0.5, deadline - time.monotonic()))
+            conn = Conn(sock, f"a connecting {what.rstrip('s')}", io_timeout_s)
+            try:
+                key, answer = handshake(conn, max(1.0, deadline - time.monotonic()))
+                if key not in expected or key in conns:
+                    raise ProtocolError(f"unexpected or duplicate {conn.peer} (waiting for {what} {missing[:6]})")
+                send_json(conn, answer)
+            except BaseException:
+                conn.close()
+                raise
+            conns[key] = conn
+    except BaseException:
+        for c in conns.values():
+            c.close()
+        raise
+    return conns
 
 
 # --- barriers -------------------------------------------------------------------

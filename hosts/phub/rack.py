@@ -42,14 +42,14 @@ import numpy as np
 
 from hosts.collectives import check_hello, make_hello
 from hosts.common import program
-from hosts.common.tcp import (Conn, NetError, ProtocolError, accept_one, connect_with_retry, listen, recv_json,
+from hosts.common.tcp import (Conn, NetError, ProtocolError, accept_until, connect_with_retry, listen, recv_json,
                               send_json)
 from hosts.common.trace import TraceRecorder
 from hosts.phub import protocol as P
 from hosts.phub.chunking import ChunkPlan
 from hosts.phub.config import JobSpec, RackServerConfig, load_rack
-from hosts.phub.server import (CORE_MESSAGE_S, Backlog, CoreDevice, Stages, accept_links, modeled_work_s,
-                               numpy_sum_reference)
+from hosts.phub.server import (CORE_MESSAGE_S, Backlog, CoreDevice, Stages, accept_links, idle_wait,
+                               modeled_work_s, numpy_sum_reference, pump_links)
 
 log = logging.getLogger("phub.rack")
 
@@ -233,20 +233,17 @@ def connect_racks(cfg: RackServerConfig) -> dict[int, P.Link]:
             send_json(conn, mine)
             check_hello(recv_json(conn, timeout_s=cfg.connect_timeout_s + 5), mine=mine, peer=peer,
                         expected_rank=r)
-        deadline = time.monotonic() + cfg.connect_timeout_s
-        while len(links) < len(cfg.servers) - 1:
-            missing = [r for r in range(cfg.rack) if r not in links]
-            sock = accept_one(lst, waiting_for=f"rack servers {missing}",
-                              timeout_s=max(0.5, deadline - time.monotonic()))
-            conn = Conn(sock, "a connecting rack server", cfg.timeout_s)
-            theirs = recv_json(conn, timeout_s=max(1.0, deadline - time.monotonic()))
+
+        def handshake(conn: Conn, timeout_s: float) -> tuple[int | None, dict]:
+            theirs = recv_json(conn, timeout_s=timeout_s)
             r = theirs.get("rank") if isinstance(theirs, dict) else None
             conn.peer = f"rack {r} server {theirs.get('host') if isinstance(theirs, dict) else '?'}"
             check_hello(theirs, mine=mine, peer=conn.peer)
-            if r not in missing:
-                raise ProtocolError(f"unexpected or duplicate {conn.peer} (waiting for racks {missing})")
-            send_json(conn, mine)
-            links[r] = P.Link(conn)
+            return r, mine
+
+        lower = accept_until(lst, set(range(cfg.rack)), handshake, what="rack servers",
+                             connect_timeout_s=cfg.connect_timeout_s, io_timeout_s=cfg.timeout_s)
+        links.update((r, P.Link(conn)) for r, conn in lower.items())
     except BaseException:
         for ln in links.values():
             ln.conn.close()
@@ -368,36 +365,13 @@ def serve(cfg: RackServerConfig) -> dict[str, Any]:
         if actions:
             work.held.append(lambda t0, a=actions: emit(a, t0))
 
-    links = [(None, r, ln) for r, ln in workers.items()] + [(s, None, ln) for s, ln in racks.items()]
+    links = [((None, r), ln) for r, ln in workers.items()] + [((s, None), ln) for s, ln in racks.items()]
     work = Backlog()
     rx_done: set[tuple[int | None, int | None]] = set()     # links whose END is in (the peer may close)
     try:
         while True:
-            progressed = False
-            for src, rank, ln in links:
-                if (src, rank) in rx_done:
-                    continue
-                t0 = time.perf_counter()
-                msgs = ln.pump_recv()
-                st.recv_s += time.perf_counter() - t0
-                for hdr, payload, m0, m1 in msgs:
-                    progressed = True
-                    work.waiting.append((src, rank, hdr, payload, m0, m1, ln.conn.peer))
-                    if hdr.size and int(hdr[0]) == P.END:
-                        rx_done.add((src, rank))
-            if work.held and time.perf_counter() >= dev.busy_until:
-                progressed |= work.release(time.perf_counter())
-            while work.waiting and not work.held and time.perf_counter() >= dev.busy_until:
-                handle(*work.waiting.popleft())
-                progressed = True
-                if work.held and time.perf_counter() >= dev.busy_until:
-                    work.release(time.perf_counter())
-            for _, _, ln in links:
-                if ln.busy:
-                    t0 = time.perf_counter()
-                    progressed |= ln.pump_send()
-                    st.send_s += time.perf_counter() - t0
-            busy = any(ln.busy for _, _, ln in links) or work.waiting or work.held
+            progressed = pump_links(links, rx_done, work, dev, handle, st)
+            busy = any(ln.busy for _, ln in links) or work.waiting or work.held
             if len(ended) == len(ranks) and not sent_end and not busy:
                 emit([(r, P.END, 0, [], np.zeros(0, np.float32)) for r in racks])   # our last message to each
                 sent_end, progressed = True, True
@@ -407,20 +381,18 @@ def serve(cfg: RackServerConfig) -> dict[str, Any]:
             stall.check(progressed or bool(work.held), lambda: state.incomplete() + (
                 f"; END from racks {sorted(set(racks) - racks_ended)}" if sent_end else ""))
             if not progressed:
-                wait = dev.busy_until - time.perf_counter() if work.held or work.waiting else 0.2
-                P.poll_links([ln for src, rank, ln in links if ln.busy or (src, rank) not in rx_done],
-                             min(0.2, max(0.0, wait)))
+                idle_wait(links, rx_done, work, dev)
     except NetError as e:
         raise NetError(f"{e} [rack {cfg.rack}: {state.incomplete()}]") from None
     finally:
-        for _, _, ln in links:
+        for _, ln in links:
             ln.conn.close()
     wall = time.perf_counter() - t_start
     tr.rec.set_tdf(dev.time_scale)
     tr.rec.close()
     return {"type": "core", "core": cfg.rack, "rack": cfg.rack, "wall_s": wall, **st.__dict__,
             "idle_s": max(0.0, wall - st.recv_s - st.agg_s - st.opt_s - st.send_s),
-            "bytes_in": sum(ln.bytes_in for _, _, ln in links), "bytes_out": sum(ln.bytes_out for _, _, ln in links),
+            "bytes_in": sum(ln.bytes_in for _, ln in links), "bytes_out": sum(ln.bytes_out for _, ln in links),
             "agg_gbps": st.agg_bytes / st.agg_s / 1e9 if st.agg_s else None, "tdf": dev.time_scale,
             "device": dev.validity(), **numpy_sum_reference(state.acc.size, len(ranks))}
 

@@ -39,7 +39,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -47,7 +47,7 @@ from hosts.collectives import check_hello, make_hello
 from hosts.common import program
 from hosts.common.device import PacedDevice
 from hosts.common.results import JsonlWriter
-from hosts.common.tcp import Conn, NetError, ProtocolError, accept_one, listen, recv_json, send_json
+from hosts.common.tcp import Conn, NetError, ProtocolError, accept_until, listen, recv_json
 from hosts.common.trace import TraceRecorder
 from hosts.phub import protocol as P
 from hosts.phub.chunking import ChunkPlan, owner
@@ -118,6 +118,47 @@ class Backlog:
         for fn in held:
             fn(now)
         return bool(held)
+
+
+def pump_links(links: Sequence[tuple[tuple, P.Link]], rx_done: set, work: Backlog, dev: CoreDevice,
+               handle: Callable[..., None], st: "Stages") -> bool:
+    """One pass of a server's event loop over its links, the ONE loop a PHub core and
+    a rack server share: read what came in into the backlog as (*key, header, payload,
+    t0, t1, peer) (after an END the peer may close: its link is read no more), release
+    the held results once the core's modeled work ended, serve waiting messages
+    (`handle(*entry)`) while the core is free, and push out what is queued. True if
+    anything moved."""
+    progressed = False
+    for key, ln in links:
+        if key in rx_done:
+            continue
+        t0 = time.perf_counter()
+        msgs = ln.pump_recv()
+        st.recv_s += time.perf_counter() - t0
+        for hdr, payload, m0, m1 in msgs:
+            progressed = True
+            work.waiting.append((*key, hdr, payload, m0, m1, ln.conn.peer))
+            if hdr.size and int(hdr[0]) == P.END:
+                rx_done.add(key)
+    if work.held and time.perf_counter() >= dev.busy_until:
+        progressed |= work.release(time.perf_counter())
+    while work.waiting and not work.held and time.perf_counter() >= dev.busy_until:
+        handle(*work.waiting.popleft())
+        progressed = True
+        if work.held and time.perf_counter() >= dev.busy_until:
+            work.release(time.perf_counter())          # an overrun: Python was the slower
+    for _, ln in links:
+        if ln.busy:
+            t0 = time.perf_counter()
+            progressed |= ln.pump_send()
+            st.send_s += time.perf_counter() - t0
+    return progressed
+
+
+def idle_wait(links: Sequence[tuple[tuple, P.Link]], rx_done: set, work: Backlog, dev: CoreDevice) -> None:
+    """Nothing moved: sleep until a link is ready or the core's work ends (0.2 s at most)."""
+    wait = dev.busy_until - time.perf_counter() if work.held or work.waiting else 0.2
+    P.poll_links([ln for key, ln in links if ln.busy or key not in rx_done], min(0.2, max(0.0, wait)))
 
 
 def modeled_key_s(values: int, world: int, cores: int, has_momentum: bool, bytes_per_s: float) -> float:
@@ -237,37 +278,27 @@ class JobState:
 
 def accept_links(cfg: ServerConfig, core: int, ranks: range | None = None) -> dict[tuple[int, int], P.Link]:
     """One link per worker (job, rank); `ranks`: only those ranks connect (a rack server's)."""
-    server = listen(cfg.ip, cfg.port + core)
     expected = {(j.job, r) for j in cfg.jobs for r in (range(j.world) if ranks is None else ranks)}
     jobs = {j.job: j for j in cfg.jobs}
-    links: dict[tuple[int, int], P.Link] = {}
-    deadline = time.monotonic() + cfg.connect_timeout_s
+
+    def handshake(conn: Conn, timeout_s: float) -> tuple[tuple[int, int], dict]:
+        theirs = recv_json(conn, timeout_s=timeout_s)
+        run = theirs.get("run") if isinstance(theirs, dict) else None
+        job = jobs.get(run.get("job")) if isinstance(run, dict) else None
+        if job is None:
+            raise ProtocolError(f"a worker sent HELLO for an unknown job: {theirs!r}")
+        mine = make_hello(cfg.host, -1, job.identity(cfg.cores))
+        conn.peer = f"worker {theirs.get('host')} (job {job.job}, rank {theirs.get('rank')})"
+        check_hello(theirs, mine=mine, peer=conn.peer)
+        return (job.job, theirs["rank"]), mine
+
+    server = listen(cfg.ip, cfg.port + core)
     try:
-        while len(links) < len(expected):
-            missing = sorted(expected - set(links))
-            sock = accept_one(server, waiting_for=f"workers (job, rank) {missing[:6]}",
-                              timeout_s=max(0.5, deadline - time.monotonic()))
-            conn = Conn(sock, "a connecting worker", cfg.timeout_s)
-            theirs = recv_json(conn, timeout_s=max(1.0, deadline - time.monotonic()))
-            run = theirs.get("run") if isinstance(theirs, dict) else None
-            job = jobs.get(run.get("job")) if isinstance(run, dict) else None
-            if job is None:
-                raise ProtocolError(f"a worker sent HELLO for an unknown job: {theirs!r}")
-            mine = make_hello(cfg.host, -1, job.identity(cfg.cores))
-            conn.peer = f"worker {theirs.get('host')} (job {job.job}, rank {theirs.get('rank')})"
-            check_hello(theirs, mine=mine, peer=conn.peer)
-            key = (job.job, theirs["rank"])
-            if key not in expected or key in links:
-                raise ProtocolError(f"unexpected or duplicate {conn.peer}")
-            send_json(conn, mine)
-            links[key] = P.Link(conn)
-    except BaseException:
-        for ln in links.values():
-            ln.conn.close()
-        raise
+        conns = accept_until(server, expected, handshake, what="workers (job, rank)",
+                             connect_timeout_s=cfg.connect_timeout_s, io_timeout_s=cfg.timeout_s)
     finally:
         server.close()
-    return links
+    return {key: P.Link(conn) for key, conn in conns.items()}
 
 
 def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
@@ -285,38 +316,12 @@ def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
     rx_done: set[tuple[int, int]] = set()      # links whose END is in: the worker may close them
     try:
         while any(len(s.ended) < s.spec.world for s in states.values()) or work.waiting or work.held:
-            progressed = False
-            for (job, rank), ln in by_link:
-                if (job, rank) in rx_done:
-                    continue
-                t0 = time.perf_counter()
-                msgs = ln.pump_recv()
-                st.recv_s += time.perf_counter() - t0
-                for hdr, payload, m0, m1 in msgs:
-                    progressed = True
-                    work.waiting.append((job, rank, hdr, payload, m0, m1, ln.conn.peer))
-                    if hdr.size and int(hdr[0]) == P.END:
-                        rx_done.add((job, rank))
-            now = time.perf_counter()
-            if work.held and now >= dev.busy_until:
-                progressed |= work.release(now)
-            while work.waiting and not work.held and time.perf_counter() >= dev.busy_until:
-                job, rank, hdr, payload, m0, m1, peer = work.waiting.popleft()
-                _handle(states[job], links, job, rank, hdr, payload, m0, m1, st, tr, peer, dev, work)
-                progressed = True
-                if work.held and time.perf_counter() >= dev.busy_until:
-                    work.release(time.perf_counter())          # an overrun: Python was the slower
-            for (job, rank), ln in by_link:
-                if ln.busy:
-                    t0 = time.perf_counter()
-                    progressed |= ln.pump_send()
-                    st.send_s += time.perf_counter() - t0
+            progressed = pump_links(by_link, rx_done, work, dev, lambda job, rank, hdr, payload, m0, m1, peer: _handle(
+                states[job], links, job, rank, hdr, payload, m0, m1, st, tr, peer, dev, work), st)
             stall.check(progressed or bool(work.held), lambda: "; ".join(
                 f"job {j}: {s.incomplete()}" for j, s in states.items()))
             if not progressed:
-                wait = dev.busy_until - time.perf_counter() if work.held or work.waiting else 0.2
-                P.poll_links([ln for key, ln in by_link if key not in rx_done or ln.busy],
-                             min(0.2, max(0.0, wait)))
+                idle_wait(by_link, rx_done, work, dev)
         # The last updates leave before the links close.
         while any(ln.busy for _, ln in by_link):
             t0 = time.perf_counter()

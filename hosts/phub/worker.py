@@ -95,6 +95,9 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
     else:
         coll = open_baseline(cfg)
     ina = getattr(coll, "client", None)          # the INA client (switch): its timers learn the dilation
+    # Without a fixed scale (ina.scale_exp) every in-switch allreduce of floats first agrees on
+    # one (a one-value MAX pass): the trace says so, and the network model charges that pass.
+    scale_round = {"scale_round": True} if ina is not None and ina.scale_exp is None else {}
     timing = PhubTiming(cfg.calibration, cfg.network_dilation, cfg.rank, world, model,
                         ina.expect_delay if ina is not None else (lambda seconds: None))
     timing.dilate_fixed()
@@ -123,6 +126,7 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
             else:
                 loss = model.iteration(it, None, None)
                 t0 = time.perf_counter()
+                prev = None
                 for k in reversed(range(len(model.weights))):
                     c0 = time.perf_counter()
                     gsum = coll.allreduce(model.grads[k])
@@ -130,8 +134,15 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
                     if it >= n_cal:
                         node = rec.comm(c0, c1, op="allreduce",
                                         algo={"wide_ps": "ps"}.get(cfg.algorithm, cfg.algorithm),
-                                        values=gsum.size, key=k, iteration=it)
+                                        values=gsum.size, key=k, iteration=it, **scale_round)
+                        # The worker blocks on each allreduce before it starts the next: the
+                        # next one depends on it. Without this dep the projector ran a whole
+                        # iteration's allreduces at once (sharing only link time), and the
+                        # emulated ring read 1.3-1.7x its projection (docs/phub.md).
+                        if prev is not None:
+                            rec.nodes[node]["deps"].append(prev)
                         rec.waited(node)
+                        prev = node
                     else:
                         spans.append((c0, c1, int(gsum.size)))
                     opt_step(spec, model.weights[k], None if momentum is None else momentum[k],
@@ -171,10 +182,11 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
                 coll.close()
     rec.close()
     digest = model.digest()
+    ina_stats = ina.stats.summary() if ina is not None else None
     np.save(cfg.out.replace(".jsonl", ".weights.npy"), np.concatenate([w.reshape(-1) for w in model.weights]))
     return {"weights_sha1": digest, "device": model.validity(), "accuracy": model.accuracy(),
             "tdf": model.time_scale, "calibrated": calibration is not None,
-            "network_dilated": cfg.network_dilation is not None}
+            "network_dilated": cfg.network_dilation is not None, "ina": ina_stats}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -197,11 +197,21 @@ def job_groups(wl: PhubWorkload, workers: list[str]) -> list[list[str]]:
     return [workers[i * n:(i + 1) * n] for i in range(wl.jobs)]
 
 
-def hw_table(wl: PhubWorkload, workers: int) -> dict[str, list[float]]:
+def scale_round(wl: PhubWorkload, ina: dict[str, Any] | None = None) -> bool:
+    """The in-switch baseline sums floats: without a fixed scale (the switch info's
+    ina.scale_exp) each allreduce first agrees on one with a one-value MAX pass
+    (hosts/ina/transport.py), a second round trip the network model charges. Leaving it
+    out made every in-switch point read 1.44-1.49x the dilated model (docs/phub.md)."""
+    return wl.algorithm == "switch" and (ina or {}).get("scale_exp") is None
+
+
+def hw_table(wl: PhubWorkload, workers: int, agreed_scale: bool = False) -> dict[str, list[float]]:
     """The hardware time of one key's exchange at 0, 1 and a geometric grid (8 steps per
     octave) up to the largest key, for hosts.common.hw_table.HwTable: the network model's
-    HW_ALGO allreduce, plus, for PHub, the server cores' modeled work on the key (the
-    cores pace it at the TDF, so the exchange the workers measure contains it)."""
+    HW_ALGO allreduce (with the scale round where the in-switch sum agrees a scale:
+    `agreed_scale`, from `scale_round`), plus, for PHub, the server cores' modeled work
+    on the key (the cores pace it at the TDF, so the exchange the workers measure
+    contains it)."""
     from hosts.phub.server import modeled_key_s  # noqa: PLC0415
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
     from testbed.fidelity.network_model import collective_time  # noqa: PLC0415
@@ -218,11 +228,12 @@ def hw_table(wl: PhubWorkload, workers: int) -> dict[str, list[float]]:
         if int(v) > sizes[-1]:
             sizes.append(int(v))
     return {"values": [float(x) for x in sizes],
-            "hw_s": [collective_time("allreduce", HW_ALGO[wl.algorithm], x, 4, workers, prof) + server_s(x)
-                     for x in sizes]}
+            "hw_s": [collective_time("allreduce", HW_ALGO[wl.algorithm], x, 4, workers, prof,
+                                     scale_round=agreed_scale and x > 0) + server_s(x) for x in sizes]}
 
 
-def network_dilation(wl: PhubWorkload, switch_info: dict[str, Any], workers: int) -> dict[str, Any] | None:
+def network_dilation(wl: PhubWorkload, switch_info: dict[str, Any], workers: int,
+                     agreed_scale: bool = False) -> dict[str, Any] | None:
     """The hosts' network_dilation block (as testbed/workloads/lhc.py's): None without a
     soft switch, for the measured CNN or with dilate_network false. hw_op_s (what the
     in-switch transport's timers expect) is the largest key's exchange."""
@@ -235,7 +246,7 @@ def network_dilation(wl: PhubWorkload, switch_info: dict[str, Any], workers: int
     prof = load_profile(wl.hardware)
     return {"control": list(control), "hardware": dilation_hardware(prof), "headroom": wl.network_headroom,
             "hw_op_s": max(collective_time("allreduce", HW_ALGO[wl.algorithm], max(key_sizes(wl)), 4, workers,
-                                           prof), 1e-6)}
+                                           prof, scale_round=agreed_scale), 1e-6)}
 
 
 @register_runtime
@@ -262,9 +273,10 @@ class PhubRuntime(WorkloadRuntime):
         racks = [{"name": h, "ip": ctx.hosts[h].ip} for h in servers] if wl.racks > 1 else []
         rack_of = {h: r for r, b in enumerate(rack_blocks(scn)) for h in b} if racks else {}
         n = len(groups[0])
+        agreed = wl.algorithm == "switch" and any(scale_round(wl, ina_settings(ctx.switch, h)) for h in workers)
         calibration = ({"rounds": wl.calibration_rounds, "iterations": wl.calibration_iterations,
-                        "hw_table": hw_table(wl, n)} if wl.calibrated else None)
-        dilation = network_dilation(wl, ctx.switch or {}, n)
+                        "hw_table": hw_table(wl, n, agreed)} if wl.calibrated else None)
+        dilation = network_dilation(wl, ctx.switch or {}, n, agreed)
         if server:
             cfg = {"host": "ps", "ip": server["ip"], "port": port, "jobs": jobs,
                    "cores": wl.server_cores if wl.algorithm == "phub" else 1,
@@ -388,6 +400,11 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
                        numpy_sum_gbps_per_core=_median([c.get("numpy_gbps") for c in cores]),
                        server_bytes_in=sum(c["bytes_in"] for c in cores),
                        server_device_valid=all((c.get("device") or {}).get("valid", True) for c in cores))
+    inas = [s["ina"] for s in sums.values() if s and s.get("ina")]
+    if inas:        # the in-switch baseline's transport: its retransmissions and scale rounds
+        summary.update({f"ina_{k}": sum(int(i.get(k) or 0) for i in inas)
+                        for k in ("retransmissions", "timeouts", "scale_rounds", "chunks_sent")})
+        summary["ina_chunk_latency_p50_s"] = _median([i.get("chunk_latency_p50_s") for i in inas])
     cals = [dict(r, type="calibration") for h in workers for r in raw[h] if r.get("type") == "calibration"]
     summary["valid"] = summary["device_valid"]
     return [*iters, *cores, *cals, *fidelity_records(wl, work_dir, summary), summary]

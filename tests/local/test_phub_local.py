@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from phub_harness import launch, records, wait_all  # noqa: E402
+from phub_harness import launch, records, sizes_of, wait_all  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -112,3 +112,25 @@ def test_two_jobs_share_one_server(tmp_path):
 def _sizes():
     from phub_harness import sizes_of
     return sizes_of(SMALL)
+
+
+def test_baseline_trace_chains_its_blocking_allreduces(tmp_path):
+    """The baseline worker blocks on each layer's allreduce before it starts the next, and
+    its trace says so: every allreduce of an iteration after the first depends on the one
+    before (the projector played them all at once before, and the ring read 1.3-1.7x
+    its projection); the next iteration's first compute waits for all of them."""
+    from hosts.common.trace import read_trace
+    run = launch(tmp_path, algorithm="wide_ps", world=2, model=SMALL, optimizer={"kind": "sgd", "lr": 0.1},
+                 iterations=2, trace=True)
+    assert set(wait_all(run).values()) == {0}
+    _, nodes = read_trace(tmp_path / "j1w0.trace.jsonl")
+    ops = [n for n in nodes if n["kind"] == "comm" and n["algo"] == "ps"]
+    by_it: dict[int, list[dict]] = {}
+    for n in ops:
+        by_it.setdefault(n["iteration"], []).append(n)
+    assert len(by_it) == 2 and all(len(v) == len(sizes_of(SMALL)) for v in by_it.values())
+    for its in by_it.values():
+        assert not any(o["id"] in its[0]["deps"] for o in ops)           # the first waits for compute only
+        assert all(prev["id"] in n["deps"] for prev, n in zip(its, its[1:]))
+    first_compute_of_2nd = next(n for n in nodes if n["kind"] == "compute" and n["id"] > by_it[0][-1]["id"])
+    assert {o["id"] for o in by_it[0]} <= set(first_compute_of_2nd["deps"])

@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hosts.common.trace import read_trace
+
 pytestmark = [pytest.mark.mininet, pytest.mark.timeout(1500)]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,6 +78,14 @@ def test_quick_workers_run_with_the_in_switch_baseline(tmp_path):
     assert sorted(s["algorithm"] for s in sums) == ["phub", "ring", "switch", "wide_ps"]
     assert all(s["ok"] and s["weights_agree"] and s["workers"] == 2 and s["network_dilated"] for s in sums), sums
     assert all(s["projected_hw_iter_ms"] and s.get("projected_hw_iter_ms_64") for s in sums), sums
+    # the in-switch baseline agreed a scale per tensor, and its trace says so (the monitor
+    # and the projector charge that pass: without it the points read ~1.45x the model)
+    (sw,) = [pt for pt in points if pt["case"] == "switch"]
+    (s_sw,) = [s for s in sums if s["algorithm"] == "switch"]
+    assert s_sw["ina_scale_rounds"] > 0, s_sw
+    _, nodes = read_trace(run_dir / "points" / sw["label"] / "w1.trace.jsonl")
+    ops = [n for n in nodes if n.get("kind") == "comm" and n.get("algo") == "switch"]
+    assert ops and all(n.get("scale_round") is True for n in ops), ops[:2]
 
 
 def test_cross_rack_phub_equals_one_server_and_plain_ps_bit_for_bit(tmp_path):

@@ -127,3 +127,20 @@ def test_a_core_is_paced_by_a_deadline_and_catches_up_on_its_own_lateness():
     assert dev.work(arrived=20.0, c0=20.0, hw_s=1e-6, real_s=0.5) == pytest.approx(20.5)
     v = dev.validity()
     assert v["steps"] == 3 and v["violations"] == 1 and not v["valid"]
+
+
+def test_in_switch_table_charges_the_scale_agreement_round():
+    """The in-switch baseline sums floats with a scale agreed per tensor (one MAX pass
+    first): its calibration table charges that pass, as the monitor does for the trace's
+    scale_round nodes; a fixed scale (ina.scale_exp) has none."""
+    from testbed.workloads.phub import scale_round
+    sw = PhubWorkload(algorithm="switch")
+    assert scale_round(sw, {}) and scale_round(sw, {"scale_exp": None})
+    assert not scale_round(sw, {"scale_exp": 12})
+    assert not scale_round(sw.model_copy(update={"algorithm": "ring"}), {})
+    plain, agreed = hw_table(sw, 4), hw_table(sw, 4, agreed_scale=True)
+    assert plain["values"] == agreed["values"] and agreed["hw_s"][0] == plain["hw_s"][0]   # 0 values: no pass
+    for v, p, a in zip(plain["values"][1:], plain["hw_s"][1:], agreed["hw_s"][1:]):
+        assert p == pytest.approx(collective_time("allreduce", "switch", int(v), 4, 4, TOFINO))
+        assert a == pytest.approx(collective_time("allreduce", "switch", int(v), 4, 4, TOFINO, scale_round=True))
+        assert a > p
