@@ -20,17 +20,17 @@ if TYPE_CHECKING:
     from hosts.ina.transport import InaClient
 
 _H = wire.HEADER_STRUCT
-_DRAIN = 256          # packets handled per receive burst before timers are checked
+DRAIN = 256          # packets handled per receive burst before timers are checked
 _VEC_MIN = 6          # results in one burst from which the vectorized path is used
 
 
 class ResultIntake:
     def _receive(self: "InaClient", timeout: float) -> int:
-        """Wait up to `timeout` for results, then take in up to _DRAIN of them."""
+        """Wait up to `timeout` for results, then take in up to DRAIN of them."""
         n = 0
         rb = self._rx_block
         if rb is not None:
-            while n < _DRAIN:
+            while n < DRAIN:
                 rec, lens = rb(timeout if n == 0 else 0.0)
                 k = len(lens)
                 if not k:
@@ -47,7 +47,7 @@ class ResultIntake:
         b = recv(timeout)
         while b is not None:
             bufs.append(b)
-            if len(bufs) >= _DRAIN:
+            if len(bufs) >= DRAIN:
                 break
             b = recv(0.0)
         n = len(bufs)
