@@ -166,6 +166,7 @@ def measure(*, module: str = "hosts.ina.transport", window: int | None = None, i
             "cpu_util": round(float(np.median(cpu / wall)), 3),
         }
     out["retransmissions"] = sum(w["stats"]["retransmissions"] for w in res)
+    out["retx_silent"] = sum(w["stats"].get("retx_silent", 0) for w in res)
     out["duplicates_ignored"] = sum(w["stats"]["duplicates_ignored"] for w in res)
     out["switch"] = {k: v for k, v in sw_stats.items() if k not in ("pipeline",)}
     out["timeouts"] = sum(w["stats"]["timeouts"] for w in res)

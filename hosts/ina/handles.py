@@ -46,6 +46,7 @@ class InaStats:
     packets_sent: int = 0        # first sends + retransmissions
     chunks_sent: int = 0
     retransmissions: int = 0
+    retx_silent: int = 0         # of which: no result at all arrived for the chunk's timeout
     timeouts: int = 0            # chunks given up after max_retries
     duplicates_ignored: int = 0  # results for a seq we no longer (or never) wait for
     results: int = 0             # results accepted (one per chunk)

@@ -57,6 +57,10 @@ class RetransmitTimers:
         self.retries = np.zeros(W, np.int64)
         self.next_dl = _INF                       # <= min(dl): checked before scanning
         self.last_rx: float | None = None         # when the latest accepted result arrived
+        self.silent = 0                           # resends after "nothing arrived"
+        self.probes = 1                           # resends allowed per silent expiry
+        self.quiet = 1                            # x rto_cache: time to the next probes
+        self.probe_at = -_INF                     # no silent resend before this
 
     # -- dilated network ---------------------------------------------------------
     def expect_delay(self, network: "DilationSettings") -> None:
@@ -117,8 +121,12 @@ class RetransmitTimers:
         rtt = now - first
         if self.retries.item(s) == 0:
             self.update_rtt(rtt)
+            if self.probes != 1 or self.quiet != 1:
+                self.answered_clean()
             if first > self.rack:
                 self.rack = first
+        else:
+            self.answered_resent()
         return rtt
 
     def answered_many(self, ss: np.ndarray, now: float) -> np.ndarray:
@@ -129,11 +137,14 @@ class RetransmitTimers:
         if fresh.all():
             self.update_rtts(rtt.tolist())
             sent = float(first.max())
+            self.answered_clean()
         elif fresh.any():
             self.update_rtts(rtt[fresh].tolist())
             sent = float(first[fresh].max())
+            self.answered_clean()
         else:
             sent = self.rack
+            self.answered_resent(len(ss))
         if sent > self.rack:
             self.rack = sent
         self.dl[ss] = _INF
@@ -164,10 +175,21 @@ class RetransmitTimers:
 
     # -- expiry --------------------------------------------------------------------
     def expired(self, now: float) -> list[int]:
-        """Slots whose timer expired and whose chunk looks lost (to resend, in
-        slot order); expired chunks that do not look lost are re-armed here."""
+        """Slots whose timer expired and whose chunk looks lost, to resend now;
+        expired chunks that do not look lost are re-armed here.
+
+        Silence (no result at all for a chunk's timeout) is mostly a stall on a
+        loaded machine, a peer worker or the switch descheduled, not the loss of
+        a whole window: resending every expired chunk then costs the switch a
+        window of packets per worker for nothing. So in silence only `probes`
+        chunks go out, oldest first (the others wait another timeout, no retry
+        counted), and the next probes after twice as long if the silence lasts
+        (TCP's backoff); each answer to a resent chunk doubles the budget (a real
+        burst loss is recovered in about log2(window) rounds), a clean answer
+        resets it to 1."""
         dl = self.dl
         out = []
+        silent = []
         last_rx = self.last_rx
         reo = 0.25 * self.srtt if self.srtt is not None else 0.0
         for s in np.flatnonzero(dl <= now).tolist():
@@ -176,12 +198,39 @@ class RetransmitTimers:
             # Otherwise results are still flowing and it is queued behind them
             # (a slow switch): re-arm, no resend, no retry counted.
             rto = float(self.rto[s])
-            if last_rx is not None and now - last_rx < rto \
-                    and self.rack <= float(self.txt[s]) + reo:
+            if last_rx is None or now - last_rx >= rto:
+                silent.append(s)
+            elif self.rack <= float(self.txt[s]) + reo:
                 dl[s] = now + max(self.rto_cache, rto / 2)
-                continue
-            out.append(s)
+            else:
+                out.append(s)
+        if silent:
+            if now < self.probe_at:                  # this silence already got its probes
+                for s in silent:
+                    dl[s] = self.probe_at
+                silent = []
+            else:
+                gap = min(self.rto_cache * self.quiet, self.max_timeout_s)
+                self.probe_at = now + gap
+                self.quiet *= 2                      # a longer silence: rarer probes
+                if len(silent) > self.probes:
+                    silent.sort(key=lambda s: (self.txt.item(s), s))
+                    for s in silent[self.probes:]:
+                        dl[s] = self.probe_at
+                    silent = sorted(silent[:self.probes])
+                self.silent += len(silent)
+            out = sorted(out + silent)
         return out
+
+    def answered_resent(self, k: int = 1) -> None:
+        """k answers to resent chunks arrived: the network delivers, widen the
+        silence budget."""
+        self.probes = min(self.window, self.probes << k if k < 16 else self.window)
+        self.quiet, self.probe_at = 1, -_INF
+
+    def answered_clean(self) -> None:
+        self.probes = self.quiet = 1
+        self.probe_at = -_INF
 
     def resent(self, s: int, now: float) -> None:
         """Slot s's head is resent now: count the retry, back off."""

@@ -401,6 +401,7 @@ class InaClient(receive.ResultIntake):
             self.stats.packets_sent += 1
             n += 1
         timers.refresh_next()
+        self.stats.retx_silent = timers.silent
         return n
 
     def _give_up(self, slot: int, now: float) -> None:

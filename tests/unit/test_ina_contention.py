@@ -29,7 +29,7 @@ pytestmark = pytest.mark.unit
 
 class PausingNet:
     def __init__(self, *, latency_s: float, pause_s: float, pause_every: int, window: int,
-                 drop_first=(), **client_kw):
+                 drop_first=(), stalls=(), **client_kw):
         self.job = H.job_config(1, 1, slot_count=window)
         self.w = self.job["workers"][0]
         self.pipe = InaPipeline(H.pipeline_config(self.job), vectorized=True, scalar_below=1)
@@ -40,6 +40,7 @@ class PausingNet:
         self.rxq: list[bytes] = []           # the worker's socket receive queue
         self.sends: list[tuple[int, bool]] = []    # (seq, retx) in send order
         self.drop_first = set(drop_first)    # seqs whose first send is lost
+        self.stalls = list(stalls)           # (start, end): the switch (or a peer) is stalled
         self.client = InaClient(self, 1, 0, 1, window=window, clock=self.clock, **client_kw)
 
     # -- the client's clock: a read may come after a pause -----------------------------
@@ -57,6 +58,10 @@ class PausingNet:
             self.t = max(self.t, te)
             if kind == "out":
                 self.rxq.append(payload)
+                continue
+            stall_end = next((b for a, b in self.stalls if a <= te < b), None)
+            if stall_end is not None:        # nothing is aggregated until the stall ends
+                self.push(stall_end, kind, payload)
                 continue
             frame = wire.eth_ip_udp(self.w["mac"], H.SWITCH_MAC, self.w["ip"], H.SWITCH_IP,
                                     wire.INA_PORT_BASE, wire.INA_PORT_BASE, len(payload)) + payload
@@ -145,3 +150,18 @@ def test_rtt_is_learned_only_from_chunks_answered_without_a_resend():
     t2.srtt, t2.rttvar, t2.rto_cache, t2.rack = srtt, var, rto, rack
     t2.update_rtt(0.02)
     assert (t.srtt, t.rttvar, t.rto_cache) == pytest.approx((t2.srtt, t2.rttvar, t2.rto_cache))
+
+
+def test_a_stalled_switch_gets_probes_not_windows():
+    """The switch (as well: a peer worker, whose contributions every slot needs)
+    stalls for 200 ms, 20 timeouts: nothing comes back. Resending the whole window
+    at every expiry (the old rule) sends the switch 16 x 4 copies during one stall;
+    in silence the client sends probes, one per expiry, and the whole window only
+    once answers to its resends show the network delivers."""
+    net = PausingNet(latency_s=1e-3, pause_s=0, pause_every=0, window=16, timeout_s=0.01,
+                     min_timeout_s=0.01, stalls=[(0.005, 0.205)])
+    _run(net, 256)
+    st = net.client.stats
+    assert st.results == 256
+    assert 1 <= st.retransmissions <= 8, st.summary()       # probes at 10, 20, 40, 80, 160 ms
+    assert st.retx_silent == st.retransmissions
