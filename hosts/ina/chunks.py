@@ -10,6 +10,7 @@ testbed/wire.py is the wire contract; these are its numpy views.
 from __future__ import annotations
 
 import struct
+from types import ModuleType
 
 import numpy as np
 
@@ -42,7 +43,7 @@ class Seg:
     packets at PKT_SIZE strides (None until built: agreed scale not known yet)."""
 
     __slots__ = ("handle", "seq0", "slot0", "n", "c0", "op", "is_exp", "patience_s", "buf",
-                 "addr", "last", "pkt")
+                 "addr", "last", "pkt", "tag")
 
     def __init__(self, handle: InaHandle, seq0: int, slot0: int, n: int, c0: int, op: int,
                  is_exp: bool, patience_s: float | None):
@@ -51,6 +52,7 @@ class Seg:
         self.buf: np.ndarray | None = None     # n > 1: the packets, PKT_SIZE apart
         self.pkt: bytes | None = None          # n == 1: the packet
         self.addr = 0
+        self.tag = 0                           # the window's number for this run
         # value count of the handle's last chunk (the others carry LANES)
         self.last = 1 if is_exp else handle.n - LANES * (handle.nchunks - 1)
 
@@ -82,8 +84,9 @@ def exponent_packet(seg: Seg, job_id: int, worker_id: int, window: int, e: int) 
 
 
 def build_packets(seg: Seg, ints: np.ndarray, exps: np.ndarray | int, job_id: int,
-                  worker_id: int, window: int) -> None:
-    """All packets of a run at once: headers and big-endian values."""
+                  worker_id: int, window: int, hp: ModuleType | None = None) -> None:
+    """All packets of a run at once: headers and big-endian values (hp: the
+    compiled loops of hosts/ina/hostpath.py, else numpy)."""
     h, W = seg.handle, window
     lo, hi = seg.c0 * LANES, min(h.n, (seg.c0 + seg.n) * LANES)
     if seg.n == 1:                       # latency path: one struct.pack, no numpy arrays
@@ -91,6 +94,19 @@ def build_packets(seg: Seg, ints: np.ndarray, exps: np.ndarray | int, job_id: in
         seg.pkt = _H.pack(wire.INA_VERSION, seg.op, 0, job_id, seg.slot0,
                           (seg.seq0 // W) & 1, worker_id, seg.seq0, hi - lo, e, 0) \
             + ints[lo:hi].astype(">i4").tobytes()
+        return
+    if hp is not None:
+        buf = np.empty(seg.n * PKT_SIZE, np.uint8)
+        last = seg.last if seg.c0 + seg.n == h.nchunks else LANES
+        if isinstance(exps, int):
+            hp.build_run(buf, ints, lo, hi, seg.seq0, seg.n, W, job_id, worker_id, seg.op, last,
+                         None, exps)
+        else:
+            e = np.ascontiguousarray(exps[seg.c0:seg.c0 + seg.n], np.int64)
+            hp.build_run(buf, ints, lo, hi, seg.seq0, seg.n, W, job_id, worker_id, seg.op, last,
+                         e, 0)
+        seg.buf = buf
+        seg.addr = buf.ctypes.data
         return
     p = np.zeros(seg.n, PKT_DTYPE)
     hd = p["h"]

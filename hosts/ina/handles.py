@@ -43,6 +43,7 @@ class InaIo(Protocol):
 
 @dataclass
 class InaStats:
+    impl: str = "python"          # packet loops: "compiled" (hosts/ina/_hostpath.c) or numpy
     packets_sent: int = 0        # first sends + retransmissions
     chunks_sent: int = 0
     retransmissions: int = 0

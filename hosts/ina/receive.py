@@ -103,6 +103,9 @@ class ResultIntake:
     def _on_block(self: "InaClient", rec: np.ndarray, lens: np.ndarray) -> None:
         """A burst of received datagrams (RX_DTYPE records), parsed at once."""
         n = len(lens)
+        if self._hp is not None:
+            self._on_block_compiled(rec, lens)
+            return
         hd = rec["h"][:n]
         slot = hd["slot"].astype(np.int64)
         count = hd["count"]
@@ -127,9 +130,30 @@ class ResultIntake:
                 st.duplicates_ignored += len(ss) - len(first)
                 first.sort()
                 idx, ss = idx[first], ss[first]
+        self._accept_burst(ss, idx, rec)
+
+    def _on_block_compiled(self: "InaClient", rec: np.ndarray, lens: np.ndarray) -> None:
+        """_on_block's checks in one C loop (hosts/ina/_hostpath.c accept_block)."""
+        n = len(lens)
+        ss = np.empty(n, np.int64)
+        idx = np.empty(n, np.int64)
+        k, foreign, dups = self._hp.accept_block(rec, np.ascontiguousarray(lens, np.int64), n,
+                                                 self.job_id, self.window, self.win.hseq, ss, idx)
+        st = self.stats
+        st.foreign_packets += foreign
+        st.duplicates_ignored += dups
+        if k:
+            self._accept_burst(ss[:k], idx[:k], rec)
+
+    def _accept_burst(self: "InaClient", ss: np.ndarray, idx: np.ndarray, rec: np.ndarray) -> None:
+        """Accepted results (slot ss[j] answered by row idx[j]), grouped by run."""
         now = self._clock()
         self.timers.last_rx = now
         slots = self.win.slots
+        tags = self.win.head_tag[ss]
+        if tags[0] == tags[-1] and (len(tags) < 3 or (tags == tags[0]).all()):
+            self._accept_many(slots[int(ss[0])][0], ss, idx, rec, now)     # one run: most bursts
+            return
         groups: dict[int, list] = {}
         for j, s in enumerate(ss.tolist()):
             seg = slots[s][0]
@@ -165,7 +189,10 @@ class ResultIntake:
             self._advance(int(ss[0]), now)
             self._on_scale(h, int(rec["v"][rows[0], 0]), now)
             return
-        h.ints2d[seg.c0 + cis] = rec["v"][rows]
+        if self._hp is not None:
+            self._hp.scatter(rec, np.ascontiguousarray(rows, np.int64), h.ints2d, seg.c0 + cis)
+        else:
+            h.ints2d[seg.c0 + cis] = rec["v"][rows]
         e = int(hd["exponent"][rows].max())
         if e > h.max_exp:
             h.max_exp = e

@@ -57,6 +57,7 @@ class RetransmitTimers:
         self.retries = np.zeros(W, np.int64)
         self.next_dl = _INF                       # <= min(dl): checked before scanning
         self.last_rx: float | None = None         # when the latest accepted result arrived
+        self.hp: Any = None                       # compiled loops (hosts/ina/hostpath.py) or None
         self.silent = 0                           # resends after "nothing arrived"
         self.probes = 1                           # resends allowed per silent expiry
         self.quiet = 1                            # x rto_cache: time to the next probes
@@ -135,11 +136,11 @@ class RetransmitTimers:
         rtt = now - first
         fresh = self.retries[ss] == 0
         if fresh.all():
-            self.update_rtts(rtt.tolist())
+            self.update_rtts(rtt)
             sent = float(first.max())
             self.answered_clean()
         elif fresh.any():
-            self.update_rtts(rtt[fresh].tolist())
+            self.update_rtts(rtt[fresh])
             sent = float(first[fresh].max())
             self.answered_clean()
         else:
@@ -160,15 +161,18 @@ class RetransmitTimers:
             self.rto_cache = min(self.timeout_s,
                                  max(self.min_timeout_s, self.srtt + 4 * self.rttvar))
 
-    def update_rtts(self, rtts: list[float]) -> None:
+    def update_rtts(self, rtts: "np.ndarray | list[float]") -> None:
         """update_rtt for each sample of a burst, in order."""
         if self.srtt is None:
-            self.update_rtt(rtts[0])
+            self.update_rtt(float(rtts[0]))
             rtts = rtts[1:]
         srtt, var = self.srtt, self.rttvar
-        for r in rtts:
-            var += 0.25 * (abs(srtt - r) - var)
-            srtt += 0.125 * (r - srtt)
+        if self.hp is not None and len(rtts) > 4:
+            srtt, var = self.hp.rtt_fold(srtt, var, np.ascontiguousarray(rtts, np.float64))
+        else:
+            for r in (rtts.tolist() if isinstance(rtts, np.ndarray) else rtts):
+                var += 0.25 * (abs(srtt - r) - var)
+                srtt += 0.125 * (r - srtt)
         self.srtt, self.rttvar = srtt, var
         if self.adaptive_rto:
             self.rto_cache = min(self.timeout_s, max(self.min_timeout_s, srtt + 4 * var))

@@ -65,6 +65,7 @@ import numpy as np
 
 from hosts.common.arrays import as_array
 from hosts.ina import fixed_point as fp
+from hosts.ina import hostpath
 from hosts.ina import receive
 from hosts.ina.chunks import (FRAME_BYTES, LANES, PKT_DTYPE, PKT_SIZE, RX_DTYPE, RX_STRIDE, Seg,
                               as_int32_bits, build_packets, chunk_exponents, exponent_packet)
@@ -90,7 +91,8 @@ class InaClient(receive.ResultIntake):
                  max_timeout_s: float | None = None, max_retries: int = 20,
                  scale_exp: int | None = None, on_overflow: str = "raise",
                  adaptive_rto: bool = True, min_timeout_s: float = 0.01,
-                 first_seq: int = 0, clock: Callable[[], float] = time.monotonic):
+                 first_seq: int = 0, clock: Callable[[], float] = time.monotonic,
+                 impl: str | None = None):
         if not 0 <= job_id <= 255:
             raise ValueError(f"job_id {job_id} not in 0..255 (one header byte)")
         if not 0 <= worker_id < wire.MAX_WORKERS:
@@ -112,7 +114,9 @@ class InaClient(receive.ResultIntake):
                                        max_timeout_s=max_timeout_s, adaptive_rto=adaptive_rto,
                                        min_timeout_s=min_timeout_s)
         self.win = SlotWindow(window, first_seq)
-        self.stats = InaStats()
+        # the compiled packet loops (None: numpy), hosts/ina/hostpath.py
+        self._hp = self.timers.hp = hostpath.choose(impl)
+        self.stats = InaStats(impl="python" if self._hp is None else "compiled")
         self._clock = clock
         self._hids = itertools.count()
         self._fatal: BaseException | None = None
@@ -169,7 +173,7 @@ class InaClient(receive.ResultIntake):
         if kind == "float" and k is None:
             e = fp.vector_exponent(flat)
         elif kind == "float":
-            ints, nsat = fp.quantize(flat, k, self.n_workers, "saturate")
+            ints, nsat = self._quantize(flat, k)
             exps = chunk_exponents(flat, k, nchunks, self.n_workers)
             self.stats.saturated_values += nsat
         else:
@@ -188,7 +192,7 @@ class InaClient(receive.ResultIntake):
         data = self.win.new_segs(h, nchunks, code, False, patience_s)
         if ints is not None:
             for s in data:
-                build_packets(s, ints, exps, self.job_id, self.worker_id, self.window)
+                build_packets(s, ints, exps, self.job_id, self.worker_id, self.window, self._hp)
         for s in h.segs:
             if s.ready:
                 self._start_seg(s, now)
@@ -323,12 +327,17 @@ class InaClient(receive.ResultIntake):
         if nxt is not None and nxt[0].ready:
             self._start_one(nxt[0], s, nxt[1], now)
 
+    def _quantize(self, x: np.ndarray, k: int) -> tuple[np.ndarray, int]:
+        if self._hp is None:
+            return fp.quantize(x, k, self.n_workers, "saturate")
+        return hostpath.quantize(self._hp, x, k, self.n_workers)
+
     # -- results -------------------------------------------------------------------------
     def _on_scale(self, h: InaHandle, max_exp: int, now: float) -> None:
         """The MAX round is back: quantize with the agreed scale, release the SUM chunks."""
         k = fp.scale_from_exponent(max_exp, self.n_workers)
         h.scale_exp = k
-        ints, nsat = fp.quantize(h.src, k, self.n_workers, "saturate")
+        ints, nsat = self._quantize(h.src, k)
         if nsat:   # impossible unless a worker's exponent was lost or wrong
             self._fatal = InaError(f"INA job {self.job_id}: agreed exponent {max_exp} is below "
                                    f"this worker's values ({nsat} would overflow): workers disagree")
@@ -339,13 +348,18 @@ class InaClient(receive.ResultIntake):
             e = self._exp_hdr[k] = fp.max_exponent_for_scale(k, self.n_workers)
         for s in h.segs:
             if not s.is_exp:
-                build_packets(s, ints, e, self.job_id, self.worker_id, self.window)
+                build_packets(s, ints, e, self.job_id, self.worker_id, self.window, self._hp)
                 self._start_seg(s, now)
 
     def _finish(self, h: InaHandle, now: float) -> None:
         ints = h.ints[:h.n] if h.n != h.ints.size else h.ints
         if h.kind == "float":
-            h.result = fp.from_fixed(ints, h.scale_exp, np.float32).reshape(h.shape)
+            if self._hp is not None:
+                out = np.empty(ints.size, np.float32)
+                self._hp.from_fixed(ints, int(h.scale_exp), out)
+                h.result = out.reshape(h.shape)
+            else:
+                h.result = fp.from_fixed(ints, h.scale_exp, np.float32).reshape(h.shape)
             lim_e = fp.max_exponent_for_scale(h.scale_exp, self.n_workers)
             if h.fixed and h.max_exp > lim_e:
                 self.stats.saturated_results += 1

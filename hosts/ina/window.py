@@ -8,6 +8,7 @@ seq - window: the SwitchML rule that makes the switch's shadow copy safe.
 """
 from __future__ import annotations
 
+import itertools
 from collections import deque
 
 import numpy as np
@@ -35,6 +36,9 @@ class SlotWindow:
         self.slots: list[deque[Seg]] = [deque() for _ in range(W)]
         self.hci = np.zeros(W, np.int64)
         self.hseq = np.full(W, -1, np.int64)
+        # the head run's tag per slot: a burst of results is one run's when all agree
+        self.head_tag = np.zeros(W, np.int64)
+        self._tags = itertools.count(1)
 
     @property
     def in_flight(self) -> int:
@@ -50,6 +54,7 @@ class SlotWindow:
             self.next_seq = (seq0 + n) % self.seq_space
             slot0 = seq0 % W
             seg = Seg(h, seq0, slot0, n, c0, op, is_exp, patience_s)
+            seg.tag = tag = next(self._tags)
             for i in range(min(n, W)):
                 s = slot0 + i
                 if s >= W:
@@ -57,6 +62,7 @@ class SlotWindow:
                 q = slots[s]
                 if not q:
                     self.hci[s] = i
+                    self.head_tag[s] = tag
                 q.append(seg)
             h.segs.append(seg)
             out.append(seg)
@@ -88,6 +94,7 @@ class SlotWindow:
         if not q:
             return None
         seg = q[0]
+        self.head_tag[s] = seg.tag
         ci = s - seg.slot0
         if ci < 0:
             ci += self.window
