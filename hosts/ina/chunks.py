@@ -153,6 +153,21 @@ def chunk_exponents(flat: np.ndarray, k: int, nchunks: int, n_workers: int) -> n
     return np.clip(e, fp.EXP_WIRE_MIN, fp.EXP_WIRE_MAX).astype(np.int64)
 
 
+def result_values(h: InaHandle, hp: ModuleType | None = None) -> np.ndarray:
+    """A completed handle's int32 sums as its input's kind and shape: float32
+    (fixed point back at the handle's scale), uint32 bits, or int32."""
+    ints = h.ints[:h.n] if h.n != h.ints.size else h.ints
+    if h.kind == "float":
+        if hp is None:
+            return fp.from_fixed(ints, h.scale_exp, np.float32).reshape(h.shape)
+        out = np.empty(ints.size, np.float32)
+        hp.from_fixed(ints, int(h.scale_exp), out)
+        return out.reshape(h.shape)
+    if h.kind == "uint":
+        return ints.view(np.uint32).reshape(h.shape)
+    return ints.reshape(h.shape)
+
+
 def as_int32_bits(flat: np.ndarray, kind: str) -> np.ndarray:
     """Integers as the int32 bit patterns the switch combines (uint32 for 'uint')."""
     if flat.dtype == np.bool_:

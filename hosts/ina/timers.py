@@ -65,7 +65,17 @@ class RetransmitTimers:
 
     # -- dilated network ---------------------------------------------------------
     def expect_delay(self, network: "DilationSettings") -> None:
-        """See InaClient.expect_delay."""
+        """The network is slowed on purpose (time dilation, `network`: its TDF and the
+        hardware link it plays; hosts.common.network_dilation): keep every chunk's
+        first timer above the dilated time in which its answer can legitimately come
+        back, or the client resends what is merely delayed (and on a dilated link each
+        spurious copy takes the link time of a real frame). That time is per chunk:
+        the delay line serializes this worker's frames one after another on its
+        uplink, so a chunk sent with k of its chunks still on the wire is fully in
+        after (k + 1) frame times; the switch answers L0 later; the answer takes one
+        frame time on the downlink, where answers arrive no faster than the uplinks
+        send. Floor = 1.5 x TDF x (L0 + (k + 2) s), k <= window - 1 (`chunk_floor_s`).
+        Monotone: a lower TDF never lowers the floor (a run only raises its TDF)."""
         tdf = float(network.tdf)
         if tdf <= 0:
             return

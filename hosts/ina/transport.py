@@ -21,9 +21,11 @@ Timers (hosts/ina/timers.py): a chunk's first timeout is timeout_s, lower once
 round trips are measured, times backoff per resend; after max_retries resends
 the client fails with `InaTimeoutError` (job, slot, seq, what the switch seems
 to be missing) and stays failed: its seq stream can no longer match the other
-workers'. An expired timer resends only if the chunk looks lost (RACK); on a
-dilated network (`expect_delay`) no chunk's timer starts below its own dilated
-answer time.
+workers'. An expired timer resends only if the chunk looks lost (RACK); when
+no result at all came back (a stall, mostly, on a loaded machine) only probes
+go out, not the window; due timers are judged only after the socket has been
+read (a descheduled worker finds its answers there). On a dilated network
+(`expect_delay`) no chunk's timer starts below its own dilated answer time.
 
 Bulk path. A tensor's chunks are one run (`Seg`, hosts/ina/chunks.py) of
 consecutive seqs: all packets are built at once with numpy (PKT_DTYPE rows in
@@ -32,6 +34,9 @@ hosts/ina/timers.py), bursts of results are parsed and
 applied vectorized, and the next chunks of the answered slots go out as one
 sendmmsg when the io has `send_many`/`recv_block` (UdpIo on Linux). One-chunk
 vectors (P4SGD micro-batches) take a scalar path (struct, one sendto).
+Where `make setup` built hosts/ina/_hostpath.c, quantizing, packet building and
+burst result handling run compiled (hosts/ina/hostpath.py; `impl`, stats.impl),
+the numpy code above being their reference.
 
 Values. float input + op "sum": fixed point with a shared scale (see
 hosts/ina/fixed_point.py): by default one MAX round per tensor agrees on the
@@ -68,7 +73,8 @@ from hosts.ina import fixed_point as fp
 from hosts.ina import hostpath
 from hosts.ina import receive
 from hosts.ina.chunks import (FRAME_BYTES, LANES, PKT_DTYPE, PKT_SIZE, RX_DTYPE, RX_STRIDE, Seg,
-                              as_int32_bits, build_packets, chunk_exponents, exponent_packet)
+                              as_int32_bits, build_packets, chunk_exponents, exponent_packet,
+                              result_values)
 from hosts.ina.handles import OPS, InaError, InaHandle, InaIo, InaStats, InaTimeoutError
 from hosts.ina.in_process import Impair, InProcessIo, InProcessSwitch, drive
 from hosts.ina.timers import RetransmitTimers, timeout_error
@@ -242,17 +248,8 @@ class InaClient(receive.ResultIntake):
         return self.timers.rto_cache
 
     def expect_delay(self, network: "DilationSettings") -> None:
-        """The network is slowed on purpose (time dilation, `network`: its TDF and the
-        hardware link it plays; hosts.common.network_dilation): keep every chunk's
-        first timer above the dilated time in which its answer can legitimately come
-        back, or the client resends what is merely delayed (and on a dilated link each
-        spurious copy takes the link time of a real frame). That time is per chunk:
-        the delay line serializes this worker's frames one after another on its
-        uplink, so a chunk sent with k of its chunks still on the wire is fully in
-        after (k + 1) frame times; the switch answers L0 later; the answer takes one
-        frame time on the downlink, where answers arrive no faster than the uplinks
-        send. Floor = 1.5 x TDF x (L0 + (k + 2) s), k <= window - 1 (`chunk_floor_s`).
-        Monotone: a lower TDF never lowers the floor (a run only raises its TDF)."""
+        """The network is slowed on purpose (time dilation): keep every chunk's first
+        timer above the dilated time its answer may take (RetransmitTimers.expect_delay)."""
         self.timers.expect_delay(network)
 
     def chunk_floor_s(self, ahead: "int | np.ndarray") -> "float | np.ndarray":
@@ -352,14 +349,8 @@ class InaClient(receive.ResultIntake):
                 self._start_seg(s, now)
 
     def _finish(self, h: InaHandle, now: float) -> None:
-        ints = h.ints[:h.n] if h.n != h.ints.size else h.ints
+        h.result = result_values(h, self._hp)
         if h.kind == "float":
-            if self._hp is not None:
-                out = np.empty(ints.size, np.float32)
-                self._hp.from_fixed(ints, int(h.scale_exp), out)
-                h.result = out.reshape(h.shape)
-            else:
-                h.result = fp.from_fixed(ints, h.scale_exp, np.float32).reshape(h.shape)
             lim_e = fp.max_exponent_for_scale(h.scale_exp, self.n_workers)
             if h.fixed and h.max_exp > lim_e:
                 self.stats.saturated_results += 1
@@ -371,10 +362,6 @@ class InaClient(receive.ResultIntake):
                 elif not self._warned_saturation:
                     self._warned_saturation = True
                     log.warning("%s (counted in stats.saturated_results; warning once)", msg)
-        elif h.kind == "uint":
-            h.result = ints.view(np.uint32).reshape(h.shape)
-        else:
-            h.result = ints.reshape(h.shape)
         h.ints = h.ints2d = None
         h.segs = []
         h.completed_at = now
