@@ -60,7 +60,6 @@ class RetransmitTimers:
         self.hp: Any = None                       # compiled loops (hosts/ina/hostpath.py) or None
         self.silent = 0                           # resends after "nothing arrived"
         self.probes = 1                           # resends allowed per silent expiry
-        self.quiet = 1                            # x rto_cache: time to the next probes
         self.probe_at = -_INF                     # no silent resend before this
 
     # -- dilated network ---------------------------------------------------------
@@ -132,7 +131,7 @@ class RetransmitTimers:
         rtt = now - first
         if self.retries.item(s) == 0:
             self.update_rtt(rtt)
-            if self.probes != 1 or self.quiet != 1:
+            if self.probes != 1 or self.probe_at != -_INF:
                 self.answered_clean()
             if first > self.rack:
                 self.rack = first
@@ -196,11 +195,11 @@ class RetransmitTimers:
         loaded machine, a peer worker or the switch descheduled, not the loss of
         a whole window: resending every expired chunk then costs the switch a
         window of packets per worker for nothing. So in silence only `probes`
-        chunks go out, oldest first (the others wait another timeout, no retry
-        counted), and the next probes after twice as long if the silence lasts
-        (TCP's backoff); each answer to a resent chunk doubles the budget (a real
-        burst loss is recovered in about log2(window) rounds), a clean answer
-        resets it to 1."""
+        chunks go out, oldest first (the others wait for the first one's
+        backed-off timer, no retry counted: a dead switch is still given up on
+        after max_retries of its resends); each answer to a resent chunk doubles
+        the budget (a real burst loss is recovered in about log2(window)
+        rounds), a clean answer resets it to 1."""
         dl = self.dl
         out = []
         silent = []
@@ -222,28 +221,27 @@ class RetransmitTimers:
             if now < self.probe_at:                  # this silence already got its probes
                 for s in silent:
                     dl[s] = self.probe_at
-                silent = []
-            else:
-                gap = min(self.rto_cache * self.quiet, self.max_timeout_s)
-                self.probe_at = now + gap
-                self.quiet *= 2                      # a longer silence: rarer probes
-                if len(silent) > self.probes:
-                    silent.sort(key=lambda s: (self.txt.item(s), s))
-                    for s in silent[self.probes:]:
-                        dl[s] = self.probe_at
-                    silent = sorted(silent[:self.probes])
-                self.silent += len(silent)
-            out = sorted(out + silent)
+                return out
+            # the oldest chunks probe (always the same first one while the silence
+            # lasts: its retries count towards max_retries, as TCP's RTO resends the
+            # first unacked segment); the rest wait for the probe's backed-off timer
+            silent.sort(key=lambda s: (self.first.item(s), s))
+            self.probe_at = now + min(float(self.rto[silent[0]]) * self.backoff,
+                                      self.max_timeout_s)
+            for s in silent[self.probes:]:
+                dl[s] = self.probe_at
+            self.silent += min(len(silent), self.probes)
+            out = sorted(out + silent[:self.probes])
         return out
 
     def answered_resent(self, k: int = 1) -> None:
         """k answers to resent chunks arrived: the network delivers, widen the
         silence budget."""
         self.probes = min(self.window, self.probes << k if k < 16 else self.window)
-        self.quiet, self.probe_at = 1, -_INF
+        self.probe_at = -_INF
 
     def answered_clean(self) -> None:
-        self.probes = self.quiet = 1
+        self.probes = 1
         self.probe_at = -_INF
 
     def resent(self, s: int, now: float) -> None:

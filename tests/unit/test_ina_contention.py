@@ -18,7 +18,7 @@ import pytest
 
 from hosts.ina import fixed_point as fp
 from hosts.ina.timers import RetransmitTimers
-from hosts.ina.transport import LANES, InaClient
+from hosts.ina.transport import LANES, InaClient, InaTimeoutError
 from testbed import wire
 from testbed.switch.ina import InaPipeline
 
@@ -163,5 +163,19 @@ def test_a_stalled_switch_gets_probes_not_windows():
     _run(net, 256)
     st = net.client.stats
     assert st.results == 256
-    assert 1 <= st.retransmissions <= 8, st.summary()       # probes at 10, 20, 40, 80, 160 ms
+    assert 1 <= st.retransmissions <= 5, st.summary()       # probes at 10, 30, 70, 150 ms
     assert st.retx_silent == st.retransmissions
+
+
+def test_a_dead_switch_is_given_up_on_after_max_retries_probes():
+    """Silence that never ends (the switch is gone): the same oldest chunk is the
+    probe every time, so after max_retries of its resends the client fails with
+    the usual diagnosis; a 64-chunk window does not multiply that time by 64."""
+    net = PausingNet(latency_s=1e-3, pause_s=0, pause_every=0, window=64, timeout_s=0.01,
+                     min_timeout_s=0.01, max_retries=4, stalls=[(0.0, 1e9)])
+    x = np.ones(64 * 64, np.float32)
+    with pytest.raises(InaTimeoutError, match="no result for seq 0 .* after 4 retransmissions") as e:
+        net.client.wait(net.client.submit(x, scale_exp=8))
+    assert e.value.seq == 0 and e.value.retries == 4
+    assert [s for s, r in net.sends if r] == [0] * 4
+    assert net.t < 0.01 * (1 + 2 + 4 + 8 + 16) + 0.01      # the probe's own backoff, once
