@@ -21,11 +21,19 @@ fixed scale (`scale_exp`, the P4SGD latency path: one packet), 262144 values
 (1 MiB, 4096 chunks per worker). Everything shares this machine's cores with the
 switch process, so the 1 MiB number is partly the switch's per-packet cost.
 
+`run()` measures both packet paths side by side in one run, `impl` "python"
+(the numpy reference) and "compiled" (hosts/ina/_hostpath.c), at each window,
+and per impl the client alone (`client_only`): the same 1 MiB allreduce in
+process against an io that answers every chunk at once (no kernel, no switch),
+so worker CPU per packet minus client_only is the system calls' share.
+Each entry records the load average around it.
+
 `BASELINE` holds the numbers of the transport before the batched bulk path
 (first run of this benchmark, same machine); the JSON has both.
 
     python -m bench ina_transport
-    python -m bench.ina_transport [--window W] [--iters K] [--module hosts.ina.transport]
+    python -m bench.ina_transport [--window W] [--iters K] [--impl python|compiled]
+                                  [--module hosts.ina.transport]
     (--module: any importable copy of the transport, e.g. the old one, for A/B;
     INA_BENCH_PROFILE=DIR: cProfile every worker into DIR)
 """
@@ -91,6 +99,8 @@ def worker_main(cfg: dict) -> None:
     rank = cfg["rank"]
     io = mod.UdpIo((loopback_ip(rank), cfg["wport"]), ("127.0.0.1", cfg["base"] + rank + 1))
     kw = {} if cfg["window"] is None else {"window": cfg["window"]}
+    if cfg.get("impl"):
+        kw["impl"] = cfg["impl"]
     c = mod.InaClient(io, 1, rank, N, timeout_s=0.05, max_retries=50, **kw)
     barrier = np.ones(1, np.int32)
     c.wait(c.submit(barrier, "sum", patience_s=30.0), timeout=40)
@@ -118,7 +128,8 @@ def worker_main(cfg: dict) -> None:
 
 # -- orchestration -----------------------------------------------------------------
 def measure(*, module: str = "hosts.ina.transport", window: int | None = None, iters: int = 10,
-            bulk_iters: int = 5, warmup: int = 1) -> dict:
+            bulk_iters: int = 5, warmup: int = 1, impl: str | None = None) -> dict:
+    load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-ina-") as td:
         tmp = Path(td)
         base, wport = free_loopback_ports(N)
@@ -126,7 +137,7 @@ def measure(*, module: str = "hosts.ina.transport", window: int | None = None, i
         procs, sw_stats = [], {}
         try:
             for r in range(N):
-                cfg = {"module": module, "rank": r, "base": base, "wport": wport, "window": window,
+                cfg = {"module": module, "impl": impl, "rank": r, "base": base, "wport": wport, "window": window,
                        "iters": iters, "bulk_iters": bulk_iters, "warmup": warmup,
                        "sizes": SIZES, "out": str(tmp / f"w{r}.json")}
                 procs.append(subprocess.Popen(
@@ -143,8 +154,9 @@ def measure(*, module: str = "hosts.ina.transport", window: int | None = None, i
                     p.wait()
             sw_stats = sw.stop() or {}
         res = [json.loads((tmp / f"w{r}.json").read_text()) for r in range(N)]
-    out: dict = {"module": module, "window": window or "default", "workers": N,
-                 "slot_count": SLOT_COUNT, "sizes": {}}
+    out: dict = {"module": module, "impl": res[0]["stats"].get("impl", "python"),
+                 "window": window or "default", "workers": N, "slot_count": SLOT_COUNT,
+                 "load_avg_before": load0, "load_avg_after": os.getloadavg(), "sizes": {}}
     for name, size, k in SIZES:
         recs = [x for w in res for x in w["records"] if x["size"] == name]
         wall = np.array([x["wall_s"] for x in recs])
@@ -166,19 +178,105 @@ def measure(*, module: str = "hosts.ina.transport", window: int | None = None, i
             "cpu_util": round(float(np.median(cpu / wall)), 3),
         }
     out["retransmissions"] = sum(w["stats"]["retransmissions"] for w in res)
+    out["retx_silent"] = sum(w["stats"].get("retx_silent", 0) for w in res)
     out["duplicates_ignored"] = sum(w["stats"]["duplicates_ignored"] for w in res)
     out["switch"] = {k: v for k, v in sw_stats.items() if k not in ("pipeline",)}
     out["timeouts"] = sum(w["stats"]["timeouts"] for w in res)
     return out
 
 
+# -- the client alone ----------------------------------------------------------------
+class _Reflector:
+    """An io that answers every chunk at once (n_workers=1: the result is the
+    contribution with FLAG_RESULT), through send_many/recv_block as UdpIo's;
+    its own CPU time is kept apart (`own`) and left out of the client's."""
+
+    def __init__(self, rx_dtype, batch: int = 256):
+        self.rec = np.zeros(batch, rx_dtype)
+        self.raw = self.rec.view(np.uint8).reshape(batch, rx_dtype.itemsize)
+        self.lens = np.zeros(batch, np.int64)
+        self.pending: list[bytes] = []
+        self.own = 0.0
+
+    def send(self, p) -> None:
+        self.pending.append(bytes(p))
+
+    def send_many(self, addr, offs, lens) -> None:
+        import ctypes  # noqa: PLC0415
+        t0 = time.process_time()
+        for o, ln in zip(np.asarray(offs).tolist(), np.asarray(lens).tolist()):
+            self.pending.append(ctypes.string_at(addr + o, ln))
+        self.own += time.process_time() - t0
+
+    def recv_block(self, timeout):
+        from testbed import wire  # noqa: PLC0415
+        t0 = time.process_time()
+        n = min(len(self.pending), len(self.rec))
+        for i in range(n):
+            p = self.pending[i]
+            self.raw[i, :len(p)] = np.frombuffer(p, np.uint8)
+            self.raw[i, 2] |= wire.FLAG_RESULT
+            self.lens[i] = len(p)
+        del self.pending[:n]
+        self.own += time.process_time() - t0
+        return self.rec, self.lens[:n]
+
+    def recv(self, timeout):
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def client_only(impl: str, *, window: int = 256, size: int = 262144, iters: int = 20) -> dict:
+    """Worker CPU per packet of the client's own code (no kernel, no switch)."""
+    from hosts.ina.transport import RX_DTYPE, InaClient  # noqa: PLC0415
+    io = _Reflector(RX_DTYPE)
+    c = InaClient(io, 1, 0, 1, window=window, impl=impl)
+    x = np.random.default_rng(0).standard_normal(size).astype(np.float32)
+    c.allreduce(x)
+    samples = []
+    for _ in range(5):
+        io.own = 0.0
+        t0 = time.process_time()
+        for _ in range(iters // 5):
+            c.allreduce(x)
+        samples.append((time.process_time() - t0 - io.own) / ((iters // 5) * (-(-size // 64) + 1)))
+    return {"impl": c.stats.impl, "window": window, "values": size,
+            "cpu_us_per_packet": round(float(np.median(samples)) * 1e6, 3),
+            "cpu_us_per_packet_min": round(float(np.min(samples)) * 1e6, 3),
+            "load_avg": os.getloadavg()}
+
+
+def _summary(side: dict, alone: list) -> dict:
+    """Worker CPU per packet (1 MiB allreduce) per impl and window, and the
+    client's own share (client_only, median of its runs)."""
+    out: dict = {}
+    for key, m in side.items():
+        b = m["sizes"]["262144"]
+        out[key] = {"cpu_us_per_packet": b["cpu_us_per_packet"],
+                    "user_us": b["cpu_user_us_per_packet"], "sys_us": b["cpu_sys_us_per_packet"],
+                    "allreduce_ms": b["allreduce_ms"], "retransmissions": m["retransmissions"],
+                    "load_avg_1m": m["load_avg_before"][0]}
+    for impl in ("python", "compiled"):
+        xs = [a["cpu_us_per_packet"] for a in alone if a["impl"] == impl]
+        out[f"client_only_{impl}_us_per_packet"] = float(np.median(xs)) if xs else None
+    return out
+
+
 def run(out_dir) -> dict:
     if not bindable([(loopback_ip(0), 0)]):
         return {"skipped": "cannot bind 127.0.1.x loopback addresses"}
-    new = {str(w): measure(window=w) for w in (64, 256)}
+    load0 = os.getloadavg()
+    side = {}
+    for w in (64, 256):                         # python and compiled back to back per window
+        for impl in ("python", "compiled"):
+            side[f"{impl}_w{w}"] = measure(window=w, impl=impl)
+    alone = [client_only(impl) for impl in ("python", "compiled", "python", "compiled")]
     res = {"benchmark": "ina_transport", "cpu_count": os.cpu_count(),
-           "load_avg": os.getloadavg(), "old": BASELINE, "new": new,
-           "new_loaded_session": LOADED_NEW}
+           "load_avg_before": load0, "load_avg": os.getloadavg(), "side_by_side": side,
+           "client_only": alone, "summary": _summary(side, alone),
+           "old": BASELINE, "new_loaded_session": LOADED_NEW}
     path = Path(out_dir) / f"ina_transport-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(res, indent=1))
     res["json_path"] = str(path)
@@ -192,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=None)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--bulk-iters", type=int, default=5)
+    ap.add_argument("--impl", choices=["python", "compiled"], default=None)
     a = ap.parse_args(argv)
     if a.worker:
         cfg = json.loads(a.worker)
@@ -204,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             worker_main(cfg)
         return 0
     print(json.dumps(measure(module=a.module, window=a.window, iters=a.iters,
-                             bulk_iters=a.bulk_iters), indent=1))
+                             bulk_iters=a.bulk_iters, impl=a.impl), indent=1))
     return 0
 
 

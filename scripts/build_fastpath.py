@@ -1,9 +1,10 @@
-"""Compile the INA pipeline's C hot loop (testbed/switch/ina/_fastpath.c) into
-the package, next to its source, with the system C compiler.
+"""Compile the C hot loops into their packages, next to their sources, with the
+system C compiler: the INA pipeline's (testbed/switch/ina/_fastpath.c) and the
+INA worker's (hosts/ina/_hostpath.c).
 
 Run by `make setup` (scripts/setup.sh) with the venv's Python, whose headers
 and extension suffix it builds for. No setuptools, no new dependency: one cc
-command, printed. Rebuilds only when the source is newer than the library.
+command per extension, printed. Rebuilds only when a source is newer than its library.
 Exit status non-zero, with the compiler's message, when it fails.
 """
 from __future__ import annotations
@@ -17,32 +18,47 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "testbed" / "switch" / "ina" / "_fastpath.c"
+# (source, extra compiler flags), one entry per extension.
+EXTENSIONS = [
+    (SRC, []),
+    # -ffp-contract=off: no fused multiply-add, so its float arithmetic rounds as
+    # the numpy reference does (bit-identical results, tests/unit/test_ina_hostpath.py).
+    (ROOT / "hosts" / "ina" / "_hostpath.c", ["-ffp-contract=off"]),
+]
 # -O3: the lane loops (byte swap + add/or/max of 64 int32) vectorize.
 CFLAGS = ["-O3", "-fPIC", "-shared", "-std=c11", "-Wall", "-Wextra", "-Werror",
           "-Wno-missing-field-initializers", "-Wno-unused-parameter"]
 
 
-def target() -> Path:
-    return SRC.with_name("_fastpath" + sysconfig.get_config_var("EXT_SUFFIX"))
+def target(src: Path = SRC) -> Path:
+    return src.with_name(src.stem + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
-def command(out: Path) -> list[str]:
+def command(out: Path, src: Path = SRC, extra: list[str] | None = None) -> list[str]:
     cc = os.environ.get("CC") or sysconfig.get_config_var("CC").split()[0] or "cc"
     include = sysconfig.get_paths()["include"]
-    return [cc, *CFLAGS, f"-I{include}", str(SRC), "-o", str(out)]
+    return [cc, *CFLAGS, *(extra or []), f"-I{include}", str(src), "-o", str(out)]
 
 
 def main() -> int:
-    out = target()
     include = Path(sysconfig.get_paths()["include"])
     if not (include / "Python.h").is_file():
         print(f"build_fastpath: {include}/Python.h missing: install the Python development "
               f"headers (apt-get install python3-dev) and run make setup again", file=sys.stderr)
         return 1
-    if out.exists() and out.stat().st_mtime >= SRC.stat().st_mtime and "--force" not in sys.argv:
+    for src, extra in EXTENSIONS:
+        rc = build(src, extra)
+        if rc:
+            return rc
+    return 0
+
+
+def build(src: Path, extra: list[str]) -> int:
+    out = target(src)
+    if out.exists() and out.stat().st_mtime >= src.stat().st_mtime and "--force" not in sys.argv:
         print(f"build_fastpath: {out.relative_to(ROOT)} up to date")
         return 0
-    cmd = command(out)
+    cmd = command(out, src, extra)
     print("build_fastpath:", shlex.join(cmd))
     tmp = out.with_name(out.name + ".tmp")
     cmd[-1] = str(tmp)
@@ -53,7 +69,7 @@ def main() -> int:
               f"(or set CC) and run make setup again", file=sys.stderr)
         return 1
     if r.returncode != 0:
-        print(f"build_fastpath: compiling {SRC.relative_to(ROOT)} failed:\n{r.stderr}", file=sys.stderr)
+        print(f"build_fastpath: compiling {src.relative_to(ROOT)} failed:\n{r.stderr}", file=sys.stderr)
         tmp.unlink(missing_ok=True)
         return 1
     os.replace(tmp, out)        # a running switch keeps the old mapping; new ones load this

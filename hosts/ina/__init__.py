@@ -2,5 +2,9 @@
 
 - `fixed_point`: float <-> int32 with a shared, overflow-safe scale.
 - `transport`: `InaClient` (window, retransmission, exactly-once results) over
-  an `io` (`UdpIo` for real sockets, `InProcessSwitch` endpoints for tests).
+  an `io`; it composes `window` (seq counter, per-slot FIFOs of chunks),
+  `chunks` (a tensor's packets built at once), `timers` (RTT estimate,
+  retransmission timers and the resend rule) and `receive` (result intake).
+- `udp_io`: `UdpIo`, the real socket; `in_process`: `InProcessSwitch`
+  endpoints and `drive` for tests and simulations.
 """

@@ -457,7 +457,7 @@ def test_bulk_tensor_exactly_once_both_receive_paths(monkeypatch, vec_min, n, wi
     """Long vectors (packets built at once, results taken in bursts), across the
     2^32 seq wrap with windows that do not divide 2^32, under loss/dup/reorder:
     bit-exact, each chunk completed and accepted once."""
-    import hosts.ina.transport as T
+    import hosts.ina.receive as T
     monkeypatch.setattr(T, "_VEC_MIN", vec_min)
     sched = list(schedule)
 

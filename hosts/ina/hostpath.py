@@ -1,0 +1,72 @@
+"""The INA worker's compiled loops (hosts/ina/_hostpath.c), when built.
+
+`make setup` (scripts/build_fastpath.py) compiles the extension; tests never
+do. Without it the client runs the numpy code, the reference the compiled
+loops must match bit for bit (tests/unit/test_ina_hostpath.py); the client
+says which it runs in `stats.impl` ("compiled" or "python").
+
+    hp = hostpath.choose(impl)      # impl: None (compiled when built), "compiled", "python"
+"""
+from __future__ import annotations
+
+from types import ModuleType
+
+import numpy as np
+
+from testbed import wire
+
+IMPLS = ("compiled", "python")
+
+try:
+    from hosts.ina import _hostpath
+    IMPORT_ERROR: str | None = None
+except ImportError as e:        # not built: `make setup` compiles it
+    _hostpath = None
+    IMPORT_ERROR = str(e)
+
+
+def _check_constants() -> None:
+    """The C file repeats wire.py's layout; a drift would corrupt packets silently."""
+    from hosts.ina.chunks import RX_STRIDE
+    got = _hostpath.constants()
+    want = {"INA_HLEN": wire.INA_HLEN, "MAX_VALUES_PER_PACKET": wire.MAX_VALUES_PER_PACKET,
+            "RX_STRIDE": RX_STRIDE, "INA_VERSION": wire.INA_VERSION, "FLAG_RESULT": wire.FLAG_RESULT}
+    bad = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+    if bad:
+        raise ImportError(f"hosts/ina/_hostpath.c disagrees with testbed/wire.py (name: (C, Python)): "
+                          f"{bad}; fix the C constants and run make setup")
+
+
+if _hostpath is not None:
+    _check_constants()
+
+
+def available() -> bool:
+    return _hostpath is not None
+
+
+def choose(impl: str | None) -> ModuleType | None:
+    """The compiled module for `impl`, or None for the numpy path."""
+    if impl is None:
+        return _hostpath
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS} or None, got {impl!r}")
+    if impl == "python":
+        return None
+    if _hostpath is None:
+        raise RuntimeError(f"impl 'compiled': hosts/ina/_hostpath.c is not built ({IMPORT_ERROR}): "
+                           f"run `make setup` (or .venv/bin/python scripts/build_fastpath.py)")
+    return _hostpath
+
+
+def quantize(hp: ModuleType, x: np.ndarray, k: int, n_workers: int) -> tuple[np.ndarray, int]:
+    """fixed_point.quantize(x, k, n_workers, "saturate"), compiled."""
+    from hosts.ina import fixed_point as fp
+    src = np.ascontiguousarray(x)
+    if src.dtype not in (np.float32, np.float64):
+        src = src.astype(np.float64)
+    out = np.empty(src.size, np.int32)
+    r = hp.quantize(src.reshape(-1), int(k), float(fp.contribution_limit(n_workers)), out)
+    if r < 0:                # a non-finite value: the reference raises the error naming it
+        return fp.quantize(x, k, n_workers, "saturate")
+    return out, r
