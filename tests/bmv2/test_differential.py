@@ -55,7 +55,10 @@ def runs(tmp_path_factory):
                       for (label, port, frame), out in zip(steps, soft_outs)]}
     (work / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    res = subprocess.run(["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"',
+    # -m and a fresh sysfs: /sys/class/net must show this namespace's veths (the
+    # switch's start-up check looks its ports up there), not the host's
+    res = subprocess.run(["unshare", "-n", "-m", "sh", "-c",
+                          'mount -t sysfs sysfs /sys && ip link set lo up && exec "$0" "$@"',
                           sys.executable, str(HERE / "bmv2_diff_runner.py"), str(work / "spec.json"),
                           str(work / "out.json"), str(work)], env=env, cwd=REPO,
                          capture_output=True, text=True, timeout=900)
