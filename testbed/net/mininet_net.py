@@ -88,7 +88,8 @@ class MininetNetwork(Network):
         wants_netem = mechanism == "netem" or (mechanism == "auto" and not self.soft)
         caps = imp.Capabilities(switch_impairs=self.soft,
                                 netem=imp.netem_available() if wants_netem else False,
-                                nftables=imp.nft_available(), backend=self.backend)
+                                nftables=imp.nft_available(), backend=self.backend,
+                                drop_simulator=self._has_drop_simulators())
         self.impairments = imp.plan_impairments(self.plan, links, caps)
 
         self.hosts = {h.name: HostInfo(h.name, h.ip, h.mac) for h in self.plan.hosts}
@@ -107,6 +108,14 @@ class MininetNetwork(Network):
         self.errors: list[str] = []  # teardown problems, kept for the manifest
         self._start_error: str | None = None  # why start() failed (noted on every impairment row)
         self.recorder = recorder  # dry run: testbed.net.plan.PlanRecorder
+
+    def _has_drop_simulators(self) -> bool:
+        """BMv2 runs a program with both of ina.p4's drop simulators (its P4Info
+        names them): loss can go through their registers (impairments.py)."""
+        if self.bmv2_build is None:
+            return False
+        names = Path(self.bmv2_build.p4info_path).read_text()
+        return all(f'"{n}.drop_probability"' in names for n in ("DropSimulator", "EgressDropSimulator"))
 
     # --- public ------------------------------------------------------------
     @property
