@@ -7,8 +7,10 @@
  * name below. The wire format is documented in testbed/wire.py.
  *
  * Names: P4Info names are "<control>.<object>". Every object carries an
- * absolute @name: the sub-controls' (Forward, DropSimulator, Aggregator) so
- * their names do not depend on the instance name they get inside Ingress, and
+ * absolute @name: the sub-controls' (Forward, Aggregator) so their names do
+ * not depend on the instance name they get inside Ingress; DropSimulator's
+ * two instances are @named ".DropSimulator" and ".EgressDropSimulator" and
+ * name their objects after themselves; and
  * the top-level controls' because those are named InaIngress/InaEgress (v1model
  * already declares control types Ingress and Egress: p4c refuses a program
  * that declares them again) while the control plane knows them as

@@ -33,6 +33,7 @@ from testbed.net.topology import (
     PREFIX_LEN, SWITCH_VIP, SWITCH_VIP_MAC, TopologyPlan, forwarding_tables, plan_topology,
     switch_port_mac,
 )
+from testbed.results import PROJECT_ROOT
 
 log = logging.getLogger("testbed.net")
 
@@ -111,10 +112,15 @@ class MininetNetwork(Network):
 
     def _has_drop_simulators(self) -> bool:
         """BMv2 runs a program with both of ina.p4's drop simulators (its P4Info
-        names them): loss can go through their registers (impairments.py)."""
-        if self.bmv2_build is None:
+        names them): loss can go through their registers (impairments.py). A dry
+        run compiles nothing: the checked-in P4Info of the program stands in."""
+        if self.backend != "bmv2":
             return False
-        names = Path(self.bmv2_build.p4info_path).read_text()
+        if self.bmv2_build is not None:
+            p4info = Path(self.bmv2_build.p4info_path)
+        else:
+            p4info = PROJECT_ROOT / "p4" / f"{self.switch_config_base.get('pipeline')}.p4info.txtpb"
+        names = p4info.read_text() if p4info.exists() else ""
         return all(f'"{n}.drop_probability"' in names for n in ("DropSimulator", "EgressDropSimulator"))
 
     # --- public ------------------------------------------------------------

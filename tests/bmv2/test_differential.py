@@ -22,6 +22,8 @@ import diff_frames as F
 from testbed.switch import bmv2
 from testbed.switch.ina import InaPipeline, fastpath
 
+# p4c (minutes on a loaded machine) + BMv2 start + 176 steps of >= 0.2 s each
+pytestmark = pytest.mark.timeout(1800)
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 REGISTERS = ("Aggregator.worker_count", "Aggregator.worker_bitmap", "Aggregator.slot_seq",
