@@ -7,8 +7,10 @@
  * name below. The wire format is documented in testbed/wire.py.
  *
  * Names: P4Info names are "<control>.<object>". Every object carries an
- * absolute @name: the sub-controls' (Forward, DropSimulator, Aggregator) so
- * their names do not depend on the instance name they get inside Ingress, and
+ * absolute @name: the sub-controls' (Forward, Aggregator) so their names do
+ * not depend on the instance name they get inside Ingress; DropSimulator's
+ * two instances are @named ".DropSimulator" and ".EgressDropSimulator" and
+ * name their objects after themselves; and
  * the top-level controls' because those are named InaIngress/InaEgress (v1model
  * already declares control types Ingress and Egress: p4c refuses a program
  * that declares them again) while the control plane knows them as
@@ -190,12 +192,14 @@ control Forward(inout headers_t hdr, inout metadata_t meta,
     apply { l2_forward.apply(); }
 }
 
-/* Simulated loss of contributions on their way in (SwitchML-style): drop when
-   a 32-bit random number is below the port's threshold (p * 2^32). */
+/* Simulated loss (SwitchML-style), one instance per direction: drop when a
+   32-bit random number is below the port's threshold (p * 2^32).
+   DropSimulator (in Ingress): contributions on their way in, per ingress port.
+   EgressDropSimulator (in Egress): results on their way out, per egress port.
+   The instances' @names make the objects "DropSimulator.drop_probability",
+   "EgressDropSimulator.dropped", ... (testbed/switch/ina/drop_simulator.py). */
 control DropSimulator(in bit<9> port, out bool drop) {
-    @name(".DropSimulator.drop_probability")
     register<bit<32>>(NUM_PORTS) drop_probability;
-    @name(".DropSimulator.dropped")
     counter(NUM_PORTS, CounterType.packets) dropped;
 
     apply {
@@ -349,7 +353,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     counter(1, CounterType.packets) malformed;
 
     Forward() forward;
-    DropSimulator() drop_simulator;
+    @name(".DropSimulator") DropSimulator() drop_simulator;
     Aggregator() aggregator;
 
     @name(".Ingress.set_job")
@@ -496,12 +500,23 @@ control InaEgress(inout headers_t hdr, inout metadata_t meta,
         size = 1;
     }
 
+    @name(".EgressDropSimulator") DropSimulator() egress_drop_simulator;
+
     apply {
         if (meta.result == 1) {
+            bool to_worker = true;
             if (standard_metadata.egress_rid != 0) {
-                replica_rewrite.apply();
+                to_worker = replica_rewrite.apply().hit;   /* miss: drop_replica */
             }
-            switch_address.apply();
+            if (to_worker) {
+                bool sim_drop;
+                egress_drop_simulator.apply(standard_metadata.egress_port, sim_drop);
+                if (sim_drop) {
+                    mark_to_drop(standard_metadata);
+                } else {
+                    switch_address.apply();
+                }
+            }
         } else if (standard_metadata.egress_port == standard_metadata.ingress_port) {
             mark_to_drop(standard_metadata);   /* never back out of the ingress port */
         }

@@ -182,7 +182,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     run of the same steps: the network and the controller record instead of
     acting, nothing is waited for, and the point ends before collecting."""
     from testbed.net.factory import BackendUnavailable, build_network  # noqa: PLC0415
-    from testbed.net.impairments import ImpairmentError  # noqa: PLC0415
+    from testbed.net.impairments import ImpairmentError, fill_drop_simulator_observed  # noqa: PLC0415
 
     scn = point.scenario
     logs = run_dir / "logs" / point.label
@@ -205,6 +205,10 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     control = None
     counters: dict[str, Any] = {}
     job_requests = runtime.ina_jobs(point)
+    if getattr(getattr(net, "impairments", None), "drop_simulator", None) and not job_requests:
+        raise SkipPoint(f"impairment cannot be applied: {scn.switch.backend} applies link loss "
+                        f"through the P4 program's drop simulator, which drops only in-network "
+                        f"aggregation traffic, and this point has none; use switch.backend soft")
     if job_requests and "p4runtime" not in net.switch_info:
         raise SkipPoint(f"in-network aggregation needs the switch: --net {net_mode} has none "
                         f"between hosts; use --net mininet, or a host algorithm (ring/ps)")
@@ -259,7 +263,8 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
         net.stop()
         if cpu is not None:
             cpu.close()
-        impairments = seen["impairments"] = net.impairment_report()
+        impairments = seen["impairments"] = fill_drop_simulator_observed(net.impairment_report(),
+                                                                         counters)
         switch_stats = net.switch_stats()
         if switch_stats:
             res.write_json(work / "switch_stats.json", switch_stats)

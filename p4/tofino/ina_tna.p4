@@ -205,6 +205,29 @@ control DropSimulator(in bit<9> port, inout metadata_t meta) {
     }
 }
 
+/* Loss of results on their way out (ina.p4's second DropSimulator instance,
+   "EgressDropSimulator"): its own Random, register and counter in the egress
+   pipe, the same threshold rule. */
+control EgressDropSimulator(in bit<9> port, out bit<1> sim_drop) {
+    Random<bit<32>>() rng;
+    bit<32> rand;
+    @name(".EgressDropSimulator.drop_probability")
+    Register<bit<32>, bit<9>>(NUM_PORTS, 0) drop_probability;
+    @name(".EgressDropSimulator.dropped")
+    Counter<bit<32>, bit<9>>(NUM_PORTS, CounterType_t.PACKETS) dropped;
+    RegisterAction<bit<32>, bit<9>, bit<1>>(drop_probability) decide = {
+        void apply(inout bit<32> threshold, out bit<1> drop) {
+            drop = 0;
+            if (rand < threshold) { drop = 1; }
+        }
+    };
+    apply {
+        rand = rng.get();
+        sim_drop = decide.execute(port);
+        if (sim_drop == 1) { dropped.count(port); }
+    }
+}
+
 /* One lane: one Register and four RegisterActions (Tofino's limit per
    register). `first` overwrites inside the op's action. P4 has no string
    pasting, so each lane's register name is spelled out in FOR_EACH_LANE_NAMED. */
@@ -566,13 +589,23 @@ control Egress(inout egress_headers_t hdr, inout egress_metadata_t meta,
         default_action = set_switch_address(48w0x0200000000fe, 32w0x0a0000fe);
         size = 1;
     }
+    EgressDropSimulator() egress_drop_simulator;
     apply {
         hdr.bridge.setInvalid();
         if (hdr.ina.isValid()) {                       /* a result made in Ingress */
+            bool to_worker = true;
             if (eg_intr_md.egress_rid != 0) {
-                replica_rewrite.apply();
+                to_worker = replica_rewrite.apply().hit;   /* miss: drop_replica */
             }
-            switch_address.apply();
+            if (to_worker) {
+                bit<1> sim_drop;
+                egress_drop_simulator.apply(eg_intr_md.egress_port, sim_drop);
+                if (sim_drop == 1) {
+                    eg_dprsr_md.drop_ctl = 1;
+                } else {
+                    switch_address.apply();
+                }
+            }
         }
     }
 }

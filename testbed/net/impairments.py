@@ -17,6 +17,12 @@ to mechanisms as follows.
   ``applied: false`` and the reason, never as applied.
 - ``netem``: only if the kernel has sch_netem (it does not here); a netem qdisc
   on each sender's egress interface, under htb when the link is shaped.
+- ``drop_simulator`` (what ``auto`` means for loss alone on a BMv2 running a
+  program with p4/ina.p4's two drop simulators, star topology): host->switch
+  loss is ``DropSimulator.drop_probability[port]`` (contributions arriving),
+  switch->host loss ``EgressDropSimulator.drop_probability[port]`` (results
+  leaving), set by the control plane. It drops in-network aggregation traffic
+  only (every row says so); a point whose workload has none is refused.
 
 A request no mechanism can apply raises ``ImpairmentError`` naming what cannot
 be applied and what to use instead.
@@ -33,7 +39,11 @@ from typing import Any
 from testbed.net.topology import TopologyPlan
 
 IMPAIR_KEYS = ("loss_pct", "delay_ms", "jitter_ms", "duplicate_pct", "reorder_pct")
-MECHANISMS = ("auto", "switch", "nftables", "netem")
+MECHANISMS = ("auto", "switch", "nftables", "netem")    # what a scenario may ask for
+DROP_SIMULATOR = "drop_simulator"                      # chosen by auto only
+DROP_SIMULATOR_NOTE = ("the P4 program's drop simulator drops in-network aggregation traffic only "
+                       "(contributions into the switch, results out of it); other traffic on this "
+                       "link is not impaired")
 HTB_MAX_MBPS = 1000  # Mininet's TCIntf ignores larger rates (with only a log line)
 NFT_TABLE = "innet_emu"
 NFT_SCALE = 1_000_000  # numgen modulus: loss resolution of 0.0001 %
@@ -105,6 +115,7 @@ class Capabilities:
     netem: bool                 # kernel has sch_netem
     nftables: bool = True       # `nft` is installed
     backend: str = "soft"       # for messages
+    drop_simulator: bool = False   # the switch program has DropSimulator + EgressDropSimulator (BMv2)
 
 
 @dataclass(frozen=True)
@@ -138,14 +149,19 @@ class ImpairmentPlan:
     switch_ports: dict[str, dict[int, dict[str, dict[str, float]]]] = field(default_factory=dict)
     nft_loss: dict[str, float] = field(default_factory=dict)       # host -> loss_pct on its ingress
     netem: list[dict[str, Any]] = field(default_factory=list)      # {node, intf, impair, shaped}
+    # switch -> [{port, direction: ingress|egress, p}] for the control plane's set_drop_probability
+    drop_simulator: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)       # the report, one per value
 
 
-def choose_mechanism(requested: str, caps: Capabilities) -> str:
-    """The mechanism for a request, before checking what it can do."""
+def choose_mechanism(requested: str, caps: Capabilities, params: frozenset[str] = frozenset()) -> str:
+    """The mechanism for a request (`params`: the impairments asked for), before
+    checking what it can do."""
     if requested == "auto":
         if caps.switch_impairs:
             return "switch"
+        if caps.drop_simulator and params and params <= {"loss_pct"}:
+            return DROP_SIMULATOR
         return "netem" if caps.netem else "none"
     return requested
 
@@ -166,7 +182,7 @@ def plan_impairments(plan: TopologyPlan, links: Any, caps: Capabilities) -> Impa
             raise _refuse(f"bandwidth_mbps={bw:g} on {d.link}", f"htb via Mininet supports at most "
                           f"{HTB_MAX_MBPS} Mbit/s", "set bandwidth_mbps <= 1000, or null for unlimited")
     wanted = [(d, k, v) for d in dirs for k, v in d.values.nonzero().items()]
-    mech = choose_mechanism(requested, caps)
+    mech = choose_mechanism(requested, caps, frozenset(k for _, k, _ in wanted))
     out = ImpairmentPlan(mechanism=mech if wanted else "none")
     out.rows.extend(_bandwidth_rows(dirs))
     if not wanted:
@@ -176,6 +192,10 @@ def plan_impairments(plan: TopologyPlan, links: Any, caps: Capabilities) -> Impa
         raise _refuse(first, f"the {caps.backend} switch does not impair links and this kernel has no "
                       f"sch_netem", "use switch.backend soft (impairments in the soft switch), or "
                       "links.mechanism nftables for loss on host ingress only")
+    if mech == DROP_SIMULATOR and len(plan.switches) > 1:
+        raise _refuse(first, f"the {caps.backend} switch drops only through its program's drop "
+                      f"simulator, which is placed for one aggregating switch (star topology)",
+                      "use topology.kind star, or switch.backend soft")
     if mech == "switch" and not caps.switch_impairs:
         raise _refuse(first, f"links.mechanism switch needs the soft switch, but the backend is "
                       f"{caps.backend}", "use switch.backend soft, or links.mechanism netem/nftables")
@@ -219,6 +239,16 @@ def _bandwidth_rows(dirs: list[Direction]) -> list[dict[str, Any]]:
 
 def _apply_row(out: ImpairmentPlan, plan: TopologyPlan, d: Direction, k: str, v: float,
                mech: str) -> dict[str, Any]:
+    if mech == DROP_SIMULATOR:
+        # Host->switch: contributions arriving; switch->host: results leaving (star: host links only).
+        if plan.is_host(d.src):
+            sw, port, direction, ctl = d.dst, d.dst_port, "ingress", "DropSimulator"
+        else:
+            sw, port, direction, ctl = d.src, d.src_port, "egress", "EgressDropSimulator"
+        out.drop_simulator.setdefault(sw, []).append({"port": port, "direction": direction,
+                                                      "p": v / 100.0})
+        return _row(d, k, v, DROP_SIMULATOR, True, f"{sw} port {port} {direction} {ctl}",
+                    note=DROP_SIMULATOR_NOTE)
     if mech == "switch":
         # Host->switch at the switch's ingress port; otherwise at the sender's egress.
         if d.host_link and plan.is_host(d.src):
@@ -390,6 +420,22 @@ def fill_observed(rows: list[dict[str, Any]], switch_stats: dict[str, Any],
 
 _RATE_COUNTER = {"loss_pct": "dropped", "duplicate_pct": "duplicated", "reorder_pct": "reordered",
                  "delay_ms": "delayed", "jitter_ms": "delayed"}
+
+
+def fill_drop_simulator_observed(rows: list[dict[str, Any]],
+                                 counters: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add the drop simulators' counts (the run's switch counters, as
+    ControlPlane.read_counters gives them) to the rows they applied (copies).
+    Only drops are counted per port, so there is no observed rate."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        if r["applied"] and r["mechanism"] == DROP_SIMULATOR:
+            sw, _, port, _, ctl = r["where"].split()
+            cell = (counters.get(sw) or {}).get(f"{ctl}.dropped", {}).get(port) or {}
+            r["observed"] = {"dropped": int(cell.get("packets", 0)), "counter": f"{ctl}.dropped[{port}]"}
+        out.append(r)
+    return out
 
 
 def _rate(param: str, counters: dict[str, Any]) -> float | None:

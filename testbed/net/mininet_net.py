@@ -33,6 +33,7 @@ from testbed.net.topology import (
     PREFIX_LEN, SWITCH_VIP, SWITCH_VIP_MAC, TopologyPlan, forwarding_tables, plan_topology,
     switch_port_mac,
 )
+from testbed.results import PROJECT_ROOT
 
 log = logging.getLogger("testbed.net")
 
@@ -88,7 +89,8 @@ class MininetNetwork(Network):
         wants_netem = mechanism == "netem" or (mechanism == "auto" and not self.soft)
         caps = imp.Capabilities(switch_impairs=self.soft,
                                 netem=imp.netem_available() if wants_netem else False,
-                                nftables=imp.nft_available(), backend=self.backend)
+                                nftables=imp.nft_available(), backend=self.backend,
+                                drop_simulator=self._has_drop_simulators())
         self.impairments = imp.plan_impairments(self.plan, links, caps)
 
         self.hosts = {h.name: HostInfo(h.name, h.ip, h.mac) for h in self.plan.hosts}
@@ -107,6 +109,19 @@ class MininetNetwork(Network):
         self.errors: list[str] = []  # teardown problems, kept for the manifest
         self._start_error: str | None = None  # why start() failed (noted on every impairment row)
         self.recorder = recorder  # dry run: testbed.net.plan.PlanRecorder
+
+    def _has_drop_simulators(self) -> bool:
+        """BMv2 runs a program with both of ina.p4's drop simulators (its P4Info
+        names them): loss can go through their registers (impairments.py). A dry
+        run compiles nothing: the checked-in P4Info of the program stands in."""
+        if self.backend != "bmv2":
+            return False
+        if self.bmv2_build is not None:
+            p4info = Path(self.bmv2_build.p4info_path)
+        else:
+            p4info = PROJECT_ROOT / "p4" / f"{self.switch_config_base.get('pipeline')}.p4info.txtpb"
+        names = p4info.read_text() if p4info.exists() else ""
+        return all(f'"{n}.drop_probability"' in names for n in ("DropSimulator", "EgressDropSimulator"))
 
     # --- public ------------------------------------------------------------
     @property

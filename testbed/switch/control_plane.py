@@ -1,7 +1,9 @@
 """The run's control plane: one P4Runtime controller per switch, driven by the
 runner. It pushes the program, installs the L2 forwarding the network planned,
-the flood group and the aggregation jobs the workload asks for, and at the end
-reads the program's counters into the run's metrics. Every request is logged
+the flood group and the aggregation jobs the workload asks for, arms the
+program's drop simulators where the impairment plan put link loss on them
+(BMv2: impairments.py's drop_simulator mechanism), and at the end reads the
+program's counters into the run's metrics. Every request is logged
 per switch in logs/<point>/<switch>-p4runtime-requests.txt; the jobs installed
 (each worker's id and switch port) are written to logs/<point>/JOBS_FILE, so
 `testbed pcap` can tell which contributions the port binding refused.
@@ -86,6 +88,10 @@ class ControlPlane:
                     {"switch": AGGREGATION_SWITCH, "jobs": cp.jobs}, indent=1))
                 for job in cp.jobs:
                     cp.controllers[AGGREGATION_SWITCH].install_job(job)
+            plan = getattr(getattr(net, "impairments", None), "drop_simulator", None) or {}
+            for sw, cells in sorted(plan.items()):
+                for cell in cells:
+                    cp.controllers[sw].set_drop_probability(cell["port"], cell["p"], cell["direction"])
         except BaseException:
             cp.close()
             raise

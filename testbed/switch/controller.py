@@ -3,7 +3,7 @@
     c = SwitchController("s1", "127.0.0.1:50001", 1, "p4/ina.p4info.txtpb", b"ina",
                          run_dir / "logs/p0/s1-p4runtime-requests.txt").connect()
     c.install_forwarding([{"dst_mac": "00:00:00:00:00:01", "port": 1}, ...])
-    c.install_job(job); c.set_drop_probability(port, 0.01)
+    c.install_job(job); c.set_drop_probability(port, 0.01)      # + "egress": results out
     c.read_counters(); c.close()
     # BMv2: registers over its Thrift runtime (PI has no register RPCs)
     c.use_registers(ThriftRegisters("s1", "127.0.0.1:9090", bmv2.tools()))
@@ -51,7 +51,7 @@ from p4runtime_sh.utils import UserError
 
 from testbed import wire
 from testbed.switch.ina.aggregator import Aggregator
-from testbed.switch.ina.drop_simulator import DropSimulator
+from testbed.switch.ina.drop_simulator import DropSimulator, EgressDropSimulator
 from testbed.switch.ina.egress import REWRITE_DST, SET_SWITCH_ADDRESS, Egress, replica_id
 from testbed.switch.ina.forward import SET_EGRESS, Forward
 from testbed.switch.ina.job_table import FLOOD_MCAST_GRP, SET_JOB, JobTable
@@ -704,14 +704,21 @@ class SwitchController:
                        Egress.REPLICA_REWRITE, {"egress_rid": rid})) for rid in rids],
                    f"Write remove job {jid} port bindings and replicas")
 
-    def set_drop_probability(self, port: int, p: float) -> None:
-        """`DropSimulator.drop_probability[port]` = p * 2^32 (a packet is dropped when
-        a 32-bit random number is below it), as DropSimulator.set_probability does."""
+    def set_drop_probability(self, port: int, p: float, direction: str = "ingress") -> None:
+        """`DropSimulator.drop_probability[port]` (ingress: contributions arriving on
+        `port`) or `EgressDropSimulator.drop_probability[port]` (egress: results
+        leaving through it) = p * 2^32 (a packet is dropped when a 32-bit random
+        number is below it), as DropSimulator.set_probability does."""
+        sims = {"ingress": DropSimulator, "egress": EgressDropSimulator}
+        if direction not in sims:
+            raise ControllerError(f"{self.name}: drop probability direction {direction!r}: "
+                                  f"use ingress or egress")
         if not 0.0 <= float(p) <= 1.0:
             raise ControllerError(f"{self.name}: drop probability for port {port}: {p} not in [0, 1]")
         threshold = min(int(round(float(p) * 4294967296.0)), 0xFFFFFFFF)
-        self.write_registers([(DropSimulator.PROBABILITY, int(port), threshold)],
-                             f"Write drop probability port {port}")
+        what = "drop probability" if direction == "ingress" else "egress drop probability"
+        self.write_registers([(sims[direction].PROBABILITY, int(port), threshold)],
+                             f"Write {what} port {port}")
 
     # -- reads --------------------------------------------------------------------------------------------
     def read_table(self, name: str) -> list[dict]:

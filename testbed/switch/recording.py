@@ -70,8 +70,10 @@ def describe_update(c: SwitchController, u: pb.Update) -> str:
         reps = ", ".join(f"port {r.egress_port} rid {r.instance}" for r in g.replicas)
         return f"{kind} multicast group {g.multicast_group_id}: [{reps}]"
     if e.HasField("register_entry"):
-        r = e.register_entry
-        return (f"{kind} register {ctx.get_name_from_id(r.register_id)}[{r.index.index}] = "
+        r = e.register_entry      # p4runtime-shell's Context does not index registers
+        name = next((x.preamble.name for x in c.p4info.registers if x.preamble.id == r.register_id),
+                    f"id {r.register_id}")
+        return (f"{kind} register {name}[{r.index.index}] = "
                 f"{_int(r.data.bitstring)}")
     return f"{kind} {e.WhichOneof('entity')}"
 

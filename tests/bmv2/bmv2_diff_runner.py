@@ -3,12 +3,14 @@ the BMv2 half of test_differential.py. Run as root in a private network
 namespace (the test wraps it in `unshare -n`): it makes one veth pair per
 switch port (swpN on the switch, hN for us), starts BMv2 on the swp ends,
 programs it with the testbed's SwitchController (registers over Thrift), then
-per step sends one frame on hN and collects what leaves on every port.
+per step either sends one frame on hN and collects what leaves on every port,
+or changes a drop simulator's probability through the controller (a
+"set_drop" step, as the run's control plane does it).
 
-A step is over when BMv2 has visibly handled the frame: the expected number of
-frames came out (the soft switch's count, given in the spec), or, for a frame
-expected to produce nothing, one of the program's per-packet counters moved.
-Then 0.2 s more of listening catches frames nobody expected.
+A frame step is over when BMv2 has visibly handled the frame: the expected
+number of frames came out (the soft switch's count, given in the spec), or,
+for a frame expected to produce nothing, one of the program's per-packet
+counters moved. Then 0.2 s more of listening catches frames nobody expected.
 
     python bmv2_diff_runner.py spec.json out.json workdir
 """
@@ -83,6 +85,11 @@ def main(spec_path: str, out_path: str, workdir: str) -> int:
             _drain(socks)
             steps = []
             for step in spec["steps"]:
+                if "set_drop" in step:
+                    d = step["set_drop"]
+                    c.set_drop_probability(d["port"], d["p"], d["direction"])
+                    steps.append({"label": step["label"], "out": [], "ended": "control"})
+                    continue
                 before = counters_total(c)
                 socks[step["port"]].send(bytes.fromhex(step["frame"]))
                 out, why = _collect(socks, c, step["expect"], before)
@@ -102,33 +109,35 @@ def main(spec_path: str, out_path: str, workdir: str) -> int:
     return 0
 
 
+def _receive(socks, wait_s: float) -> list[tuple[int, str]]:
+    """[(port, hex)] of the frames the switch sent out (our own sends, seen as
+    PACKET_OUTGOING on hN, left out) that arrive within wait_s."""
+    by_fd = {s.fileno(): (p, s) for p, s in socks.items()}
+    out: list[tuple[int, str]] = []
+    for fd in select.select(list(by_fd), [], [], wait_s)[0]:
+        port, s = by_fd[fd]
+        try:
+            while True:
+                data, addr = s.recvfrom(65535)
+                if addr[2] != PACKET_OUTGOING:
+                    out.append((port, data.hex()))
+        except BlockingIOError:
+            pass
+    return out
+
+
 def _drain(socks) -> None:
-    while select.select(list(socks.values()), [], [], QUIET_S)[0]:
-        for s in socks.values():
-            try:
-                while True:
-                    s.recvfrom(65535)
-            except BlockingIOError:
-                pass
+    while _receive(socks, QUIET_S):
+        pass
 
 
 def _collect(socks, c: SwitchController, expect: int, before: int) -> tuple[list, str]:
     """[(port, hex)] that left the switch for one step, and why the step ended."""
     out: list[tuple[int, str]] = []
-    by_fd = {s.fileno(): (p, s) for p, s in socks.items()}
     deadline = time.monotonic() + STEP_TIMEOUT_S
     why = "timeout"
     while time.monotonic() < deadline:
-        ready, _, _ = select.select(list(by_fd), [], [], 0.05)
-        for fd in ready:
-            port, s = by_fd[fd]
-            try:
-                while True:
-                    data, addr = s.recvfrom(65535)
-                    if addr[2] != PACKET_OUTGOING:
-                        out.append((port, data.hex()))
-            except BlockingIOError:
-                pass
+        out += _receive(socks, 0.05)
         if expect and len(out) >= expect:
             why = "expected frames"
             break
@@ -136,17 +145,8 @@ def _collect(socks, c: SwitchController, expect: int, before: int) -> tuple[list
             why = "counter moved"
             break
     end = time.monotonic() + QUIET_S              # anything nobody expected
-    while time.monotonic() < end:
-        ready, _, _ = select.select(list(by_fd), [], [], QUIET_S)
-        for fd in ready:
-            port, s = by_fd[fd]
-            try:
-                while True:
-                    data, addr = s.recvfrom(65535)
-                    if addr[2] != PACKET_OUTGOING:
-                        out.append((port, data.hex()))
-            except BlockingIOError:
-                pass
+    while (left := end - time.monotonic()) > 0:
+        out += _receive(socks, left)
     return sorted(out), why
 
 

@@ -1,11 +1,23 @@
-"""The frame sequence of the BMv2-vs-soft-switch differential test: what is
-sent on which switch port, in order. Normal traffic (unicast, flood), an
-aggregation job with duplicates, reordering, a lost contribution resent, a
-lost result asked for again (unicast reply), a stale copy, the next chunk on
-the same slot (shadow copy), all three ops; hostile frames (bad version, op,
-count, slot_ver, short payload, unknown job, a worker outside the job,
-impersonation from another port, a slot beyond the job's range)."""
+"""The steps of the BMv2-vs-soft-switch differential test, in order: a frame
+sent on a switch port (`Frame`), or a control-plane change (`SetDrop`: a drop
+simulator's probability, through SwitchController.set_drop_probability on
+BMv2, InaPipeline.set_drop_probability on the soft switch).
+
+`sequence()`: normal traffic (unicast, flood), an aggregation job with
+duplicates, reordering, a lost contribution resent, a lost result asked for
+again (unicast reply), a stale copy, the next chunk on the same slot (shadow
+copy), all three ops; hostile frames (bad version, op, count, slot_ver, short
+payload, truncated headers, unknown job, a worker outside the job,
+impersonation from another port, a slot beyond the job's range); loss in both
+directions through the drop simulators (probability 1, then 0 again: BMv2's
+random numbers are not numpy's, so only certain outcomes can be compared);
+then `schedule(seed)` chunks as the property tests make them: contributions in
+random order, duplicated, lost and resent, results lost and asked for again,
+two chunks of the window interleaved."""
 from __future__ import annotations
+
+import random
+from typing import NamedTuple
 
 from testbed import wire
 
@@ -38,8 +50,29 @@ def plain(src: int, dst_mac: str, payload: bytes = b"hello") -> tuple[int, bytes
     return src, wire.eth_ip_udp(h["mac"], dst_mac, h["ip"], dst_ip, 4000, 5000, len(payload)) + payload
 
 
-def sequence() -> list[tuple[str, int, bytes]]:
-    """[(label, in_port, frame)] in sending order."""
+class Frame(NamedTuple):
+    label: str
+    port: int
+    frame: bytes
+
+
+class SetDrop(NamedTuple):
+    label: str
+    port: int
+    probability: float
+    direction: str          # "ingress": contributions arriving; "egress": results leaving
+
+
+def _frames(s: list[tuple[str, tuple[int, bytes]]]) -> list[Frame]:
+    return [Frame(label, port, frame) for label, (port, frame) in s]
+
+
+def sequence() -> list[Frame | SetDrop]:
+    """Every step in sending order: the fixed cases, then two seeded schedules."""
+    return fixed() + lossy() + schedule(1, first_seq=8) + schedule(2, first_seq=40)
+
+
+def fixed() -> list[Frame]:
     s: list[tuple[str, tuple[int, bytes]]] = [
         ("unicast to w2", plain(1, HOSTS[2]["mac"])),
         ("unknown MAC floods", plain(3, "00:00:00:00:00:77")),
@@ -79,8 +112,74 @@ def sequence() -> list[tuple[str, int, bytes]]:
         ("slot beyond the job", contribution(1, seq=4, values=[1], slot=2)),
         ("a result passing through is forwarded", contribution(1, seq=4, values=[1],
                                                                flags=wire.FLAG_RESULT)),
+        ("truncated INA header", (1, contribution(1, seq=4, values=[1])[1][:50])),
+        ("truncated UDP header", (1, contribution(1, seq=4, values=[1])[1][:38])),
+        ("truncated IPv4 header", (1, contribution(1, seq=4, values=[1])[1][:30])),
+        ("count 0", contribution(1, seq=4, values=[])),
     ]
-    return [(label, port, frame) for label, (port, frame) in s]
+    return _frames(s)
+
+
+def lossy() -> list[Frame | SetDrop]:
+    """Loss in both directions, applied by the P4 program's drop simulators."""
+    return [
+        SetDrop("w1's contributions lost on the way in", 1, 1.0, "ingress"),
+        *_frames([("seq5 w1 lost (DropSimulator)", contribution(1, seq=5, values=[5, 6])),
+                  ("a plain frame from port 1 is not impaired", plain(1, HOSTS[3]["mac"]))]),
+        SetDrop("ingress loss off", 1, 0.0, "ingress"),
+        SetDrop("results to w2 lost on the way out", 2, 1.0, "egress"),
+        *_frames([("seq5 w2", contribution(2, seq=5, values=[7, 8])),
+                  ("seq5 w3", contribution(3, seq=5, values=[9, 10])),
+                  ("seq5 w1 resent completes: w2's result lost (EgressDropSimulator)",
+                   contribution(1, seq=5, values=[5, 6], flags=wire.FLAG_RETX)),
+                  ("seq5 w2 resend: unicast reply lost too",
+                   contribution(2, seq=5, values=[7, 8], flags=wire.FLAG_RETX)),
+                  ("seq5 w3 resend: unicast reply to port 3 kept",
+                   contribution(3, seq=5, values=[9, 10], flags=wire.FLAG_RETX)),
+                  ("a plain frame to port 2 is not impaired", plain(1, HOSTS[2]["mac"]))]),
+        SetDrop("egress loss off", 2, 0.0, "egress"),
+        *_frames([("seq5 w2 resend after loss: unicast reply arrives",
+                   contribution(2, seq=5, values=[7, 8], flags=wire.FLAG_RETX))]),
+    ]
+
+
+def schedule(seed: int, *, first_seq: int, chunks: int = 16) -> list[Frame]:
+    """Chunks first_seq.. of the job as a lossy, duplicating, reordering network
+    delivers them (the shape of tests/unit/test_ina_property.py's schedules):
+    each chunk's contributions in random order, some duplicated, some lost and
+    resent (RETX) after the others, some results lost and asked for again; the
+    two chunks of the window (WINDOW) interleaved. Values: random int32 with
+    extremes, 1..64 per chunk, one op per chunk."""
+    rng = random.Random(seed)
+    workers = [w["port"] for w in JOB["workers"]]
+    out: list[Frame] = []
+    for base in range(first_seq, first_seq + chunks, WINDOW):
+        lanes = []
+        for seq in range(base, base + WINDOW):
+            op = rng.choice([wire.OP_SUM, wire.OP_OR, wire.OP_MAX])
+            count = rng.choice([1, 2, 7, 64])
+            order = rng.sample(workers, len(workers))
+            sent: list[Frame] = []
+            later: list[Frame] = []          # after the others: resends of what was lost
+            for p in order:
+                vals = [rng.choice([0, 1, -1, 2**31 - 1, -2**31, rng.randrange(-2**31, 2**31)])
+                        for _ in range(count)]
+                c = dict(seq=seq, values=vals, op=op, exponent=rng.randrange(-8, 8))
+                if rng.random() < 0.2:       # lost on the way: never sent, resent later
+                    later.append(Frame(f"seq{seq} port {p} resent after loss", *contribution(
+                        p, flags=wire.FLAG_RETX, **c)))
+                    continue
+                sent.append(Frame(f"seq{seq} port {p}", *contribution(p, **c)))
+                if rng.random() < 0.25:      # duplicated by the network
+                    sent.append(Frame(f"seq{seq} port {p} duplicate", *contribution(p, **c)))
+                if rng.random() < 0.2:       # its result lost: it asks again
+                    later.append(Frame(f"seq{seq} port {p} asks again", *contribution(
+                        p, flags=wire.FLAG_RETX, **c)))
+            lanes.append(sent + later)
+        while any(lanes):                    # interleave the window's chunks
+            lane = rng.choice([x for x in lanes if x])
+            out.append(lane.pop(0))
+    return out
 
 
 def soft_config() -> dict:

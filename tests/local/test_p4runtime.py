@@ -277,7 +277,7 @@ def test_request_log_is_readable(switch):
         c.read_counters()
     text = log.read_text()
     assert "-> StreamChannel arbitration" in text and "-> SetForwardingPipelineConfig" in text
-    assert "# p4info: 5 tables, 9 actions, 10 counters, 6 registers" in text
+    assert "# p4info: 5 tables, 9 actions, 11 counters, 7 registers" in text
     assert "table_id: 33554433  # Forward.l2_forward" in text
     assert "# entities: " in text                      # the counter read is summarized
     # a logged request is protobuf text format: it parses back into the message

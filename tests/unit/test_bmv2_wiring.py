@@ -195,6 +195,9 @@ class _RecordingController:
     def install_job(self, job):
         self.rec["calls"].append(("job", job["job_id"]))
 
+    def set_drop_probability(self, port, p, direction):
+        self.rec["calls"].append(("drop", port, p, direction))
+
     def close(self):
         pass
 
@@ -232,7 +235,7 @@ def test_soft_switch_still_gets_the_program_name():
     (["links.jitter_ms=1"], "jitter_ms=1 on w1-s1: the bmv2 switch does not impair links"),
     (["links.duplicate_pct=1"], "duplicate_pct=1 on w1-s1: the bmv2 switch does not impair links"),
     (["links.reorder_pct=1"], "reorder_pct=1 on w1-s1: the bmv2 switch does not impair links"),
-    (["links.loss_pct=1"], "links.mechanism nftables for loss on host ingress only"),
+    (["links.loss_pct=1", "links.delay_ms=1"], "links.mechanism nftables for loss on host ingress only"),
     (["links.mechanism=switch", "links.loss_pct=1"],
      "links.mechanism switch needs the soft switch, but the backend is bmv2"),
     (["links.mechanism=nftables", "links.delay_ms=5"], "nftables can only drop packets (loss_pct)"),
@@ -241,6 +244,24 @@ def test_impairments_bmv2_cannot_apply_are_refused(fake_bmv2, tmp_path, override
     with pytest.raises(imp.ImpairmentError) as e:
         network(tmp_path, *overrides)
     assert expect in str(e.value)
+
+
+def test_loss_alone_goes_through_the_programs_drop_simulators(fake_bmv2, monkeypatch, tmp_path):
+    """links.loss_pct on BMv2: both directions of every host link through the
+    compiled program's DropSimulator / EgressDropSimulator registers, which the
+    control plane sets (through the controller's register path: Thrift)."""
+    net, logs = network(tmp_path, "links.loss_pct=2")
+    assert net.impairments.mechanism == "drop_simulator" and net.impairments.switch_ports == {}
+    loss = {r["direction"]: r for r in net.impairments.rows if r["parameter"] == "loss_pct"}
+    assert len(loss) == 8 and all(r["applied"] for r in loss.values())
+    assert loss["w3->s1"]["where"] == "s1 port 3 ingress DropSimulator"
+    assert loss["s1->w3"]["where"] == "s1 port 3 egress EgressDropSimulator"
+    _RecordingController.made = []
+    monkeypatch.setattr(ctl, "SwitchController", _RecordingController)
+    cpl.ControlPlane.start(net, "ina", logs, [])
+    (rec,) = _RecordingController.made
+    drops = sorted(c[1:] for c in rec["calls"] if c[0] == "drop")
+    assert drops == [(p, 0.02, d) for p in (1, 2, 3, 4) for d in ("egress", "ingress")]
 
 
 def test_loss_with_nftables_is_host_ingress_only(fake_bmv2, tmp_path):

@@ -50,7 +50,7 @@ def test_checked_in_p4info_matches_the_soft_switch_program():
     (lambda i: setattr(i.tables[0].match_fields[0], "bitwidth", 32),
      "field 'dst_addr' is bit<32>, the program's is bit<48>"),
     (lambda i: setattr(i.actions[0].params[0], "bitwidth", 16), "action 'Forward.set_egress'"),
-    (lambda i: i.counters.pop(), "program counter 'DropSimulator.dropped' is missing"),
+    (lambda i: i.counters.pop(), "program counter 'EgressDropSimulator.dropped' is missing"),
     (lambda i: setattr(i.registers[0], "size", 4096),
      "register 'Aggregator.worker_bitmap': size 4096 != program's 8192"),
     (lambda i: setattr(i.tables[1], "const_default_action_id", 0),
@@ -329,6 +329,19 @@ def test_reads_counters_registers_and_wildcards(direct):
         c.read([e])
 
 
+def test_drop_probability_in_both_directions(direct):
+    """The same controller call arms either DropSimulator instance: results
+    leaving port 3 (egress) are a separate register from contributions arriving."""
+    sw, _, c = direct
+    c.set_drop_probability(3, 0.25, "egress")
+    assert c.read_register("EgressDropSimulator.drop_probability", 3) == {3: 1 << 30}
+    assert c.read_register("DropSimulator.drop_probability", 3) == {3: 0}
+    assert sw.pipeline.egress_drop_simulator.probability(3) == 0.25
+    assert sw.pipeline.drop_simulator.probability(3) == 0.0
+    with pytest.raises(ctl.ControllerError, match="direction 'both'"):
+        c.set_drop_probability(3, 0.25, "both")
+
+
 def test_pipeline_config_actions(direct, tmp_path):
     sw, s, _ = direct
     cfg = pb.ForwardingPipelineConfig(p4info=p4info(), p4_device_config=b"ina")
@@ -420,7 +433,7 @@ def test_log_format(tmp_path, controller):
     req.config.p4_device_config = b"x" * 1000
     shown, notes = ctl.loggable(req)
     assert not shown.config.HasField("p4info") and req.config.HasField("p4info")
-    assert notes[0].startswith("p4info: 5 tables, 9 actions, 10 counters, 6 registers")
+    assert notes[0].startswith("p4info: 5 tables, 9 actions, 11 counters, 7 registers")
     assert notes[1].startswith("p4_device_config: 1000 bytes")
     w = pb.WriteRequest(device_id=2, updates=[pb.Update(type=pb.Update.MODIFY)] * 100)
     w.election_id.low = 1

@@ -188,9 +188,12 @@ def _apply_op(op: str, *pipes) -> None:
        mode=st.sampled_from(["scalar", "vectorized"]),
        drops=st.one_of(st.just({}), st.dictionaries(st.sampled_from(PORTS), st.sampled_from(
            [0.0, 0.3, 1.0]), max_size=3)),
+       egress_drops=st.one_of(st.just({}), st.dictionaries(st.sampled_from(PORTS), st.sampled_from(
+           [0.0, 0.3, 1.0]), max_size=3)),
        seed=st.integers(0, 2**16))
-def test_hostile_traffic(batches, mode, drops, seed):
-    cfg = H.pipeline_config(JOB, OTHER, num_slots=8, seed=seed, drop_probabilities=drops)
+def test_hostile_traffic(batches, mode, drops, egress_drops, seed):
+    cfg = H.pipeline_config(JOB, OTHER, num_slots=8, seed=seed, drop_probabilities=drops,
+                            egress_drop_probabilities=egress_drops)
     ref, fast = reference(mode)(cfg), CompiledInaPipeline(cfg)
     for (frames, ports), op in batches:
         want = ref.process_batch(frames, ports, 0.0)
@@ -223,10 +226,13 @@ steps = st.lists(st.builds(H.Step, st.sampled_from(H.STEP_KINDS),
 @given(n_workers=st.integers(1, 4), chunks=st.integers(1, 9), k=st.sampled_from([0, 1, 3, 64]),
        window=st.integers(1, 3), op=st.sampled_from([wire.OP_SUM, wire.OP_OR, wire.OP_MAX]),
        mode=st.sampled_from(["scalar", "vectorized"]), seed=st.integers(0, 2**16),
-       drop=st.sampled_from([0.0, 0.0, 0.2]), schedule=steps)
-def test_protocol_schedules(n_workers, chunks, k, window, op, mode, seed, drop, schedule):
-    def factory(cfg):
-        return Twin({**cfg, "seed": seed, "drop_probabilities": {1: drop}}, reference(mode))
+       drop=st.sampled_from([0.0, 0.0, 0.2]), egress_drop=st.sampled_from([0.0, 0.0, 0.2]),
+       schedule=steps)
+def test_protocol_schedules(n_workers, chunks, k, window, op, mode, seed, drop, egress_drop,
+                            schedule):
+    def factory(cfg):   # loss in both directions: contributions from w1's port, results to w2's
+        return Twin({**cfg, "seed": seed, "drop_probabilities": {1: drop},
+                     "egress_drop_probabilities": {2: egress_drop}}, reference(mode))
     fab = H.make_job_run(factory, n_workers=n_workers, chunks=chunks, k=k, window=window,
                          op=op, seed=seed)
     fab.run(schedule)

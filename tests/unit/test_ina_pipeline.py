@@ -405,6 +405,37 @@ def test_drop_simulator_same_decisions_batched_and_one_by_one():
     assert a.counters() == b.counters()
 
 
+def test_egress_drop_simulator_drops_results_only(mode):
+    """EgressDropSimulator (loss on the way out): a result replica to an armed
+    port is dropped and counted by port; the other replicas, the unicast reply
+    to another port and forwarded frames to the armed port are untouched, and
+    the ingress simulator draws nothing."""
+    w0, w1 = J1["workers"]
+    p0, p1 = w0["port"], w1["port"]
+    pipe = mk(mode, egress_drop_probabilities={p1: 1.0},
+              forwarding=[{"dst_mac": w1["mac"], "port": p1}])
+    assert pipe.registers["EgressDropSimulator.drop_probability"].read(p1) == 0xFFFFFFFF
+    out = send(pipe, c(J1, 0, slot=0, seq=0, values=[1]), c(J1, 1, slot=0, seq=0, values=[2]))
+    assert [p for p, _ in out] == [p0]                      # w1's replica is lost
+    assert counter(pipe, "EgressDropSimulator.dropped", p1) == 1
+    assert counter(pipe, "Ingress.ina_results", 1) == 1      # the result was made
+    out = send(pipe, c(J1, 0, slot=0, seq=0, values=[1], flags=wire.FLAG_RETX))
+    assert [p for p, _ in out] == [p0]                      # unicast reply to w0's port
+    out = send(pipe, c(J1, 1, slot=0, seq=0, values=[2], flags=wire.FLAG_RETX))
+    assert out == [] and counter(pipe, "EgressDropSimulator.dropped", p1) == 2
+    udp = wire.eth_ip_udp(w0["mac"], w1["mac"], w0["ip"], w1["ip"], 5000, 5001, 4) + b"ping"
+    assert send(pipe, (p0, udp)) == [(p1, udp)]             # forwarded: never impaired
+    assert counter(pipe, "DropSimulator.dropped", p0) == counter(pipe, "DropSimulator.dropped", p1) == 0
+
+
+def test_set_drop_probability_direction_is_checked():
+    pipe = InaPipeline(H.pipeline_config(J1))
+    pipe.set_drop_probability(2, 0.5, "egress")
+    assert pipe.egress_drop_simulator.probability(2) == 0.5 and pipe.drop_simulator.probability(2) == 0
+    with pytest.raises(ValueError, match="direction 'out'"):
+        pipe.set_drop_probability(2, 0.5, "out")
+
+
 # -- everything else is forwarded ------------------------------------------------------------
 def test_non_ina_frames_forwarded(mode):
     pipe = mk(mode, forwarding=[{"dst_mac": J1["workers"][1]["mac"], "port": 2}])

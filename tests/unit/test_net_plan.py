@@ -21,6 +21,8 @@ pytestmark = pytest.mark.unit
 SOFT = imp.Capabilities(switch_impairs=True, netem=False, nftables=True, backend="soft")
 BRIDGE = imp.Capabilities(switch_impairs=False, netem=False, nftables=True, backend="bmv2")
 NETEM = imp.Capabilities(switch_impairs=False, netem=True, nftables=True, backend="bmv2")
+DROPSIM = imp.Capabilities(switch_impairs=False, netem=False, nftables=True, backend="bmv2",
+                           drop_simulator=True)
 
 
 def workers(n: int) -> list[str]:
@@ -166,6 +168,39 @@ def test_refusals_say_what_and_instead(links, caps, needles):
     assert msg.startswith("cannot apply") or "unknown host" in msg
     for n in needles:
         assert n in msg, msg
+
+
+def test_bmv2_loss_goes_through_both_drop_simulators():
+    """Loss alone on a BMv2 whose program has the drop simulators: host->switch
+    at DropSimulator (ingress port), switch->host at EgressDropSimulator (egress
+    port), each row applied and saying it covers aggregation traffic only."""
+    plan = plan_topology("star", workers(2))
+    p = imp.plan_impairments(plan, {"loss_pct": 5, "hosts": {"w2": {"loss_pct": 1}}}, DROPSIM)
+    assert p.mechanism == "drop_simulator" and p.switch_ports == {} and p.nft_loss == {}
+    assert sorted((c["port"], c["direction"], c["p"]) for c in p.drop_simulator["s1"]) == [
+        (1, "egress", 0.05), (1, "ingress", 0.05), (2, "egress", 0.01), (2, "ingress", 0.01)]
+    rows = {r["direction"]: r for r in p.rows}
+    assert rows["w1->s1"]["where"] == "s1 port 1 ingress DropSimulator"
+    assert rows["s1->w2"]["where"] == "s1 port 2 egress EgressDropSimulator"
+    assert all(r["applied"] and "aggregation traffic only" in r["note"] for r in p.rows)
+    counters = {"s1": {"DropSimulator.dropped": {"1": {"packets": 7, "bytes": 0}},
+                       "EgressDropSimulator.dropped": {"2": {"packets": 3, "bytes": 0}}}}
+    seen = {r["direction"]: r["observed"] for r in imp.fill_drop_simulator_observed(p.rows, counters)}
+    assert seen["w1->s1"] == {"dropped": 7, "counter": "DropSimulator.dropped[1]"}
+    assert seen["s1->w2"] == {"dropped": 3, "counter": "EgressDropSimulator.dropped[2]"}
+    assert seen["w2->s1"]["dropped"] == 0
+
+
+@pytest.mark.parametrize("kind,links,needles", [
+    ("star", {"loss_pct": 1, "delay_ms": 2}, ["no sch_netem"]),     # not loss alone: no drop simulator
+    ("tree", {"loss_pct": 1}, ["drop simulator", "star"]),
+])
+def test_bmv2_drop_simulator_refusals(kind, links, needles):
+    plan = plan_topology(kind, workers(2), **({"leaves": 2} if kind == "tree" else {}))
+    with pytest.raises(imp.ImpairmentError) as e:
+        imp.plan_impairments(plan, links, DROPSIM)
+    for n in needles:
+        assert n in str(e.value), str(e.value)
 
 
 def test_netem_plan_and_command():

@@ -11,7 +11,10 @@
  * Datapath.process(frames, in_ports, drop, replicas, cache, unicast_prefix)
  *   -> (out [(port, bytes)], forward [frame index])
  *   drop: None or bytes (1 = the drop simulator dropped frame i; decided in Python
- *         so that the random stream is numpy's, as in the reference).
+ *         so that the random stream is numpy's, as in the reference). The egress
+ *         drop simulator's draws are Python's too: fastpath.py filters `out` (the
+ *         results, in leaving order) as pipeline.py does; forwarded frames are not
+ *         in `out` and are never impaired.
  *   replicas(group, sport, count) -> [(port, prefix)]: Egress.replicas; results are
  *         memoised in `cache` (a dict the caller clears when the tables change).
  *   unicast_prefix(frame, count) -> bytes: Egress.unicast_prefix (retransmits only).

@@ -9,8 +9,9 @@ time in arrival order, in `_fastpath.c`. Frames that are not contributions go
 to the same `Forward` control as in the reference.
 
 Two things stay in Python because the reference defines them there:
-`DropSimulator` draws (numpy's random stream, so both paths drop the same
-packets for one seed) and `Egress` prefixes (built once per replica and cached;
+`DropSimulator` and `EgressDropSimulator` draws (numpy's random streams, so
+both paths drop the same packets for one seed: contributions before the C
+loop, results it made after it, in the order they leave) and `Egress` prefixes (built once per replica and cached;
 the C loop memoises them in `Egress.replicas_by_key`).
 
 The extension is built by `make setup` (scripts/build_fastpath.py), never by
@@ -91,6 +92,7 @@ class CompiledInaPipeline(InaPipeline):
             drop = self._drops(frames, in_ports) if self.drop_simulator.armed() else None
             out, fwd = self._datapath.process(frames, in_ports, drop, egress.replicas,
                                               egress.replicas_by_key, egress.unicast_prefix)
+            out = self.egress_drop_simulator.filter(out)      # results only, in leaving order
         if fwd:
             out.extend(self.forward.process_batch([frames[i] for i in fwd],
                                                   [in_ports[i] for i in fwd], now))

@@ -12,6 +12,8 @@ Per packet, as the P4 program does it:
     to the ingress port (`ina_retransmits`), DUPLICATE drop
     (`ina_duplicates_dropped`), or absorbed (dropped, kept in the slot).
   anything else (including INA results passing through) -> `Forward`.
+  results made here (multicast replicas, unicast replies) then meet
+  `EgressDropSimulator` (per egress port) on their way out.
 A batch gives exactly the frames and state that one-by-one processing in
 arrival order gives (tests check this); only the order of output frames may
 differ: results come in arrival order of their triggers, then forwarded frames.
@@ -28,16 +30,17 @@ Control API (names as in p4/ina.p4info.txtpb; for the P4Runtime server):
                                    "Egress.switch_address"
   pipeline.registers[name]         Register: read(i), write(i, v), size, bitwidth, reset();
                                    "Aggregator.worker_bitmap|worker_count|slot_seq|
-                                   agg_values|result_exponent", "DropSimulator.drop_probability"
+                                   agg_values|result_exponent", "DropSimulator.drop_probability",
+                                   "EgressDropSimulator.drop_probability"
   pipeline.counters_by_name[name]  Counter: read(i), write(i, n), total(), snapshot();
                                    "Ingress.ina_packets|ina_results|ina_retransmits|
                                    ina_duplicates_dropped|bad_job|bad_worker|bad_port|bad_slot"
                                    (indexed by job id), "Ingress.malformed" (size 1),
-                                   "DropSimulator.dropped" (by port)
+                                   "DropSimulator.dropped", "EgressDropSimulator.dropped" (by port)
   pipeline.multicast_groups        PRE: insert/modify/delete(group, [(port, rid)]), read()
   pipeline.add_job(job) / remove_job(job_id)   convenience: all of the above for a job
                                    (including one Ingress.worker_port entry per worker)
-  pipeline.set_drop_probability(port, p)
+  pipeline.set_drop_probability(port, p, direction="ingress"|"egress")
 
 Config (dict; INA keys may also sit under config["ina"]):
   jobs: [{job_id, workers: [{worker_id, mac, ip, port, udp_port?}], slot_base,
@@ -47,7 +50,8 @@ Config (dict; INA keys may also sit under config["ina"]):
        num_workers defaults to len(workers).
   switch_mac ("02:00:00:00:00:fe"), switch_ip ("10.0.0.254"): source of results
   ports, forwarding [{dst_mac, port}], flood: as for the "forward" pipeline
-  drop_probabilities {port: p}, seed, num_slots (4096, as in ina.p4)
+  drop_probabilities {port: p} (contributions in), egress_drop_probabilities
+  {port: p} (results out), seed, num_slots (4096, as in ina.p4)
 """
 from __future__ import annotations
 
@@ -60,7 +64,7 @@ from testbed import wire
 
 from . import aggregator as agg_mod
 from .aggregator import LANES, Aggregator
-from .drop_simulator import DropSimulator
+from .drop_simulator import DropSimulator, EgressDropSimulator
 from .egress import REWRITE_DST, Egress, replica_id
 from .externs import Counter
 from .forward import Forward
@@ -127,6 +131,8 @@ class InaPipeline:
         self.worker_ports = WorkerPortTable(self._lock)
         self.aggregator = Aggregator(self.num_slots)
         self.drop_simulator = DropSimulator(ina.get("seed", 0))
+        self.egress_drop_simulator = EgressDropSimulator(ina.get("seed", 0))
+        self.drop_simulators = {"ingress": self.drop_simulator, "egress": self.egress_drop_simulator}
         self.egress = Egress(ina.get("switch_mac", DEFAULT_SWITCH_MAC),
                              ina.get("switch_ip", DEFAULT_SWITCH_IP), self._lock,
                              [int(p) for p in (cfg.get("ports") or {})])
@@ -143,11 +149,12 @@ class InaPipeline:
                                            self.worker_ports.table, self.egress.replica_rewrite,
                                            self.egress.switch_address)}
         self.registers = {**self.aggregator.registers,
-                          DropSimulator.PROBABILITY: self.drop_simulator.drop_probability}
+                          **{d.PROBABILITY: d.drop_probability for d in self.drop_simulators.values()}}
         self.counters_by_name = {x.name: x for x in (*c.values(), self.malformed,
-                                                      self.drop_simulator.dropped)}
-        for port, p in (ina.get("drop_probabilities") or {}).items():
-            self.set_drop_probability(int(port), float(p))
+                                                      *(d.dropped for d in self.drop_simulators.values()))}
+        for key, direction in (("drop_probabilities", "ingress"), ("egress_drop_probabilities", "egress")):
+            for port, p in (ina.get(key) or {}).items():
+                self.set_drop_probability(int(port), float(p), direction)
         for i, job in enumerate(ina.get("jobs") or []):
             try:
                 self.add_job(job)
@@ -208,8 +215,12 @@ class InaPipeline:
         if grp is not None:
             self.multicast_groups.delete(grp)
 
-    def set_drop_probability(self, port: int, p: float) -> None:
-        self.drop_simulator.set_probability(port, p)
+    def set_drop_probability(self, port: int, p: float, direction: str = "ingress") -> None:
+        """Loss of contributions arriving on `port` (ingress) or of results
+        leaving through it (egress)."""
+        if direction not in self.drop_simulators:
+            raise ValueError(f"drop probability direction {direction!r}: use ingress or egress")
+        self.drop_simulators[direction].set_probability(port, p)
 
     # -- Pipeline protocol ---------------------------------------------------------
     def counters(self) -> dict:
@@ -226,6 +237,7 @@ class InaPipeline:
                 out, fwd = self._scalar(frames, in_ports)
             else:
                 out, fwd = self._vector(frames, in_ports)
+            out = self.egress_drop_simulator.filter(out)      # results only, in leaving order
         if fwd:
             out.extend(self.forward.process_batch([frames[i] for i in fwd],
                                                   [in_ports[i] for i in fwd], now))
