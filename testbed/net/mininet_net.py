@@ -87,8 +87,12 @@ class MininetNetwork(Network):
         self.forwarding = forwarding_tables(self.plan)
         self._base_values, self.link_values, mechanism = imp.resolve_links(links, self.host_names)
         wants_netem = mechanism == "netem" or (mechanism == "auto" and not self.soft)
+        if wants_netem and recorder is not None:
+            # The probe starts a process (tc in a throwaway namespace): a dry run starts none.
+            recorder.note("netem not probed in a dry run: planned as unavailable (a real run probes it "
+                          "and applies what the kernel allows)")
         caps = imp.Capabilities(switch_impairs=self.soft,
-                                netem=imp.netem_available() if wants_netem else False,
+                                netem=imp.netem_available() if wants_netem and recorder is None else False,
                                 nftables=imp.nft_available(), backend=self.backend,
                                 drop_simulator=self._has_drop_simulators())
         self.impairments = imp.plan_impairments(self.plan, links, caps)
