@@ -77,6 +77,7 @@ import numpy as np
 from hosts.common.arrays import as_array
 from hosts.ina import _mmsg
 from hosts.ina import fixed_point as fp
+from hosts.ina.cwnd import CongestionWindow
 from testbed import wire
 
 if TYPE_CHECKING:
@@ -126,6 +127,7 @@ class InaStats:
     scale_rounds: int = 0        # MAX rounds that agreed on a scale
     saturated_values: int = 0    # values this worker clipped (fixed scale)
     saturated_results: int = 0   # chunks where some worker clipped (header exponent)
+    window_cuts: int = 0         # congestion window halvings (hosts/ina/cwnd.py)
     latencies_s: list[float] = field(default_factory=list)  # per chunk: first send -> result
 
     def summary(self) -> dict[str, Any]:
@@ -286,6 +288,10 @@ class InaClient:
         self._rx_block = getattr(io, "recv_block", None)   # (timeout) -> (records, lens)
         self._tx_many = getattr(io, "send_many", None)     # (base_addr, offs, lens)
         self._exp_hdr: dict[int, int] = {}
+        # Chunks on the wire are capped by a congestion window (hosts/ina/cwnd.py): a slot
+        # whose head is ready while the window is full is `_held` until answers make room.
+        self._cc = CongestionWindow(W)
+        self._held = np.zeros(W, bool)
 
     # -- public API --------------------------------------------------------------
     def allreduce(self, values: np.ndarray, op: str = "sum", **kw: Any) -> np.ndarray:
@@ -438,6 +444,7 @@ class InaClient:
         return np.maximum(rto, self.chunk_floor_s(ahead + np.arange(k)))
 
     def _update_rtt(self, rtt: float) -> None:
+        self._cc.on_answers(1)
         if self._srtt is None:
             self._srtt, self._rttvar = rtt, rtt / 2
         else:
@@ -452,6 +459,7 @@ class InaClient:
         if self._srtt is None:
             self._update_rtt(rtts[0])
             rtts = rtts[1:]
+        self._cc.on_answers(len(rtts))
         srtt, var = self._srtt, self._rttvar
         for r in rtts:
             var += 0.25 * (abs(srtt - r) - var)
@@ -587,7 +595,10 @@ class InaClient:
             ss = np.array(ready, np.int64)
             self._start_many(seg, ss, self._hci[ss], now)
 
-    def _start_one(self, seg: _Seg, s: int, ci: int, now: float) -> None:
+    def _start_one(self, seg: _Seg, s: int, ci: int, now: float, admitted: bool = False) -> None:
+        if not admitted and self._cc.room(self.in_flight) < 1:
+            self._held[s] = True
+            return
         rto = self._first_rto()
         self._hseq[s] = seg.seq0 + ci
         self._first[s] = now
@@ -612,8 +623,16 @@ class InaClient:
     def _start_many(self, seg: _Seg, ss: np.ndarray, cis: np.ndarray, now: float) -> None:
         """Put chunks cis of `seg` (heads of slots ss, not on the wire) on the wire."""
         k = len(ss)
+        room = self._cc.room(self.in_flight)
+        if room < k:                  # the oldest go, the rest wait in _held
+            order = np.argsort((seg.seq0 + cis - self._next_seq) % self.seq_space, kind="stable")
+            self._held[ss[order[max(room, 0):]]] = True
+            keep = np.sort(order[:max(room, 0)])
+            ss, cis, k = ss[keep], cis[keep], len(keep)
+            if not k:
+                return
         if k == 1:
-            self._start_one(seg, int(ss[0]), int(cis[0]), now)
+            self._start_one(seg, int(ss[0]), int(cis[0]), now, admitted=True)
             return
         rto = self._first_rto(k)
         self._hseq[ss] = seg.seq0 + cis
@@ -673,6 +692,8 @@ class InaClient:
                         self._on_packet(rec[i:i + 1].tobytes()[:int(lens[i])])
                 else:
                     self._on_block(rec, lens)
+            if self._held.any():
+                self._release(self._clock())
             return n
         recv = self.io.recv
         bufs = []
@@ -693,7 +714,27 @@ class InaClient:
                 m = min(len(b), RX_STRIDE)
                 raw[i, :m] = np.frombuffer(b, np.uint8, m)
             self._on_block(rec, np.fromiter(map(len, bufs), np.int64, n))
+        if self._held.any():
+            self._release(self._clock())
         return n
+
+    def _release(self, now: float) -> None:
+        """Put held chunks on the wire, oldest first, as far as the congestion window
+        allows. The oldest held chunk also goes when it is older than every chunk on
+        the wire: the others may be waiting for it from this worker (no deadlock)."""
+        held = np.flatnonzero(self._held)
+        seqs = np.array([self._slots[s][0].seq0 + self._hci.item(s) for s in held.tolist()])
+        age = (seqs - self._next_seq) % self.seq_space          # older: smaller
+        order = held[np.argsort(age, kind="stable")]
+        room = self._cc.room(self.in_flight)
+        if room < 1:
+            fly = self._hseq[self._hseq >= 0]
+            if len(fly) and age.min() >= int(((fly - self._next_seq) % self.seq_space).min()):
+                return
+            room = 1
+        for s in order[:room].tolist():
+            self._held[s] = False
+            self._start_one(self._slots[s][0], s, self._hci.item(s), now, admitted=True)
 
     def _on_packet(self, buf: bytes) -> None:
         if len(buf) < wire.INA_HLEN:
@@ -891,6 +932,9 @@ class InaClient:
                                                 or now - self._first[s] >= seg.patience_s):
                 self._give_up(s, now)
             self._retries[s] = retries + 1
+            if retries == 0:
+                self._cc.on_loss()
+                self.stats.window_cuts = self._cc.cuts
             self._rto[s] = rto = min(rto * self.backoff, self.max_timeout_s)
             dl[s] = now + rto
             self._txt[s] = now
