@@ -17,8 +17,9 @@ copy safe (see research/seeds.md §6). Exactly once, whatever the network does:
   carries the seq of the head of its slot; anything else is counted in
   `duplicates_ignored` and dropped;
 - the switch drops stale contributions itself (seq older than the slot's).
-A chunk's first timeout is timeout_s, or lower once the client has measured
-the round trip (adaptive_rto: srtt + 4 rttvar, at least min_timeout_s); each
+A chunk's first timeout is timeout_s until the client has measured the round
+trip, then follows it (adaptive_rto: srtt + 4 rttvar, at least min_timeout_s,
+at most max_timeout_s); each
 resend multiplies it by backoff, capped at max_timeout_s (default
 16 x timeout_s). After max_retries resends the client fails with
 `InaTimeoutError` (job, slot, seq, what the switch seems to be missing) and
@@ -31,6 +32,10 @@ On a dilated network (`expect_delay`) no chunk's timer starts below 1.5 x the
 dilated time its own answer may take: its round trip plus this worker's chunks
 already on the wire ahead of it. Per chunk, not per operation: a lost chunk of
 a long tensor is resent after about its own round trip, not the tensor's.
+Chunks on the wire are capped by a congestion window (hosts/ina/cwnd.py), at
+most `window`: a switch slower than the links (BMv2) loses the excess of a
+burst, so the window halves after a round that lost more than 1/8 of it; slots
+whose next chunk waits for room are released oldest first after each receive.
 
 Bulk path. A tensor's chunks are one run (`_Seg`) of consecutive seqs: all
 packets are built at once with numpy (PKT_DTYPE rows in one buffer), slot
@@ -249,7 +254,9 @@ class InaClient:
         self.max_timeout_s = max_timeout_s if max_timeout_s is not None else 16 * timeout_s
         self.scale_exp, self.on_overflow = scale_exp, on_overflow
         # RTT estimate (Jacobson/Karels, Karn: only chunks answered without a resend)
-        # can only *lower* the first timeout below timeout_s: quicker loss recovery.
+        # sets the first timeout: lower than timeout_s on a fast switch (quicker loss
+        # recovery), higher on a slow one (BMv2 answers in 30-100 ms: a 50 ms cap fired
+        # before the answers and resent what was merely queued), at most max_timeout_s.
         self.adaptive_rto, self.min_timeout_s = adaptive_rto, min(min_timeout_s, timeout_s)
         self._srtt: float | None = None
         self._rttvar = 0.0
@@ -451,7 +458,7 @@ class InaClient:
             self._rttvar += 0.25 * (abs(self._srtt - rtt) - self._rttvar)
             self._srtt += 0.125 * (rtt - self._srtt)
         if self.adaptive_rto:
-            self._rto_cache = min(self.timeout_s,
+            self._rto_cache = min(self.max_timeout_s,
                                   max(self.min_timeout_s, self._srtt + 4 * self._rttvar))
 
     def _update_rtts(self, rtts: list[float]) -> None:
@@ -466,7 +473,7 @@ class InaClient:
             srtt += 0.125 * (r - srtt)
         self._srtt, self._rttvar = srtt, var
         if self.adaptive_rto:
-            self._rto_cache = min(self.timeout_s, max(self.min_timeout_s, srtt + 4 * var))
+            self._rto_cache = min(self.max_timeout_s, max(self.min_timeout_s, srtt + 4 * var))
 
     @property
     def in_flight(self) -> int:
