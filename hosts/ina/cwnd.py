@@ -11,7 +11,7 @@ there the window stays open.
 Rounds: a round ends when as many chunks as the window held at its start were
 answered or found lost (first resend). A round with no loss grows the window
 (doubling below ssthresh, then +1); a round that lost more than LOSS_CUT of its
-chunks halves it. Random link loss (the scenarios' 1 % and 5 %) stays below
+chunks, and at least MIN_LOSSES, halves it. Random link loss (the scenarios' 1 % and 5 %) stays below
 LOSS_CUT, so it costs resends only, never window; a switch that drops half a burst
 halves the window until bursts fit. The window never goes below MIN_CWND.
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 INITIAL_CWND = 32     # first round: 4 workers x 32 chunks fit BMv2's socket buffers
 MIN_CWND = 4
 LOSS_CUT = 1 / 8      # lost fraction of a round above which the window halves
+MIN_LOSSES = 2        # and at least this many: one random loss in a small round is no signal
 
 
 class CongestionWindow:
@@ -49,7 +50,7 @@ class CongestionWindow:
         done = self._answered + self._lost
         if done < self._round:
             return
-        if self._lost > LOSS_CUT * done:
+        if self._lost > LOSS_CUT * done and self._lost >= MIN_LOSSES:
             self.cwnd = self.ssthresh = max(float(MIN_CWND), self.cwnd / 2)
             self.cuts += 1
         elif self.cwnd < self.ssthresh:

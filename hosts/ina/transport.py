@@ -17,9 +17,8 @@ copy safe (see research/seeds.md §6). Exactly once, whatever the network does:
   carries the seq of the head of its slot; anything else is counted in
   `duplicates_ignored` and dropped;
 - the switch drops stale contributions itself (seq older than the slot's).
-A chunk's first timeout is timeout_s until the client has measured the round
-trip, then follows it (adaptive_rto: srtt + 4 rttvar, at least min_timeout_s,
-at most max_timeout_s); each
+A chunk's first timeout is timeout_s, or lower once the client has measured
+the round trip (adaptive_rto: srtt + 4 rttvar, at least min_timeout_s); each
 resend multiplies it by backoff, capped at max_timeout_s (default
 16 x timeout_s). After max_retries resends the client fails with
 `InaTimeoutError` (job, slot, seq, what the switch seems to be missing) and
@@ -254,9 +253,7 @@ class InaClient:
         self.max_timeout_s = max_timeout_s if max_timeout_s is not None else 16 * timeout_s
         self.scale_exp, self.on_overflow = scale_exp, on_overflow
         # RTT estimate (Jacobson/Karels, Karn: only chunks answered without a resend)
-        # sets the first timeout: lower than timeout_s on a fast switch (quicker loss
-        # recovery), higher on a slow one (BMv2 answers in 30-100 ms: a 50 ms cap fired
-        # before the answers and resent what was merely queued), at most max_timeout_s.
+        # can only *lower* the first timeout below timeout_s: quicker loss recovery.
         self.adaptive_rto, self.min_timeout_s = adaptive_rto, min(min_timeout_s, timeout_s)
         self._srtt: float | None = None
         self._rttvar = 0.0
@@ -458,7 +455,7 @@ class InaClient:
             self._rttvar += 0.25 * (abs(self._srtt - rtt) - self._rttvar)
             self._srtt += 0.125 * (rtt - self._srtt)
         if self.adaptive_rto:
-            self._rto_cache = min(self.max_timeout_s,
+            self._rto_cache = min(self.timeout_s,
                                   max(self.min_timeout_s, self._srtt + 4 * self._rttvar))
 
     def _update_rtts(self, rtts: list[float]) -> None:
@@ -473,7 +470,7 @@ class InaClient:
             srtt += 0.125 * (r - srtt)
         self._srtt, self._rttvar = srtt, var
         if self.adaptive_rto:
-            self._rto_cache = min(self.max_timeout_s, max(self.min_timeout_s, srtt + 4 * var))
+            self._rto_cache = min(self.timeout_s, max(self.min_timeout_s, srtt + 4 * var))
 
     @property
     def in_flight(self) -> int:

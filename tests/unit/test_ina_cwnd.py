@@ -128,3 +128,14 @@ def test_fast_switch_keeps_the_window_open():
     clients, _ = slow_switch_run(n=4, window=64, values=64 * 64, ops=4, queue=10_000,
                               per_tick=10_000, tick_s=0.001)
     assert all(c._cc.cwnd == 64 and c.stats.retransmissions == 0 for c in clients)
+
+
+def test_one_random_loss_in_a_small_round_does_not_halve():
+    w = C.CongestionWindow(256, initial=8)
+    w.on_loss()                             # 1 of 8 lost: 12.5 %, but a single loss
+    w.on_answers(7)
+    assert w.cuts == 0 and w.cwnd == 16
+    for _ in range(3):                      # 3 of 16 (19 %): a burst, halved
+        w.on_loss()
+    w.on_answers(13)
+    assert w.cuts == 1 and w.cwnd == 8
