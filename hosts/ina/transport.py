@@ -603,6 +603,7 @@ class InaClient:
         if not admitted and self._cc.room(self.in_flight) < 1:
             self._held[s] = True
             return
+        self._held[s] = False          # also when _start_seg starts a held slot first
         rto = self._first_rto()
         self._hseq[s] = seg.seq0 + ci
         self._first[s] = now
@@ -638,6 +639,7 @@ class InaClient:
         if k == 1:
             self._start_one(seg, int(ss[0]), int(cis[0]), now, admitted=True)
             return
+        self._held[ss] = False
         rto = self._first_rto(k)
         self._hseq[ss] = seg.seq0 + cis
         self._first[ss] = now
