@@ -257,9 +257,9 @@ def ports_not_up(pid: int, ports: dict[int, str], log_files: list[Path]) -> list
     except OSError as e:
         return problems + [f"cannot inspect the switch's sockets in /proc/{pid}: {e}"]
     for no, intf in sorted(ports.items()):
-        try:
-            ifindex = int(Path(f"/sys/class/net/{intf}/ifindex").read_text())
-        except (OSError, ValueError):
+        try:   # this process's network namespace (the switch's); /sys may show another's
+            ifindex = socket.if_nametoindex(intf)
+        except OSError:
             problems.append(f"port {no}: interface {intf} does not exist")
             continue
         if ifindex not in bound:
