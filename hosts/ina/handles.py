@@ -55,6 +55,7 @@ class InaStats:
     scale_rounds: int = 0        # MAX rounds that agreed on a scale
     saturated_values: int = 0    # values this worker clipped (fixed scale)
     saturated_results: int = 0   # chunks where some worker clipped (header exponent)
+    window_cuts: int = 0         # congestion window halvings (hosts/ina/cwnd.py)
     latencies_s: list[float] = field(default_factory=list)  # per chunk: first send -> result
 
     def summary(self) -> dict[str, Any]:

@@ -41,6 +41,8 @@ class ResultIntake:
                         self._on_packet(rec[i:i + 1].tobytes()[:int(lens[i])])
                 else:
                     self._on_block(rec, lens)
+            if self._held.any():
+                self._release(self._clock())
             return n
         recv = self.io.recv
         bufs = []
@@ -61,6 +63,8 @@ class ResultIntake:
                 m = min(len(b), RX_STRIDE)
                 raw[i, :m] = np.frombuffer(b, np.uint8, m)
             self._on_block(rec, np.fromiter(map(len, bufs), np.int64, n))
+        if self._held.any():
+            self._release(self._clock())
         return n
 
     def _on_packet(self: "InaClient", buf: bytes) -> None:

@@ -16,7 +16,7 @@ resends.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -61,6 +61,8 @@ class RetransmitTimers:
         self.silent = 0                           # resends after "nothing arrived"
         self.probes = 1                           # resends allowed per silent expiry
         self.probe_at = -_INF                     # no silent resend before this
+        # told how many chunks were answered without a resend (the congestion window's input)
+        self.on_clean_answers: Callable[[int], None] = lambda n: None
 
     # -- dilated network ---------------------------------------------------------
     def expect_delay(self, network: "DilationSettings") -> None:
@@ -161,6 +163,7 @@ class RetransmitTimers:
         return rtt
 
     def update_rtt(self, rtt: float) -> None:
+        self.on_clean_answers(1)
         if self.srtt is None:
             self.srtt, self.rttvar = rtt, rtt / 2
         else:
@@ -175,6 +178,7 @@ class RetransmitTimers:
         if self.srtt is None:
             self.update_rtt(float(rtts[0]))
             rtts = rtts[1:]
+        self.on_clean_answers(len(rtts))
         srtt, var = self.srtt, self.rttvar
         if self.hp is not None and len(rtts) > 4:
             srtt, var = self.hp.rtt_fold(srtt, var, np.ascontiguousarray(rtts, np.float64))
@@ -187,9 +191,11 @@ class RetransmitTimers:
             self.rto_cache = min(self.timeout_s, max(self.min_timeout_s, srtt + 4 * var))
 
     # -- expiry --------------------------------------------------------------------
-    def expired(self, now: float) -> list[int]:
+    def expired(self, now: float, seq_age: np.ndarray | None = None) -> list[int]:
         """Slots whose timer expired and whose chunk looks lost, to resend now;
-        expired chunks that do not look lost are re-armed here.
+        expired chunks that do not look lost are re-armed here. seq_age[s]: how
+        old slot s's chunk is in sequence order (smaller: older), which decides
+        the silent probe (below); without it, the first send time does.
 
         Silence (no result at all for a chunk's timeout) is mostly a stall on a
         loaded machine, a peer worker or the switch descheduled, not the loss of
@@ -224,8 +230,14 @@ class RetransmitTimers:
                 return out
             # the oldest chunks probe (always the same first one while the silence
             # lasts: its retries count towards max_retries, as TCP's RTO resends the
-            # first unacked segment); the rest wait for the probe's backed-off timer
-            silent.sort(key=lambda s: (self.first.item(s), s))
+            # first unacked segment); the rest wait for the probe's backed-off timer.
+            # Oldest in sequence order: the peers' held chunks wait for the oldest
+            # ones (hosts/ina/cwnd.py); a whole window sent at one instant has equal
+            # send times, and probing a newer chunk then deadlocked the job.
+            if seq_age is not None:
+                silent.sort(key=lambda s: (seq_age.item(s), s))
+            else:
+                silent.sort(key=lambda s: (self.first.item(s), s))
             self.probe_at = now + min(float(self.rto[silent[0]]) * self.backoff,
                                       self.max_timeout_s)
             for s in silent[self.probes:]:

@@ -26,6 +26,11 @@ no result at all came back (a stall, mostly, on a loaded machine) only probes
 go out, not the window; due timers are judged only after the socket has been
 read (a descheduled worker finds its answers there). On a dilated network
 (`expect_delay`) no chunk's timer starts below its own dilated answer time.
+Chunks on the wire are capped by a congestion window (hosts/ina/cwnd.py), at
+most `window`: a switch slower than the links (BMv2) loses the excess of a
+burst, so the window halves after a round that lost more than 1/8 of it; slots
+whose next chunk waits for room are held and released oldest first after each
+receive.
 
 Bulk path. A tensor's chunks are one run (`Seg`, hosts/ina/chunks.py) of
 consecutive seqs: all packets are built at once with numpy (PKT_DTYPE rows in
@@ -75,6 +80,7 @@ from hosts.ina import receive
 from hosts.ina.chunks import (FRAME_BYTES, LANES, PKT_DTYPE, PKT_SIZE, RX_DTYPE, RX_STRIDE, Seg,
                               as_int32_bits, build_packets, chunk_exponents, exponent_packet,
                               result_values)
+from hosts.ina.cwnd import CongestionWindow
 from hosts.ina.handles import OPS, InaError, InaHandle, InaIo, InaStats, InaTimeoutError
 from hosts.ina.in_process import Impair, InProcessIo, InProcessSwitch, drive
 from hosts.ina.timers import RetransmitTimers, timeout_error
@@ -130,6 +136,11 @@ class InaClient(receive.ResultIntake):
         self._rx_block = getattr(io, "recv_block", None)   # (timeout) -> (records, lens)
         self._tx_many = getattr(io, "send_many", None)     # (base_addr, offs, lens)
         self._exp_hdr: dict[int, int] = {}
+        # Chunks on the wire are capped by a congestion window (hosts/ina/cwnd.py): a slot
+        # whose head is ready while the window is full is `_held` until answers make room.
+        self._cc = CongestionWindow(window)
+        self.timers.on_clean_answers = self._cc.on_answers
+        self._held = np.zeros(window, bool)
 
     # the timer settings as the client's (expect_delay may raise them)
     timeout_s = property(lambda self: self.timers.timeout_s)
@@ -281,7 +292,11 @@ class InaClient(receive.ResultIntake):
             ss = np.array(ready, np.int64)
             self._start_many(seg, ss, self.win.hci[ss], now)
 
-    def _start_one(self, seg: Seg, s: int, ci: int, now: float) -> None:
+    def _start_one(self, seg: Seg, s: int, ci: int, now: float, admitted: bool = False) -> None:
+        if not admitted and self._cc.room(self.win.in_flight) < 1:
+            self._held[s] = True
+            return
+        self._held[s] = False          # also when _start_seg starts a held slot first
         hseq = self.win.hseq
         self.timers.arm_one(s, now, self.timers.first_rto(hseq))
         hseq[s] = seg.seq0 + ci
@@ -300,9 +315,18 @@ class InaClient(receive.ResultIntake):
     def _start_many(self, seg: Seg, ss: np.ndarray, cis: np.ndarray, now: float) -> None:
         """Put chunks cis of `seg` (heads of slots ss, not on the wire) on the wire."""
         k = len(ss)
+        room = self._cc.room(self.win.in_flight)
+        if room < k:                  # the oldest go, the rest wait in _held
+            order = np.argsort((seg.seq0 + cis - self.win.next_seq) % self.seq_space, kind="stable")
+            self._held[ss[order[max(room, 0):]]] = True
+            keep = np.sort(order[:max(room, 0)])
+            ss, cis, k = ss[keep], cis[keep], len(keep)
+            if not k:
+                return
         if k == 1:
-            self._start_one(seg, int(ss[0]), int(cis[0]), now)
+            self._start_one(seg, int(ss[0]), int(cis[0]), now, admitted=True)
             return
+        self._held[ss] = False
         hseq = self.win.hseq
         self.timers.arm_many(ss, now, self.timers.first_rto(hseq, k))
         hseq[ss] = seg.seq0 + cis
@@ -317,6 +341,25 @@ class InaClient(receive.ResultIntake):
             send, buf = self.io.send, seg.buf
             for o, ln in zip(offs.tolist(), lens.tolist()):
                 send(buf[o:o + ln].tobytes())
+
+    def _release(self, now: float) -> None:
+        """Put held chunks on the wire, oldest first, as far as the congestion window
+        allows. The oldest held chunk also goes when it is older than every chunk on
+        the wire: the others may be waiting for it from this worker (no deadlock)."""
+        win = self.win
+        held = np.flatnonzero(self._held)
+        seqs = np.array([win.slots[s][0].seq0 + win.hci.item(s) for s in held.tolist()])
+        age = (seqs - win.next_seq) % self.seq_space          # older: smaller
+        order = held[np.argsort(age, kind="stable")]
+        room = self._cc.room(win.in_flight)
+        if room < 1:
+            fly = win.hseq[win.hseq >= 0]
+            if len(fly) and age.min() >= int(((fly - win.next_seq) % self.seq_space).min()):
+                return
+            room = 1
+        for s in order[:room].tolist():
+            self._held[s] = False
+            self._start_one(win.slots[s][0], s, win.hci.item(s), now, admitted=True)
 
     def _advance(self, s: int, now: float) -> None:
         """Slot s's head was answered (and is off the wire): send its next chunk."""
@@ -387,13 +430,17 @@ class InaClient(receive.ResultIntake):
         if now < timers.next_dl:
             return 0
         n = 0
-        for s in timers.expired(now):
+        win = self.win
+        for s in timers.expired(now, (win.hseq - win.next_seq) % self.seq_space):
             seg = self.win.slots[s][0]
             ci = int(self.win.hci[s])
             retries = int(timers.retries[s])
             if retries >= self.max_retries and (seg.patience_s is None
                                                 or now - timers.first[s] >= seg.patience_s):
                 self._give_up(s, now)
+            if retries == 0:
+                self._cc.on_loss()
+                self.stats.window_cuts = self._cc.cuts
             timers.resent(s, now)
             p = bytearray(seg.packet(ci))
             p[2] |= wire.FLAG_RETX

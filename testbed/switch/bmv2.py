@@ -17,7 +17,9 @@ cannot answer GetForwardingPipelineConfig until a controller pushes a config.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -123,7 +125,8 @@ def compile_warnings(build: Bmv2Build) -> list[str]:
 def compile_program(program: str, out_dir: str | Path, p4_dir: str | Path = P4_DIR,
                     compile: Callable[..., Bmv2Build] | None = None,
                     prefix: str | Path | None = None) -> Bmv2Build:
-    """switch.program -> p4/<program>.p4 compiled into out_dir (the point's logs)."""
+    """switch.program -> p4/<program>.p4 compiled into out_dir (the point's logs),
+    by p4c once per run: later points copy the first one's output (_run_cache)."""
     p4_path = Path(p4_dir) / f"{program}.p4"
     if not p4_path.exists():
         have = sorted(p.stem for p in Path(p4_dir).glob("*.p4"))
@@ -131,7 +134,51 @@ def compile_program(program: str, out_dir: str | Path, p4_dir: str | Path = P4_D
                         f"programs available: {have}")
     if compile is not None:
         return compile(p4_path, out_dir)
-    return compile_p4(p4_path, out_dir, prefix=prefix)
+    cached = _run_cache(p4_path, Path(out_dir))
+    if cached is not None and _copy_build(cached, Path(out_dir)):
+        return compile_argv(p4_path, out_dir)   # what produced the cached copy
+    build = compile_p4(p4_path, out_dir, prefix=prefix)
+    if cached is not None:
+        _copy_build(Path(out_dir), cached, into_cache=True)
+    return build
+
+
+# A run compiles the same program for every point: p4c takes tens of seconds on a loaded
+# machine, so the first point's output is kept in the run's logs (logs/.p4c-cache/<hash
+# of the P4 sources>/) and copied into each later point's bmv2/ folder. Per run only: a
+# new run (maybe another p4c) compiles again.
+CACHE_DIR = ".p4c-cache"
+
+
+def _run_cache(p4_path: Path, out_dir: Path) -> Path | None:
+    """logs/.p4c-cache/<sha256 of every .p4 beside the program> for out_dir =
+    logs/<point>/bmv2; None when out_dir is not laid out like a run's point."""
+    if out_dir.name != "bmv2" or len(out_dir.parents) < 3:
+        return None
+    h = hashlib.sha256()
+    for src in sorted(p4_path.parent.rglob("*.p4")):
+        h.update(str(src.relative_to(p4_path.parent)).encode() + b"\0" + src.read_bytes())
+    return out_dir.parents[1] / CACHE_DIR / f"{p4_path.stem}-{h.hexdigest()[:16]}"
+
+
+def _copy_build(src: Path, dst: Path, into_cache: bool = False) -> bool:
+    """Copy a build's files (JSON, P4Info, p4c log) from src to dst; False when src
+    lacks one. Into the cache: through a temporary folder renamed at the end, so a
+    half-written cache is never read."""
+    names = [f for f in sorted(p.name for p in src.glob("*")) if f.endswith(
+        (".json", ".p4info.txtpb", ".p4c.log"))] if src.is_dir() else []
+    if len(names) < 3:
+        return False
+    target = dst.with_name(dst.name + f".tmp{os.getpid()}") if into_cache else dst
+    target.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        shutil.copyfile(src / name, target / name)
+    if into_cache:
+        try:
+            target.rename(dst)
+        except OSError:        # another point stored it first
+            shutil.rmtree(target, ignore_errors=True)
+    return True
 
 
 # --- the switch process --------------------------------------------------------------------
@@ -210,9 +257,9 @@ def ports_not_up(pid: int, ports: dict[int, str], log_files: list[Path]) -> list
     except OSError as e:
         return problems + [f"cannot inspect the switch's sockets in /proc/{pid}: {e}"]
     for no, intf in sorted(ports.items()):
-        try:
-            ifindex = int(Path(f"/sys/class/net/{intf}/ifindex").read_text())
-        except (OSError, ValueError):
+        try:   # this process's network namespace (the switch's); /sys may show another's
+            ifindex = socket.if_nametoindex(intf)
+        except OSError:
             problems.append(f"port {no}: interface {intf} does not exist")
             continue
         if ifindex not in bound:

@@ -1,0 +1,167 @@
+"""The INA client's congestion window (hosts/ina/cwnd.py and its use in
+hosts/ina/transport.py): against a switch that serves few packets per tick and
+loses what overflows its input buffer (BMv2 behind its packet sockets), the
+window shrinks until bursts fit, so resends stop; random loss below LOSS_CUT
+never shrinks it; held chunks never deadlock the workers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hosts.ina import cwnd as C
+from hosts.ina.transport import InaClient, InProcessSwitch
+from testbed.switch.ina import InaPipeline
+
+import ina_harness as H
+
+pytestmark = pytest.mark.unit
+
+
+class VClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# --- the window's rules ------------------------------------------------------------------
+
+def test_window_grows_by_rounds_and_halves_on_burst_loss_only():
+    w = C.CongestionWindow(256, initial=8)
+    w.on_answers(8)
+    assert w.cwnd == 16                     # slow start: a clean round doubles
+    w.on_answers(15)
+    assert w.cwnd == 16                     # the round is not over yet
+    w.on_answers(1)
+    assert w.cwnd == 32
+    for _ in range(3):                      # 3 of 32 lost (9 %): random loss, kept
+        w.on_loss()
+    w.on_answers(29)
+    assert w.cwnd == 64 and w.cuts == 0
+    for _ in range(16):                     # half a round lost: a slow switch
+        w.on_loss()
+    w.on_answers(48)
+    assert w.cwnd == 32 == w.ssthresh and w.cuts == 1
+    w.on_answers(32)
+    assert w.cwnd == 33                     # above ssthresh: +1 per round
+    assert w.room(30) == 3 and w.room(40) == -7
+
+
+def test_window_stays_within_min_and_the_protocol_window():
+    w = C.CongestionWindow(4)
+    assert w.cwnd == 4
+    w.on_answers(4)
+    assert w.cwnd == 4                      # never above the slots
+    for _ in range(20):
+        for _ in range(int(w.cwnd)):
+            w.on_loss()
+    assert w.cwnd == C.MIN_CWND
+
+
+# --- a client against a switch that drops what it cannot queue -----------------------------
+
+def overflow(pending: list, queue: int) -> None:
+    """Keep at most `queue` waiting frames per switch port (one socket buffer per
+    port, as BMv2 reads each port with its own packet socket); the rest is lost."""
+    seen: dict[int, int] = {}
+    keep = []
+    for frame, port in pending:
+        seen[port] = seen.get(port, 0) + 1
+        if seen[port] <= queue:
+            keep.append((frame, port))
+    pending[:] = keep
+
+
+def slow_switch_run(n: int, window: int, values: int, ops: int, *, queue: int, per_tick: int,
+                    tick_s: float, cwnd_initial: int | None = None) -> tuple[list[InaClient], float]:
+    """n workers allreduce `ops` vectors through the real pipeline behind an input
+    buffer of `queue` frames per port (the rest of a burst is lost) served `per_tick` frames
+    per `tick_s` of virtual time. Returns the clients and the virtual time taken
+    (results checked here)."""
+    job = H.job_config(1, n, slot_count=window)
+    pipe = InaPipeline(H.pipeline_config(job))
+    clock = VClock()
+    net = InProcessSwitch(pipe, switch_mac=H.SWITCH_MAC, switch_ip=H.SWITCH_IP, clock=clock,
+                          batch=True)
+    clients = [InaClient(net.endpoint(w["worker_id"], mac=w["mac"], ip=w["ip"],
+                                      switch_port=w["port"]), 1, w["worker_id"], n,
+                         window=window, clock=clock, timeout_s=0.05, max_retries=10_000,
+                         scale_exp=16)
+               for w in job["workers"]]
+    if cwnd_initial is not None:           # the client without congestion control
+        for c in clients:
+            c._cc = C.CongestionWindow(window, initial=cwnd_initial)
+            c._cc.on_loss = lambda: None
+    rng = np.random.default_rng(1)
+    for op in range(ops):
+        vecs = [rng.integers(-100, 100, values).astype(np.float32) for _ in clients]
+        hs = [c.submit(v) for c, v in zip(clients, vecs)]
+        for _ in range(200_000):
+            if all(h.done for h in hs):
+                break
+            for c in clients:
+                c.poll()
+            overflow(net.pending, queue)
+            net.flush(per_tick)
+            clock.t += tick_s
+        else:
+            raise AssertionError(f"op {op} not done")
+        for h in hs:
+            assert np.array_equal(h.result, np.sum(vecs, axis=0))
+    return clients, clock.t
+
+
+def test_slow_switch_window_adapts_and_resends_stop():
+    kw = dict(n=4, window=64, values=64 * 64, ops=8, queue=12, per_tick=4, tick_s=0.001)
+    adaptive, t_adaptive = slow_switch_run(**kw)
+    fixed, t_fixed = slow_switch_run(**kw, cwnd_initial=64)
+    resent = sum(c.stats.retransmissions for c in adaptive)
+    resent_fixed = sum(c.stats.retransmissions for c in fixed)
+    assert resent_fixed > 4 * max(resent, 1)          # the open window resends a lot
+    assert all(c._cc.cwnd <= 2 * 12 for c in adaptive)      # bursts (about) fit the buffer
+    assert all(c.stats.window_cuts >= 1 for c in adaptive)
+    assert t_adaptive < t_fixed                       # virtual time: no timing noise
+
+
+def test_fast_switch_keeps_the_window_open():
+    clients, _ = slow_switch_run(n=4, window=64, values=64 * 64, ops=4, queue=10_000,
+                              per_tick=10_000, tick_s=0.001)
+    assert all(c._cc.cwnd == 64 and c.stats.retransmissions == 0 for c in clients)
+
+
+def test_one_random_loss_in_a_small_round_does_not_halve():
+    w = C.CongestionWindow(256, initial=8)
+    w.on_loss()                             # 1 of 8 lost: 12.5 %, but a single loss
+    w.on_answers(7)
+    assert w.cuts == 0 and w.cwnd == 16
+    for _ in range(3):                      # 3 of 16 (19 %): a burst, halved
+        w.on_loss()
+    w.on_answers(13)
+    assert w.cuts == 1 and w.cwnd == 8
+
+
+@pytest.mark.parametrize("seed", [0, 1, 5])
+def test_random_loss_both_ways_never_deadlocks_the_held_chunks(seed):
+    """4 workers, window 32, 5 % of frames lost in each direction, the sizes of
+    tests/local/test_ina_local.py: every op completes, exactly. A held chunk
+    (cwnd full) waits for its worker's older chunks, which wait for the peers'
+    contributions; the silent probe must be the oldest chunk in sequence order.
+    It once was the lowest slot among equal send times (a whole window leaves at
+    one instant): a newer chunk was probed forever and the job deadlocked (seed 5)."""
+    import random
+
+    from test_ina_transport import make_net, run_all
+
+    rng = random.Random(seed)
+    net, clients, clock, _ = make_net(4, 32, impair=lambda d, w, f: [] if rng.random() < 0.05 else [0],
+                                      timeout_s=0.05)
+    for it in range(2):
+        for size in (1, 300, 4096):
+            xs = [np.random.default_rng(100 * it + r).standard_normal(size).astype(np.float32)
+                  for r in range(4)]
+            hs = [c.submit(x, "sum") for c, x in zip(clients, xs)]
+            run_all(net, clients, clock, hs, max_steps=200_000)
+            want = np.sum([x.astype(np.float64) for x in xs], axis=0)
+            for h in hs:
+                np.testing.assert_allclose(h.result, want, atol=1e-4)
