@@ -153,17 +153,24 @@ def one_impl(impl: str, work: Path, frames: list[bytes]) -> dict:
             time.sleep(0.01)   # pace the sender: no frame lost before the switch
     done.set()
     coll.join(timeout=60)
+    # A port whose interface goes away: the loop marks it down and goes on (on the ring
+    # path nothing but epoll's EPOLLERR says so).
+    _sh("ip link del h2")
+    deadline = time.monotonic() + 10
+    while not sw.ports[2].down and time.monotonic() < deadline:
+        time.sleep(0.05)
+    port2_down, loop_alive = sw.ports[2].down, loop.is_alive()
     sw.request_stop()
     loop.join(timeout=30)
     st = sw.close()
     rx.close()
     tx.close()
     _sh("ip link del h1")
-    _sh("ip link del h2")
     pdir = work / impl / "pcaps"
     ing = st["ports"]["1"]["impairments"]["ingress"]
     return {
         "stats_io_impl": st["io_impl"], "io_mode": st["io_mode"],
+        "port2_down_after_delete": port2_down, "loop_alive_after_delete": loop_alive,
         "port1_kernel_drops": st["ports"]["1"]["rx_kernel_drops"],
         "port1_rx": st["ports"]["1"]["rx"], "port2_tx": st["ports"]["2"]["tx"],
         "ingress_seen": ing["seen"], "ingress_dropped": ing["dropped"],
@@ -202,6 +209,7 @@ def test_both_io_impls_hand_over_and_send_the_same_frames(tmp_path):
     for impl in IMPLS:
         x = r[impl]
         assert x["stats_io_impl"] == impl and x["io_mode"] == impl, (impl, x["io_mode"])
+        assert x["port2_down_after_delete"] and x["loop_alive_after_delete"], impl
         assert x["port1_kernel_drops"] == 0 and x["port1_rx"] == N_FRAMES, (impl, x["port1_rx"])
         assert x["pcap_in"] == sent, impl                       # pcap 'in': before impairments
         assert x["ingress_seen"] == N_FRAMES, (impl, x["ingress_seen"])
