@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
 import select
 import socket
@@ -59,7 +60,6 @@ def resolve_io_impl(requested: str | None) -> str:
     if requested is not None:
         return requested
     if _pktio is None:
-        import logging  # noqa: PLC0415
         logging.getLogger("softswitch").warning(
             "packet-ring I/O not built (%s): ports use recvmmsg/sendmmsg; run `make setup`",
             PKTIO_IMPORT_ERROR)
@@ -235,7 +235,7 @@ class AfPacketPort:
                  mode: str | None = None):
         self.name = intf
         self.batch = batch
-        mode = mode or os.environ.get("SOFTSWITCH_IO") or resolve_io_impl(None)
+        mode = mode or resolve_io_impl(None)
         if mode not in ("mmap_ring", "mmsg", "drain"):
             raise ValueError(f"unknown I/O mode {mode!r} (mmap_ring|mmsg|drain)")
         if mode == "mmap_ring":
