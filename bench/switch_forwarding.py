@@ -4,7 +4,9 @@ One run, inside a private network namespace: the same Mininet topology
 (h1 - s1 - h2, static ARP, offloads off) is built with a Linux bridge and then
 with the soft switch; a UDP sender in h1 sends at several fixed rates and
 unlimited, a receiver in h2 counts. Reports delivered pps and loss per rate,
-the soft/bridge ratio, and the soft switch's CPU time per packet.
+the soft/bridge ratio, and the soft switch's CPU time per packet. The soft
+switch runs in both port I/O implementations (`io_impl`: mmap_ring, the packet
+ring, and mmsg, recvmmsg/sendmmsg), each at normal and raised priority.
 
 This is a measurement, not a test: nothing here asserts timings.
 
@@ -136,7 +138,11 @@ def _host_setup(h) -> None:
 # soft_prio: the soft switch with a raised scheduling priority (nice -10 on the
 # process and its autogroup), since the bridge's forwarding runs in softirq,
 # ahead of every process, while the soft switch competes with the hosts.
-PAIRS = {"bridge": ("s1", "h1", "h2"), "soft": ("s2", "h3", "h4"), "soft_prio": ("s3", "h5", "h6")}
+PAIRS = {"bridge": ("s1", "h1", "h2"), "soft": ("s2", "h3", "h4"), "soft_prio": ("s3", "h5", "h6"),
+         "soft_mmsg": ("s4", "h7", "h8"), "soft_prio_mmsg": ("s5", "h9", "h10")}
+# The soft kinds' io_impl (switch.options.io_impl): the *_mmsg ones are the recvmmsg path.
+IO_IMPL = {"soft": "mmap_ring", "soft_prio": "mmap_ring", "soft_mmsg": "mmsg",
+           "soft_prio_mmsg": "mmsg"}
 PRIO_NICE = -10
 
 
@@ -171,10 +177,10 @@ def build_net(kinds: list[str], work: Path, batch: int = 256, own_netns: bool = 
         else:
             cfg = {"forwarding": [{"dst_mac": _mac(a), "port": 1}, {"dst_mac": _mac(b), "port": 2}],
                    "flood": True, "seed": 1, "pcap_dir": None, "batch": batch,
-                   "pipeline": "forward"}
+                   "pipeline": "forward", "io_impl": IO_IMPL[kind]}
             s = net.addSwitch(sw, cls=SoftSwitchNode, switch_config=cfg, run_dir=work / sw,
                               log_path=work / f"{sw}.log",
-                              nice=PRIO_NICE if kind == "soft_prio" else None)
+                              nice=PRIO_NICE if kind.startswith("soft_prio") else None)
         for h in hosts:
             net.addLink(h, s)  # a -> port 1, b -> port 2
     net.build()
@@ -271,7 +277,10 @@ def measure(net, kind: str, rate: int, duration: float, size: int, work: Path,
                     "switch_sleeps": vol,
                     "switch_rx_kernel_drops": kd,
                     "switch_mean_rx_batch": rx / batches if batches else 0,
-                    "switch_io_mode": snap1["io_mode"]})
+                    "switch_io_mode": snap1["io_mode"],
+                    # what the switch says it ran (a silent fallback would show here)
+                    "switch_io_impl": snap1.get("io_impl"),
+                    "switch_spin_hits": snap1["loop"].get("spin_hits", 0) - snap0["loop"].get("spin_hits", 0)})
     return res
 
 
@@ -346,7 +355,7 @@ def print_table(res: dict) -> None:
     print(f"switch_forwarding: {res['frame_bytes']}-byte frames, {res['duration_s_per_rate']}s "
           f"per rate x {res['repeats']} repeats, {res['cpus']} CPUs, load avg "
           f"{res['loadavg_start'][0]:.1f} -> {res['loadavg_end'][0]:.1f} (means over repeats; "
-          f"soft_prio = nice {res['prio_nice']})")
+          f"soft_prio* = nice {res['prio_nice']}; soft* = io_impl mmap_ring, *_mmsg = mmsg)")
     head = f"{'rate':>6} |" + "".join(f" {k + ' pps':>14} {'loss%':>6} |" for k in kinds)
     head += "".join(f" {k + '/bridge':>16}" for k in soft)
     head += "".join(f" {k + ' us/pkt':>16}" for k in soft)
@@ -386,7 +395,7 @@ def unavailable_reason() -> str | None:
 
 
 def run(out_dir: str | Path, rates: list[int] | None = None, duration: float = DURATION,
-        repeats: int = 2) -> dict:
+        repeats: int = 2, kinds: list[str] | None = None) -> dict:
     """Bench entry point: results/bench/switch_forwarding-<timestamp>.json."""
     reason = unavailable_reason()
     if reason:
@@ -398,7 +407,8 @@ def run(out_dir: str | Path, rates: list[int] | None = None, duration: float = D
     work = out_dir / f"switch_forwarding-{stamp}"
     argv = [sys.executable, "-m", "bench.switch_forwarding", "inner", "--out", str(out),
             "--work", str(work), "--rates", ",".join(str(r) for r in (rates or RATES)),
-            "--duration", str(duration), "--repeats", str(repeats), "--own-netns"]
+            "--duration", str(duration), "--repeats", str(repeats), "--own-netns",
+            "--kinds", ",".join(kinds or PAIRS)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(private_netns_argv(argv), cwd=ROOT, env=env, timeout=900)
     if proc.returncode != 0 or not out.exists():
@@ -442,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--rates", default=",".join(map(str, RATES)))
     b.add_argument("--duration", type=float, default=DURATION)
     b.add_argument("--repeats", type=int, default=2)
+    b.add_argument("--kinds", default=",".join(PAIRS), help=f"subset of {','.join(PAIRS)}")
     a = ap.parse_args(argv)
     if a.cmd in ("send", "recv", "inner"):
         res = {"send": cmd_send, "recv": cmd_recv, "inner": inner}[a.cmd](a)
@@ -454,7 +465,11 @@ def main(argv: list[str] | None = None) -> int:
             print(text)
         return 0
     if a.cmd == "run":
-        run(a.out_dir, [int(x) for x in a.rates.split(",")], a.duration, a.repeats)
+        kinds = a.kinds.split(",")
+        unknown = sorted(set(kinds) - set(PAIRS))
+        if unknown:
+            ap.error(f"--kinds: unknown {unknown}; known: {', '.join(PAIRS)}")
+        run(a.out_dir, [int(x) for x in a.rates.split(",")], a.duration, a.repeats, kinds)
         return 0
     ap.print_help()
     return 2

@@ -1,6 +1,7 @@
 """Compile the C hot loops into their packages, next to their sources, with the
-system C compiler: the INA pipeline's (testbed/switch/ina/_fastpath.c) and the
-INA worker's (hosts/ina/_hostpath.c).
+system C compiler: the INA pipeline's (testbed/switch/ina/_fastpath.c), the soft
+switch's packet-ring I/O (testbed/switch/soft/_pktio.c) and the INA worker's
+(hosts/ina/_hostpath.c).
 
 Run by `make setup` (scripts/setup.sh) with the venv's Python, whose headers
 and extension suffix it builds for. No setuptools, no new dependency: one cc
@@ -21,6 +22,7 @@ SRC = ROOT / "testbed" / "switch" / "ina" / "_fastpath.c"
 # (source, extra compiler flags), one entry per extension.
 EXTENSIONS = [
     (SRC, []),
+    (ROOT / "testbed" / "switch" / "soft" / "_pktio.c", []),
     # -ffp-contract=off: no fused multiply-add, so its float arithmetic rounds as
     # the numpy reference does (bit-identical results, tests/unit/test_ina_hostpath.py).
     (ROOT / "hosts" / "ina" / "_hostpath.c", ["-ffp-contract=off"]),

@@ -401,7 +401,7 @@ def switch_problems(sw: Switch) -> list[tuple[Loc, str]]:
     opts = sw.options
     if sw.backend == "soft":
         from testbed.switch.soft.config import (  # noqa: PLC0415 - the switch's own bounds
-            MAX_BATCH, PIPELINE_IMPLS)
+            IO_IMPLS, MAX_BATCH, MAX_IO_SPIN_US, PIPELINE_IMPLS)
         for key, owner in SOFT_RESERVED.items():
             if key in opts:
                 problems.append((("switch", "options", key), f"set by the testbed from {owner}; "
@@ -411,7 +411,12 @@ def switch_problems(sw: Switch) -> list[tuple[Loc, str]]:
             problems.append((("switch", "options", "pipeline_impl"),
                              f"must be one of {', '.join(PIPELINE_IMPLS)} (absent: compiled "
                              f"when `make setup` built it), got {impl!r}"))
-        checks = {"batch": (1, MAX_BATCH), "nice": NICE_RANGE}
+        io_impl = opts.get("io_impl")
+        if io_impl is not None and io_impl not in IO_IMPLS:
+            problems.append((("switch", "options", "io_impl"),
+                             f"must be one of {', '.join(IO_IMPLS)} (absent: mmap_ring "
+                             f"when `make setup` built it), got {io_impl!r}"))
+        checks = {"batch": (1, MAX_BATCH), "nice": NICE_RANGE, "io_spin_us": (0, MAX_IO_SPIN_US)}
         for key, (lo, hi) in checks.items():
             if key in opts:
                 v = opts[key]

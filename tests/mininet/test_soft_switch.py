@@ -32,7 +32,7 @@ def mac(i: int) -> str:
 
 # --- inner part: runs as root inside the private netns ---------------------------
 
-def _build(work: Path, name: str, impairments: dict, pcap: bool):
+def _build(work: Path, name: str, impairments: dict, pcap: bool, io_impl: str):
     from mininet.link import Link
     from mininet.net import Mininet
 
@@ -42,6 +42,7 @@ def _build(work: Path, name: str, impairments: dict, pcap: bool):
     hosts = [net.addHost(f"h{i}", ip=f"10.0.0.{i}/24", mac=mac(i)) for i in (1, 2, 3)]
     cfg = {"forwarding": [{"dst_mac": mac(i), "port": i} for i in (1, 2, 3)], "flood": True,
            "impairments": impairments, "seed": 7, "batch": 256, "pipeline": "forward",
+           "io_impl": io_impl,
            "pcap_dir": str(work / name / "pcaps") if pcap else None}
     s1 = net.addSwitch("s1", cls=SoftSwitchNode, switch_config=cfg, run_dir=work / name,
                        log_path=work / name / "s1.log")
@@ -91,7 +92,7 @@ def _proc_with(text: str) -> list[int]:
     return pids
 
 
-def inner(work: Path) -> dict:
+def inner(work: Path, io_impl: str) -> dict:
     from mininet.log import setLogLevel
 
     from testbed.switch.soft.process import pid_alive
@@ -99,7 +100,7 @@ def inner(work: Path) -> dict:
     res: dict = {}
 
     # Phase A: plain forwarding with capture.
-    net = _build(work, "a", {}, pcap=True)
+    net = _build(work, "a", {}, pcap=True, io_impl=io_impl)
     s1 = net.get("s1")
     try:
         res["connected"] = s1.connected()
@@ -120,7 +121,7 @@ def inner(work: Path) -> dict:
     res["pcap_dir"] = str(work / "a" / "pcaps")
 
     # Phase B: 10 % loss on the egress of h3's port.
-    net = _build(work, "b", {"3": {"egress": {"loss_pct": LOSS_PCT}}}, pcap=False)
+    net = _build(work, "b", {"3": {"egress": {"loss_pct": LOSS_PCT}}}, pcap=False, io_impl=io_impl)
     s1 = net.get("s1")
     try:
         snap0 = s1.snapshot()
@@ -144,7 +145,8 @@ def inner(work: Path) -> dict:
 
 # --- the test ------------------------------------------------------------------------
 
-def test_soft_switch_star(tmp_path):
+@pytest.mark.parametrize("io_impl", ["mmap_ring", "mmsg"])
+def test_soft_switch_star(tmp_path, io_impl):
     sys.path.insert(0, str(HERE))
     import netns
 
@@ -153,8 +155,8 @@ def test_soft_switch_star(tmp_path):
         pytest.skip(reason)
     out = tmp_path / "inner.json"
     t0 = time.monotonic()
-    proc = netns.run_in_private_netns([sys.executable, str(Path(__file__)), str(tmp_path), str(out)],
-                                      timeout=180)
+    proc = netns.run_in_private_netns([sys.executable, str(Path(__file__)), str(tmp_path), str(out),
+                                       io_impl], timeout=180)
     wall = time.monotonic() - t0
     detail = f"rc={proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0 and out.exists(), detail
@@ -182,7 +184,7 @@ def test_soft_switch_star(tmp_path):
     # Stats written at stop; no switch process left.
     for phase in ("a", "b"):
         st = r[f"{phase}_stats"]
-        assert st and st["final"] and st["io_mode"], st
+        assert st and st["final"] and st["io_mode"] == st["io_impl"] == io_impl, st
         assert not r[f"{phase}_pid_alive_after_stop"]
         assert r[f"{phase}_procs_after_stop"] == []
     assert r["b_stats"]["ports"]["3"]["impairments"]["egress"]["active"]
@@ -203,5 +205,5 @@ def test_soft_switch_star(tmp_path):
 
 if __name__ == "__main__":
     work_dir, out_path = Path(sys.argv[1]), Path(sys.argv[2])
-    result = inner(work_dir)
+    result = inner(work_dir, sys.argv[3])
     out_path.write_text(json.dumps(result, indent=1, default=str))

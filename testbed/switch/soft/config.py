@@ -14,9 +14,16 @@ from testbed.switch.soft.impairments import Impair
 log = logging.getLogger("softswitch")
 
 KNOWN_KEYS = ("name", "ports", "forwarding", "flood", "impairments", "seed", "pcap_dir",
-              "stats_path", "ready_path", "batch", "pipeline", "pipeline_impl", "p4runtime_addr")
+              "stats_path", "ready_path", "batch", "pipeline", "pipeline_impl", "p4runtime_addr", "io_impl",
+              "io_spin_us")
 # How the "ina" pipeline runs (testbed/switch/ina/fastpath.py); absent = compiled when built.
 PIPELINE_IMPLS = ("compiled", "reference")
+# How AF_PACKET ports receive (dataplane.py); absent = mmap_ring when built.
+IO_IMPLS = ("mmap_ring", "mmsg")
+# mmap_ring: how long the loop busy-polls the rings for the next frame before
+# sleeping in epoll (only right after a batch: idle ports cost nothing).
+DEFAULT_IO_SPIN_US = 20
+MAX_IO_SPIN_US = 1000
 REQUIRED = ("name", "ports", "stats_path", "ready_path")
 MAX_BATCH = 1024
 # Upper bound per recv, not a wait: bigger batches cost no latency and cut
@@ -42,6 +49,8 @@ class SwitchConfig:
     batch: int = DEFAULT_BATCH
     pipeline: str = "forward"
     p4runtime_addr: str | None = None
+    io_impl: str | None = None   # None: mmap_ring when built, else mmsg
+    io_spin_us: int = DEFAULT_IO_SPIN_US
     raw: dict = field(default_factory=dict)  # the dict as given (pipelines read their own keys)
 
     @classmethod
@@ -155,6 +164,14 @@ class SwitchConfig:
             err("pipeline_impl", f"{impl!r} is not one of {', '.join(PIPELINE_IMPLS)} "
                                  f"(or absent: compiled when built)")
 
+        io_impl = d.get("io_impl")
+        if io_impl is not None and io_impl not in IO_IMPLS:
+            err("io_impl", f"{io_impl!r} is not one of {', '.join(IO_IMPLS)} "
+                           f"(or absent: mmap_ring when built)")
+        spin = d.get("io_spin_us", DEFAULT_IO_SPIN_US)
+        if not isinstance(spin, int) or isinstance(spin, bool) or not 0 <= spin <= MAX_IO_SPIN_US:
+            err("io_spin_us", f"must be an integer in 0..{MAX_IO_SPIN_US}, got {spin!r}")
+
         paths: dict[str, Path | None] = {}
         for k in ("stats_path", "ready_path", "pcap_dir"):
             v = d.get(k)
@@ -174,7 +191,8 @@ class SwitchConfig:
         return cls(name=name, ports=dict(sorted(ports.items())), stats_path=paths["stats_path"],
                    ready_path=paths["ready_path"], forwarding=list(fwd), flood=flood,
                    impairments=imps, seed=seed, pcap_dir=paths["pcap_dir"], batch=batch,
-                   pipeline=pipeline, p4runtime_addr=p4addr, raw=dict(d))
+                   pipeline=pipeline, p4runtime_addr=p4addr, io_impl=io_impl,
+                   io_spin_us=spin, raw=dict(d))
 
     @classmethod
     def load(cls, path: str | Path) -> "SwitchConfig":

@@ -1,8 +1,11 @@
 """Packet I/O for the soft switch: one `PortIO` per switch port.
 
-- `AfPacketPort`: an AF_PACKET/SOCK_RAW socket bound to one interface.
-  Batched with recvmmsg/sendmmsg through ctypes (mode "mmsg"); falls back to a
-  non-blocking recv/send loop (mode "drain") when libc lacks them.
+- `AfPacketPort`: an AF_PACKET/SOCK_RAW socket bound to one interface, in one
+  of three modes (the switch's `io_impl` picks the first two):
+  "mmap_ring": receives from a PACKET_MMAP ring and sends with sendmmsg, both
+  in C (_pktio.c, built by `make setup`; no system call per received batch);
+  "mmsg": recvmmsg/sendmmsg through ctypes (no compiled code needed);
+  "drain": a non-blocking recv/send loop, when libc lacks recvmmsg.
 - `UdpPortIO`: a "port" that is a UDP socket on loopback, each datagram one
   Ethernet frame (rootless local mode).
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
 import select
 import socket
@@ -24,12 +28,53 @@ import numpy as np
 from testbed.linux_mmsg import (FLAGS_IDX, HAVE_MMSG, HDR_SIZE, LEN_IDX, MSG_DONTWAIT, MSG_TRUNC,
                                 IoVec, MMsgHdr, recvmmsg, sendmmsg)
 
+try:
+    from testbed.switch.soft import _pktio
+    PKTIO_IMPORT_ERROR: str | None = None
+except ImportError as e:        # not built: `make setup` compiles it
+    _pktio = None
+    PKTIO_IMPORT_ERROR = str(e)
+
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23  # not exported by Python's socket module
 SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
+
+# Receive ring per port: as much as the 8 MiB socket buffer of the mmsg path.
+RING_BYTES = 8 << 20
+
+
+def ring_available() -> bool:
+    """The compiled ring I/O (_pktio.c) was built by `make setup`."""
+    return _pktio is not None
+
+
+def resolve_io_impl(requested: str | None) -> str:
+    """The switch's io_impl: as asked, or mmap_ring when built, else mmsg (logged;
+    the switch stats say which ran). Asking for mmap_ring unbuilt is an error."""
+    if requested == "mmap_ring" and _pktio is None:
+        raise ValueError(f"io_impl: mmap_ring is not built ({PKTIO_IMPORT_ERROR}); run `make setup` "
+                         f"(scripts/build_fastpath.py) or use io_impl: mmsg")
+    if requested is not None:
+        return requested
+    if _pktio is None:
+        logging.getLogger("softswitch").warning(
+            "packet-ring I/O not built (%s): ports use recvmmsg/sendmmsg; run `make setup`",
+            PKTIO_IMPORT_ERROR)
+        return "mmsg"
+    return "mmap_ring"
+
+
+def _ring_frame_size(mtu: int) -> int:
+    """Ring slot: TPACKET2 header + the largest frame (+VLAN tag), as a power of two."""
+    need = mtu + 14 + 4 + 128
+    size = 2048
+    while size < need:
+        size *= 2
+    return size
+
 
 # The interface went away or down: normal during teardown (Mininet deletes
 # links before stopping switches).
@@ -190,9 +235,11 @@ class AfPacketPort:
                  mode: str | None = None):
         self.name = intf
         self.batch = batch
-        mode = mode or os.environ.get("SOFTSWITCH_IO") or ("mmsg" if HAVE_MMSG else "drain")
-        if mode not in ("mmsg", "drain"):
-            raise ValueError(f"unknown I/O mode {mode!r} (mmsg|drain)")
+        mode = mode or resolve_io_impl(None)
+        if mode not in ("mmap_ring", "mmsg", "drain"):
+            raise ValueError(f"unknown I/O mode {mode!r} (mmap_ring|mmsg|drain)")
+        if mode == "mmap_ring":
+            resolve_io_impl(mode)  # raises, naming the fix, when not built
         if mode == "mmsg" and not HAVE_MMSG:
             mode = "drain"
         self.mode = mode
@@ -212,14 +259,27 @@ class AfPacketPort:
             raise OSError(e.errno, f"{intf}: PACKET_IGNORE_OUTGOING unsupported (needs Linux >= 4.20): {e}")
         _set_buf(s, SO_RCVBUFFORCE, socket.SO_RCVBUF, bufsize)
         _set_buf(s, SO_SNDBUFFORCE, socket.SO_SNDBUF, bufsize)
-        s.bind((intf, ETH_P_ALL))
+        mtu = _intf_mtu(s, intf)
+        # Slot = largest frame the interface can carry (+VLAN tag), rounded up.
+        self.slot = max(2048, (mtu + 14 + 4 + 63) // 64 * 64)
+        self._rx: MmsgRx | _pktio.RxRing | None = None
+        self._tx: MmsgTx | None = None
+        self.ring = None
+        try:
+            if mode == "mmap_ring":
+                # Before bind: frames queued on the socket itself would never be read.
+                size = _ring_frame_size(mtu)
+                self._rx = self.ring = _pktio.RxRing(s.fileno(), size, max(256, RING_BYTES // size))
+            s.bind((intf, ETH_P_ALL))
+        except OSError:
+            s.close()
+            raise
         s.setblocking(False)
         self.sock = s
         self._fd = s.fileno()
-        # Slot = largest frame the interface can carry (+VLAN tag), rounded up.
-        self.slot = max(2048, (_intf_mtu(s, intf) + 14 + 4 + 63) // 64 * 64)
-        self._rx = MmsgRx(self._fd, batch, self.slot) if mode == "mmsg" else None
-        self._tx = MmsgTx(self._fd, max(4 * batch, 256)) if mode == "mmsg" else None
+        if mode == "mmsg":
+            self._rx = MmsgRx(self._fd, batch, self.slot)
+            self._tx = MmsgTx(self._fd, max(4 * batch, 256))
         self.rx = self.tx = self.rx_bytes = self.tx_bytes = 0
         self.tx_dropped = 0
         self.kernel_rx_drops = 0
@@ -241,7 +301,27 @@ class AfPacketPort:
         self.down = True
         return PortDown(f"{self.name}: {os.strerror(e.errno) if e.errno else e}")
 
+    def check_error(self) -> None:
+        """The ring never makes a system call, so a pending socket error (the
+        interface went down or away: epoll says EPOLLERR) is read here, and
+        handled as a failed recvmmsg would be."""
+        e = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # reading clears it
+        if not e:
+            return
+        if e not in PORT_GONE_ERRNOS:
+            raise OSError(e, f"{self.name}: {os.strerror(e)}")
+        if self._exists():
+            self.down_events += 1
+            return
+        raise self._gone(OSError(e, os.strerror(e)))
+
     def recv_batch(self, max_frames: int) -> list[bytes]:
+        if self.ring is not None:
+            frames, nbytes = self.ring.recv(max_frames)
+            if frames:
+                self.rx += len(frames)
+                self.rx_bytes += nbytes
+            return frames
         try:
             if self._rx is not None:
                 frames, nbytes = self._rx.recv(max_frames)
@@ -278,14 +358,14 @@ class AfPacketPort:
         if self.down:
             self.tx_dropped += len(frames)
             return []
-        if self._tx is None:
+        cap = self._tx.batch if self._tx is not None else _pktio.MAX_SEND if self.ring else 0
+        if not cap:
             sent = self._send_drain(frames)
             nbytes = sum(map(len, sent))
-        elif len(frames) <= self._tx.batch:
+        elif len(frames) <= cap:
             sent, nbytes = self._send_mmsg(frames)
         else:
             sent, nbytes = [], 0
-            cap = self._tx.batch
             for i in range(0, len(frames), cap):
                 s, b = self._send_mmsg(frames[i:i + cap])
                 sent.extend(s)
@@ -297,13 +377,22 @@ class AfPacketPort:
     def _send_mmsg(self, chunk: list[bytes]) -> tuple[list[bytes], int]:
         """Send one chunk (<= tx batch): (frames sent, their bytes)."""
         tx = self._tx
-        joined, nbytes = tx.prepare(chunk)  # `joined` must stay alive until sendmmsg returns
+        if tx is None:
+            # mmap_ring: sendmmsg in C, straight from the frames' own buffers.
+            fd, chunk = self._fd, list(chunk)
+            joined, nbytes = None, sum(map(len, chunk))
+
+            def send(start: int, count: int) -> int:
+                return _pktio.send_frames(fd, chunk, start, count)
+        else:
+            joined, nbytes = tx.prepare(chunk)  # `joined` must stay alive until sendmmsg returns
+            send = tx.send_prepared
         n = len(chunk)
         pos = 0
         skipped: list[int] = []
         waited = False
         while pos < n:
-            r = tx.send_prepared(pos, n - pos)
+            r = send(pos, n - pos)
             if r > 0:
                 pos += r
                 continue
@@ -368,12 +457,15 @@ class AfPacketPort:
         return {"intf": self.name, "io_mode": self.mode, "rx": self.rx, "tx": self.tx,
                 "rx_bytes": self.rx_bytes, "tx_bytes": self.tx_bytes,
                 "tx_dropped": self.tx_dropped,
-                "rx_truncated": self._rx.truncated if self._rx else 0,
+                "rx_truncated": self._rx.truncated if self._rx is not None else 0,
+                "ring_frames": self.ring.frames if self.ring is not None else 0,
                 "rx_kernel_drops": self.kernel_rx_drops,
                 "down": self.down or not self._exists(), "down_events": self.down_events}
 
     def close(self) -> None:
         self._read_kernel_stats()
+        if self.ring is not None:
+            self.ring.close()
         self.sock.close()
 
 
@@ -455,8 +547,9 @@ def _hostport(s: str, spec: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def open_port(spec: str, batch: int = 64) -> PortIO:
-    """An interface name -> AfPacketPort; 'udp:...' -> UdpPortIO."""
+def open_port(spec: str, batch: int = 64, io_impl: str | None = None) -> PortIO:
+    """An interface name -> AfPacketPort (io_impl: mmap_ring|mmsg, None = the
+    default); 'udp:...' -> UdpPortIO."""
     if spec.startswith("udp:"):
         return UdpPortIO(spec, batch)
-    return AfPacketPort(spec, batch)
+    return AfPacketPort(spec, batch, mode=io_impl)

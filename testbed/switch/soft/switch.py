@@ -1,7 +1,9 @@
 """The soft switch: ports + pipeline + impairments + pcaps, and the event loop.
 
 One loop iteration:
-  epoll -> per ready port: recv up to `batch` frames -> pcap in -> ingress
+  epoll (or, with io_impl mmap_ring, right after a batch: a bounded busy poll
+  of the receive rings, no system call) -> per ready port (every ring port: a
+  look at the ring is a memory read): recv up to `batch` frames -> pcap in -> ingress
   impairments -> one pipeline.process_batch for all ports -> group by output
   port -> egress impairments -> (delay queues) -> sendmmsg per port -> pcap out.
 
@@ -30,7 +32,9 @@ import numpy as np
 
 from testbed.switch.pipeline import Pipeline, make_pipeline
 from testbed.switch.soft.config import SwitchConfig
-from testbed.switch.soft.dataplane import PortDown, PortIO, open_port
+from testbed.switch.soft import dataplane
+from testbed.switch.soft.config import IO_IMPLS
+from testbed.switch.soft.dataplane import PortDown, PortIO, open_port, resolve_io_impl
 from testbed.switch.soft.dilation import POLL_S as DILATION_POLL_S
 from testbed.switch.soft.dilation import UDP_MODE_HEADER_BYTES, DilationControl
 from testbed.switch.soft.impairments import DelayQueue, PortImpairment
@@ -110,12 +114,19 @@ class SoftSwitch:
             # Rootless local mode: each port is a UDP socket carrying INA payloads.
             from testbed.switch.soft.udp_io import udp_ports  # noqa: PLC0415
             ports = udp_ports(config)
+        # mmap_ring | mmsg for AF_PACKET ports (raises when mmap_ring is asked for but not built)
+        io_impl = resolve_io_impl(config.io_impl) if ports is None else None
         try:
             for no, intf in (ports or config.ports).items():
-                self.ports[no] = intf if not isinstance(intf, str) else open_port(intf, config.batch)
+                self.ports[no] = (intf if not isinstance(intf, str)
+                                  else open_port(intf, config.batch, io_impl))
         except BaseException:
             self.close()
             raise
+        modes = {getattr(io, "mode", None) for io in self.ports.values()}
+        # What the ports really run (the stats' io_impl): None for UDP or mixed ports.
+        self.io_impl = modes.pop() if len(modes) == 1 and modes <= set(IO_IMPLS) else None
+        self.io_spin_ns = config.io_spin_us * 1000
         self.ingress: dict[int, PortImpairment] = {}
         self.egress: dict[int, PortImpairment] = {}
         for no in self.ports:
@@ -152,6 +163,7 @@ class SoftSwitch:
         self.iterations = 0
         self.rx_batches = 0
         self.max_rx_batch = 0
+        self.spin_hits = 0   # iterations where the ring busy poll found a frame (no epoll)
         try:
             self._timer: _Timer | None = _Timer()
         except (OSError, AttributeError):
@@ -211,6 +223,14 @@ class SoftSwitch:
         epoch, clock = self._epoch, time.monotonic
         timer = self._timer
         dilation = self.dilation
+        # Ring ports: read every iteration (no readiness needed), and busy-polled
+        # for up to io_spin_us after a batch before the loop sleeps in epoll.
+        rings = {no: io for no, io in ports.items() if getattr(io, "ring", None) is not None}
+        ring_objs = [io.ring for io in rings.values()]
+        wait_any = dataplane._pktio.wait_any if rings else None
+        spin_ns = self.io_spin_ns
+        got_any = False
+        err_mask = select.EPOLLERR | select.EPOLLHUP
         try:
             while not self._stop:
                 # Idle wake-ups so that a dilation request is seen within POLL_S.
@@ -222,7 +242,11 @@ class SoftSwitch:
                             timer.arm(nd)
                     else:
                         timeout = min(timeout, max(0.0, nd - clock()))
-                events = ep.poll(timeout)
+                if got_any and spin_ns and ring_objs and wait_any(ring_objs, spin_ns):
+                    events = ()   # a frame is waiting: no epoll
+                    self.spin_hits += 1
+                else:
+                    events = ep.poll(timeout)
                 now = clock()
                 self.iterations += 1
                 if dilation.poll(now):
@@ -237,6 +261,7 @@ class SoftSwitch:
                     for no, f in iq.pop_due(now):
                         frames.append(f)
                         in_ports.append(no)
+                ready: list[int] = list(rings)
                 for fd, ev in events:
                     no = fd2port.get(fd)
                     if no is None:
@@ -245,16 +270,28 @@ class SoftSwitch:
                         elif fd == timer_fd:
                             timer.clear()
                         continue
+                    if no not in rings:
+                        ready.append(no)
+                    elif ev & err_mask:
+                        # A ring makes no system call that would return the socket's error.
+                        try:
+                            ports[no].check_error()
+                        except PortDown as e:
+                            self._port_down(ep, fd2port, no, e)
+                            del rings[no]
+                            ring_objs = [io.ring for io in rings.values()]
+                            ready.remove(no)
+                got_any = False
+                for no in ready:
                     io = ports[no]
                     try:
                         got = io.recv_batch(batch)
                     except PortDown as e:
-                        log.info("port %d down: %s", no, e)
-                        ep.unregister(fd)
-                        del fd2port[fd]
+                        self._port_down(ep, fd2port, no, e)
                         continue
                     if not got:
                         continue
+                    got_any = True
                     self.rx_batches += 1
                     if len(got) > self.max_rx_batch:
                         self.max_rx_batch = len(got)
@@ -308,6 +345,14 @@ class SoftSwitch:
         finally:
             ep.close()
 
+    @staticmethod
+    def _port_down(ep, fd2port: dict[int, int], no: int, e: PortDown) -> None:
+        log.info("port %d down: %s", no, e)
+        for fd, n in list(fd2port.items()):
+            if n == no:
+                ep.unregister(fd)
+                del fd2port[fd]
+
     def _drain_wake(self) -> None:
         try:
             while self._wake_r.recv(4096):
@@ -332,6 +377,8 @@ class SoftSwitch:
         return {
             "name": self.name, "pid": os.getpid(), "final": final, "snapshot": self.snapshots,
             "time": time.time(), "io_mode": "+".join(sorted(m for m in modes if m)),
+            # "mmap_ring" | "mmsg": how the AF_PACKET ports run (None: UDP or injected ports)
+            "io_impl": self.io_impl, "io_spin_us": self.io_spin_ns // 1000,
             "batch": self.batch,
             "ports": ports,
             "pipeline": {"name": self.pipeline_name, "counters": self.pipeline.counters()},
@@ -343,7 +390,7 @@ class SoftSwitch:
             "delay_queue": {"ingress_pending": len(self.ingress_queue),
                             "egress_pending": len(self.egress_queue)},
             "loop": {"iterations": self.iterations, "rx_batches": self.rx_batches,
-                     "max_rx_batch": self.max_rx_batch},
+                     "max_rx_batch": self.max_rx_batch, "spin_hits": self.spin_hits},
             "cpu_time_s": ru.ru_utime + ru.ru_stime,
             "cpu_sched_s": sched_run, "runqueue_wait_s": sched_wait,
             "ctx_switches": {"voluntary": ru.ru_nvcsw, "involuntary": ru.ru_nivcsw},
