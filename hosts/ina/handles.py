@@ -6,15 +6,12 @@ public value types, apart so the I/O and timer modules can name them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from hosts.ina import fixed_point as fp
 from testbed import wire
-
-if TYPE_CHECKING:
-    from hosts.ina.chunks import Seg
 
 OPS = {"sum": wire.OP_SUM, "or": wire.OP_OR, "max": wire.OP_MAX}
 
@@ -86,7 +83,7 @@ class InaHandle:
         self.done = False
         self.result: np.ndarray | None = None
         self.error: BaseException | None = None
-        self.segs: "list[Seg]" = []
+        self.segs: list = []          # hosts.ina.chunks.Seg runs of this op
         self.submitted_at = self.completed_at = 0.0
         self.back = None                          # result -> the input's kind (torch tensor)
 

@@ -7,13 +7,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from hosts.ina.handles import InaError, InaHandle
 from testbed import wire
-
-if TYPE_CHECKING:
-    from hosts.ina.transport import InaClient
 
 # impair(direction "up"|"down", worker_id, frame) -> list of hold counts, one per
 # copy to deliver: [] drops, [0] delivers now, [0, 0] duplicates, [3] delivers
@@ -186,9 +183,9 @@ class InProcessIo:
         pass
 
 
-def drive(clients: list[InaClient], handles: list[InaHandle], *,
+def drive(clients: list, handles: list[InaHandle], *,
           advance: Callable[[float], None] | None = None, max_steps: int = 1_000_000) -> None:
-    """Run several clients in one thread until all `handles` are done (tests,
+    """Run several InaClients in one thread until all `handles` are done (tests,
     simulations over an InProcessSwitch). When nobody makes progress, `advance`
     (e.g. a virtual clock's setter) jumps to the earliest retransmission timer."""
     for _ in range(max_steps):

@@ -8,16 +8,11 @@ _VEC_MIN or more are parsed and applied with numpy at once.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from hosts.ina.chunks import _I32, LANES, RX_DTYPE, RX_STRIDE, Seg
 from hosts.ina.handles import InaError
 from testbed import wire
-
-if TYPE_CHECKING:
-    from hosts.ina.transport import InaClient
 
 _H = wire.HEADER_STRUCT
 DRAIN = 256          # packets handled per receive burst before timers are checked
@@ -25,7 +20,7 @@ _VEC_MIN = 6          # results in one burst from which the vectorized path is u
 
 
 class ResultIntake:
-    def _receive(self: "InaClient", timeout: float) -> int:
+    def _receive(self, timeout: float) -> int:
         """Wait up to `timeout` for results, then take in up to DRAIN of them."""
         n = 0
         rb = self._rx_block
@@ -67,7 +62,7 @@ class ResultIntake:
             self._release(self._clock())
         return n
 
-    def _on_packet(self: "InaClient", buf: bytes) -> None:
+    def _on_packet(self, buf: bytes) -> None:
         if len(buf) < wire.INA_HLEN:
             self.stats.foreign_packets += 1
             return
@@ -104,7 +99,7 @@ class ResultIntake:
         if h.remaining == 0:
             self._finish(h, now)
 
-    def _on_block(self: "InaClient", rec: np.ndarray, lens: np.ndarray) -> None:
+    def _on_block(self, rec: np.ndarray, lens: np.ndarray) -> None:
         """A burst of received datagrams (RX_DTYPE records), parsed at once."""
         n = len(lens)
         if self._hp is not None:
@@ -136,7 +131,7 @@ class ResultIntake:
                 idx, ss = idx[first], ss[first]
         self._accept_burst(ss, idx, rec)
 
-    def _on_block_compiled(self: "InaClient", rec: np.ndarray, lens: np.ndarray) -> None:
+    def _on_block_compiled(self, rec: np.ndarray, lens: np.ndarray) -> None:
         """_on_block's checks in one C loop (hosts/ina/_hostpath.c accept_block)."""
         n = len(lens)
         ss = np.empty(n, np.int64)
@@ -149,7 +144,7 @@ class ResultIntake:
         if k:
             self._accept_burst(ss[:k], idx[:k], rec)
 
-    def _accept_burst(self: "InaClient", ss: np.ndarray, idx: np.ndarray, rec: np.ndarray) -> None:
+    def _accept_burst(self, ss: np.ndarray, idx: np.ndarray, rec: np.ndarray) -> None:
         """Accepted results (slot ss[j] answered by row idx[j]), grouped by run."""
         now = self._clock()
         self.timers.last_rx = now
@@ -170,7 +165,7 @@ class ResultIntake:
             sel = np.array(js, np.int64) if len(js) < len(ss) else slice(None)
             self._accept_many(seg, ss[sel], idx[sel], rec, now)
 
-    def _accept_many(self: "InaClient", seg: Seg, ss: np.ndarray, rows: np.ndarray,
+    def _accept_many(self, seg: Seg, ss: np.ndarray, rows: np.ndarray,
                      rec: np.ndarray, now: float) -> None:
         """Results for the heads of slots ss, all chunks of run `seg` (rows of rec)."""
         hd = rec["h"]
@@ -216,7 +211,7 @@ class ResultIntake:
         if h.remaining == 0:
             self._finish(h, now)
 
-    def _mismatch(self: "InaClient", seq: int, slot: int, op: int, count: int, my_op: int,
+    def _mismatch(self, seq: int, slot: int, op: int, count: int, my_op: int,
                   my_count: int):
         self._fatal = InaError(
             f"INA job {self.job_id}: result for seq {seq} (slot {slot}) has op {op}, count "
