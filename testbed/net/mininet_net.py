@@ -434,12 +434,19 @@ class MininetNetwork(Network):
 
     def _host_setup_script(self, h: Any) -> str:
         """No IPv6 chatter, no TX checksum offload (the switch sees real
-        checksums), static ARP for every host and the switch virtual IP."""
+        checksums), static ARP for every host and the switch virtual IP, and no
+        TCP slow start after idle: under time dilation a connection idle for a
+        few modeled milliseconds is idle TDF x longer in wall time, past the
+        kernel's idle limit, so every exchange would restart from the initial
+        congestion window (a ~48 kB ShadowSync message then took ~3 round trips
+        instead of one); the hardware model, like a real host between
+        back-to-back syncs, has the window open."""
         intf = f"{h.name}-eth0"
         lines = [
             "set -e",
             "if [ -d /proc/sys/net/ipv6 ]; then sysctl -qw net.ipv6.conf.all.disable_ipv6=1 "
             "net.ipv6.conf.default.disable_ipv6=1 net.ipv6.conf.lo.disable_ipv6=1; fi",
+            "sysctl -qw net.ipv4.tcp_slow_start_after_idle=0",
             f"ethtool -K {intf} tx off >/dev/null",
         ]
         neigh = [(o.ip, o.mac) for o in self.plan.hosts if o.name != h.name]

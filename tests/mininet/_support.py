@@ -106,9 +106,11 @@ def _child_check(kind: str, sw: str, run_dir: str) -> dict:
         neigh = net.run("w2", ["ip", "neigh", "show"])[1]
         offload = net.run("w2", ["ethtool", "-k", "w2-eth0"])[1]
         ipv6 = net.run("w2", ["sysctl", "-n", "net.ipv6.conf.all.disable_ipv6"])[1].strip()
+        slow_start = net.run("w2", ["sysctl", "-n", "net.ipv4.tcp_slow_start_after_idle"])[1].strip()
         registry_path = str(net._registry.path)
     return {"up_s": up_s, "failed": failed, "qdisc": qdisc, "class": tclass,
             "log": log.read_text(), "neigh": neigh, "offload": offload, "ipv6_disabled": ipv6,
+            "slow_start_after_idle": slow_start,
             "registry_path": registry_path, "registry_exists_after": Path(registry_path).exists(),
             "stats": sorted(net.switch_stats()), "errors": net.errors}
 

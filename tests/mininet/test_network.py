@@ -56,6 +56,7 @@ def test_build_ping_shape_stop(kind, sw, tmp_path, reg_env):
     assert re.search(r"10\.0\.0\.254 .*lladdr 02:00:00:00:00:fe PERMANENT", r["neigh"])
     assert re.search(r"10\.0\.0\.200 .*lladdr 00:00:00:00:00:c8 PERMANENT", r["neigh"])
     assert r["ipv6_disabled"] == "1"
+    assert r["slow_start_after_idle"] == "0"      # dilated idle gaps keep TCP's window open
     assert re.search(r"^tx-checksumming: off", r["offload"], re.M)
     # popen runs inside the host's namespace and logs to the given file.
     assert "hello from" in r["log"] and "10.0.0.1/24" in r["log"]
