@@ -14,7 +14,8 @@ Messages (send/recv, `network_model.message_cost`): every host has one uplink
 and one downlink resource. A transfer takes the sender's uplink, then the
 receiver's downlink (always in that order, so no two transfers wait on each
 other in a cycle), holds both for `link_busy_s`, then releases them and
-arrives `total_s - link_busy_s` later. So a message alone takes exactly
+arrives `total_s - link_busy_s` later (`message_cost` through the switches its
+path crosses: `switches`, from the traces' `path_switches`, 1 where absent). So a message alone takes exactly
 `message_time`, and N workers pushing to one server at once queue on the
 server's downlink (the k-th is in after k x link_busy_s + the latency), as
 on real hardware. The send's event fires when its bytes are out (serialization
@@ -44,8 +45,11 @@ class Message:
 
 
 class Fabric:
-    def __init__(self, env: simpy.Environment, profile: HardwareProfile, contention: bool = True):
+    def __init__(self, env: simpy.Environment, profile: HardwareProfile, contention: bool = True,
+                 switches: dict[tuple[str, str], int] | None = None):
         self.env, self.profile, self.contention = env, profile, contention
+        # (src, dst) -> switches on the path (monitor.path_switches); absent pairs: 1
+        self.switches = dict(switches or {})
         self._costs: dict[tuple, CollectiveCost] = {}
         self._shared: dict[frozenset, simpy.Resource] = {}
         self._up: dict[str, simpy.Resource] = {}
@@ -60,10 +64,11 @@ class Fabric:
             c = self._costs[key] = collective_cost(*key[:5], self.profile, key[5])
         return c
 
-    def message_cost(self, nbytes: int) -> CollectiveCost:
-        c = self._costs.get(("p2p", nbytes))
+    def message_cost(self, nbytes: int, switches: int = 1) -> CollectiveCost:
+        key = ("p2p", nbytes, switches)
+        c = self._costs.get(key)
         if c is None:
-            c = self._costs[("p2p", nbytes)] = message_cost(nbytes, self.profile)
+            c = self._costs[key] = message_cost(nbytes, self.profile, switches)
         return c
 
     def collective(self, node: dict[str, Any], members: frozenset, arrivals: dict[int, float],
@@ -100,7 +105,8 @@ class Fabric:
 
     def transfer(self, msg: Message, node: dict[str, Any]):
         """The bytes of a send node crossing the network (module docstring)."""
-        c = self.message_cost(int(node["values"]) * int(node["value_bytes"]))
+        c = self.message_cost(int(node["values"]) * int(node["value_bytes"]),
+                              self.switches.get((msg.src, msg.dst), 1))
         if self.contention and c.link_busy_s > 0:
             up, down = self._link(self._up, msg.src), self._link(self._down, msg.dst)
             with up.request() as a:

@@ -25,7 +25,15 @@ Point-to-point messages (send/recv, hosts/common/trace.py) count once, on the
 receiver's recv node, against its sender's send node (same group and seq):
 
     measured = recv.t1 - max(send.t0, recv.t0)   (from when both were there)
-    modeled  = network_model.message_time(bytes, profile)
+    modeled  = network_model.message_time(bytes, profile, switches)
+
+where `switches` is how many switches the path from sender to receiver crosses
+(1 on a star; on a tree 2 between a leaf and the spine, 3 leaf to leaf). The
+runner writes the point's table beside the traces (`paths.json`:
+{"switches": {src: {dst: k}}}, testbed.net.topology.TopologyPlan.path_switches);
+`load_traces` puts each host's row in its trace header (`path_switches`). A
+pair not in the table (no paths.json: runs from before it, `--net local`)
+counts 1, as every run did before.
 
 Messages queue on the hardware as in the emulation: one host's uplink sends its
 messages one after another, one host's downlink receives them one after
@@ -71,6 +79,7 @@ well inside the band, while keeping TDFs readable and repeatable: 1834 -> 1800).
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -86,6 +95,8 @@ from testbed.fidelity.network_model import (collective_time, finish_after_arriva
 Trace = tuple[dict[str, Any], list[dict[str, Any]]]
 DEFAULT_BAND = (0.8, 1.25)
 TRACE_GLOB = "*.trace.jsonl"
+PATHS_FILE = "paths.json"          # switches per (src, dst) host pair, beside the traces
+PATHS_HEADER_KEY = "path_switches"
 
 
 @dataclass
@@ -123,7 +134,45 @@ def load_traces(folder: str | Path) -> list[Trace]:
     paths = sorted(Path(folder).glob(TRACE_GLOB))
     if not paths:
         raise ValueError(f"{folder}: no {TRACE_GLOB} files (did the hosts record traces?)")
-    return sorted((read_trace(p) for p in paths), key=lambda t: t[0].get("rank", 0))
+    traces = sorted((read_trace(p) for p in paths), key=lambda t: t[0].get("rank", 0))
+    table = read_path_table(Path(folder) / PATHS_FILE)
+    for header, _ in traces:
+        row = table.get(str(header.get("host")))
+        if row is not None:
+            header[PATHS_HEADER_KEY] = row
+    return traces
+
+
+def write_path_table(path: str | Path, switches: dict[str, dict[str, int]]) -> None:
+    """The point's `paths.json` (module docstring) from src -> dst -> switches."""
+    Path(path).write_text(json.dumps({"switches": switches}, indent=1, sort_keys=True) + "\n")
+
+
+def read_path_table(path: str | Path) -> dict[str, dict[str, int]]:
+    """src -> dst -> switches from a `paths.json`; {} when there is none (every pair 1)."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not valid JSON: {e}") from None
+    table = doc.get("switches") if isinstance(doc, dict) else None
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: expected {{\"switches\": {{src: {{dst: count}}}}}}")
+    for src, row in table.items():
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: switches.{src}: expected {{dst: count}}, got {row!r}")
+        for dst, k in row.items():
+            if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+                raise ValueError(f"{path}: switches.{src}.{dst}: {k!r} is not an integer >= 1")
+    return table
+
+
+def path_switches(traces: Sequence[Trace]) -> dict[tuple[str, str], int]:
+    """(src, dst) -> switches, from the headers' `path_switches` rows (absent pairs: 1)."""
+    return {(str(h.get("host")), dst): int(k) for h, _ in traces
+            for dst, k in (h.get(PATHS_HEADER_KEY) or {}).items()}
 
 
 def trace_tdf(traces: Sequence[Trace]) -> float:
@@ -162,6 +211,7 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
     remaining = _remaining_after_last_arrival(traces, profile, tdf)
     sends = {(n["group"], n["seq"]): n for _, nodes in traces for n in nodes
              if n["kind"] == "comm" and n["op"] == "send" and n["algo"] == "p2p"}
+    switches = path_switches(traces)
     queued = _link_queueing(sends, profile, tdf, rep)
     for header, nodes in traces:
         for n in nodes:
@@ -170,7 +220,7 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
                     rep.comm_ops_incomplete += 1
                     continue
                 if n["algo"] == "p2p":
-                    slowdown = _message_slowdown(n, sends, profile, rep, queued)
+                    slowdown = _message_slowdown(n, sends, profile, rep, queued, switches)
                     if slowdown is not None:
                         slowdowns.append(slowdown)
                     continue
@@ -294,7 +344,8 @@ def _link_queueing(sends: dict[tuple[str, int], dict[str, Any]], profile: Hardwa
 
 def _message_slowdown(recv: dict[str, Any], sends: dict[tuple[str, int], dict[str, Any]],
                       profile: HardwareProfile, rep: FidelityReport,
-                      queued: dict[tuple[str, int], float] | None = None) -> float | None:
+                      queued: dict[tuple[str, int], float] | None = None,
+                      switches: dict[tuple[str, str], int] | None = None) -> float | None:
     """A recv node's slowdown against its send (module docstring); None when not measured."""
     if recv["op"] != "recv":
         return None                      # the send side: measured on its recv
@@ -306,7 +357,9 @@ def _message_slowdown(recv: dict[str, Any], sends: dict[tuple[str, int], dict[st
         rep.p2p_buffered += 1
         return None
     rep.p2p_messages += 1
-    modeled = message_time(int(recv["values"]) * int(recv["value_bytes"]), profile)
+    _, src, dst = parse_p2p_group(recv["group"])
+    modeled = message_time(int(recv["values"]) * int(recv["value_bytes"]), profile,
+                           (switches or {}).get((src, dst), 1))
     q = (queued or {}).get((recv["group"], recv["seq"]), 0.0)
     return max(0.0, recv["t1"] - max(send["t0"] + q, recv["t0"])) / modeled
 

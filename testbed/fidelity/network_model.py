@@ -106,6 +106,20 @@ message (point to point, `message_cost`): one host sends m payload bytes to
   and the busiest link (either end) is busy sum_i s(f_i). Contention at a busy
   receiver (N workers pushing to one master) is the projector's business: it
   queues messages on each host's link.
+  Through k switches (a tree: leaf, spine, leaf is k = 3) the message crosses
+  k + 1 links and k - 1 inter-switch cables. An extra switch adds no host stack
+  and no NICs, only its cable and pipeline, `transit_latency_s` = prop +
+  switch_pipeline_latency, and one more store-and-forward serialization of a
+  frame (all links run at B, so the frames stream through; a link after the
+  first delays the message by its largest frame, s(f_first)):
+      T_msg(k) = L0 + (k - 1) transit + sum_i s(f_i) + s(f_last) + (k - 1) s(f_first)
+  k = 1 is T_msg above, term for term. This is what the soft switch's delay line
+  plays (testbed/switch/soft/dilation.py): the first switch takes the sender's
+  uplink, every switch forwarding to a switch charges transit + the next link's
+  serialization, the last one L0 + the receiver's downlink. (For a one-frame
+  message both give L0 + (k - 1) transit + (k + 1) s(f). With a last frame
+  shorter than the others the delay line's store and forward gives one
+  s(f_first) - s(f_last) more than the model, on a star as on a tree.)
 
 Ring and PS use one switch hop whatever N (ring neighbours share a leaf; PS is
 bandwidth-bound). `collective_cost` also returns `link_busy_s`, the time the
@@ -216,10 +230,17 @@ def hop_latency_s(profile: HardwareProfile) -> float:
             + profile["switch_pipeline_latency"])
 
 
+def transit_latency_s(profile: HardwareProfile) -> float:
+    """What one more switch on a path adds besides a serialization: its cable in and
+    its pipeline (no host stack, no NICs: those are in L0 once per message)."""
+    return propagation_s(profile) + profile["switch_pipeline_latency"]
+
+
 def dilation_hardware(profile: HardwareProfile) -> dict[str, float]:
     """What the soft switch's delay line needs to play this profile's hop
     (hosts.common.network_dilation.DilationSettings, less version/tdf/compensation)."""
-    return {"latency_s": hop_latency_s(profile), "link_rate_bps": float(profile["link_rate"]),
+    return {"latency_s": hop_latency_s(profile), "transit_latency_s": transit_latency_s(profile),
+            "link_rate_bps": float(profile["link_rate"]),
             "fcs_bytes": float(profile["fcs_bytes"]), "preamble_ifg_bytes": float(profile["preamble_ifg_bytes"]),
             "min_frame_bytes": float(profile["min_frame_bytes"])}
 
@@ -278,16 +299,22 @@ def collective_time(op: str, algo: str, values: int, value_bytes: int, world: in
     return collective_cost(op, algo, values, value_bytes, world, profile, scale_round).total_s
 
 
-def message_cost(payload_bytes: int, profile: HardwareProfile) -> CollectiveCost:
-    """One point-to-point message of `payload_bytes` (module docstring: message)."""
+def message_cost(payload_bytes: int, profile: HardwareProfile, switches: int = 1) -> CollectiveCost:
+    """One point-to-point message of `payload_bytes` through `switches` switches
+    (module docstring: message)."""
+    if isinstance(switches, bool) or not isinstance(switches, int) or switches < 1:
+        raise ValueError(f"switches must be an integer >= 1, got {switches!r}")
     st = p2p_stream(payload_bytes, profile)
     busy = st.serialization_s(profile)
-    return CollectiveCost(hop_latency_s(profile) + busy + serialization_s(st.last, profile), busy)
+    total = hop_latency_s(profile) + busy + serialization_s(st.last, profile)
+    if switches > 1:                 # a star's sum stays as it was, bit for bit
+        total += (switches - 1) * (transit_latency_s(profile) + serialization_s(st.first, profile))
+    return CollectiveCost(total, busy)
 
 
-def message_time(payload_bytes: int, profile: HardwareProfile) -> float:
+def message_time(payload_bytes: int, profile: HardwareProfile, switches: int = 1) -> float:
     """Seconds from a message's first byte sent to its last byte received, on the profile's hardware."""
-    return message_cost(payload_bytes, profile).total_s
+    return message_cost(payload_bytes, profile, switches).total_s
 
 
 def finish_after_arrivals(op: str, algo: str, values: int, value_bytes: int, arrivals: list[float],
