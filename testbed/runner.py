@@ -202,7 +202,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     plan = getattr(net, "plan", None)
     if plan is not None and recorder is None:
         # How many switches each host pair's path crosses, where the monitor reads the traces.
-        from testbed.fidelity.monitor import PATHS_FILE, write_path_table  # noqa: PLC0415
+        from testbed.fidelity.paths import PATHS_FILE, write_path_table  # noqa: PLC0415
         write_path_table(work / PATHS_FILE, plan.path_switches())
     procs: dict[str, Any] = {}
     warnings: list[str] = []

@@ -31,9 +31,10 @@ where `switches` is how many switches the path from sender to receiver crosses
 (1 on a star; on a tree 2 between a leaf and the spine, 3 leaf to leaf). The
 runner writes the point's table beside the traces (`paths.json`:
 {"switches": {src: {dst: k}}}, testbed.net.topology.TopologyPlan.path_switches);
-`load_traces` puts each host's row in its trace header (`path_switches`). A
-pair not in the table (no paths.json: runs from before it, `--net local`)
-counts 1, as every run did before.
+`load_traces` puts each host's row in its trace header (`path_switches`;
+testbed/fidelity/paths.py). A pair not in the table (no paths.json: runs from
+before it, `--net local`) counts 1, as every run did before. Collectives are
+costed through the switches of their paths too (`paths.collective_switches`).
 
 Messages queue on the hardware as in the emulation: one host's uplink sends its
 messages one after another, one host's downlink receives them one after
@@ -79,7 +80,6 @@ well inside the band, while keeping TDFs readable and repeatable: 1834 -> 1800).
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -91,12 +91,12 @@ from hosts.common.trace import parse_p2p_group, read_trace
 from testbed.fidelity.constants import HardwareProfile
 from testbed.fidelity.network_model import (collective_time, finish_after_arrivals, message_cost,
                                             message_time)
+from testbed.fidelity.paths import (PATHS_FILE, PATHS_HEADER_KEY, Table, collective_switches,
+                                    path_switches, read_path_table)
 
 Trace = tuple[dict[str, Any], list[dict[str, Any]]]
 DEFAULT_BAND = (0.8, 1.25)
 TRACE_GLOB = "*.trace.jsonl"
-PATHS_FILE = "paths.json"          # switches per (src, dst) host pair, beside the traces
-PATHS_HEADER_KEY = "path_switches"
 
 
 @dataclass
@@ -143,38 +143,6 @@ def load_traces(folder: str | Path) -> list[Trace]:
     return traces
 
 
-def write_path_table(path: str | Path, switches: dict[str, dict[str, int]]) -> None:
-    """The point's `paths.json` (module docstring) from src -> dst -> switches."""
-    Path(path).write_text(json.dumps({"switches": switches}, indent=1, sort_keys=True) + "\n")
-
-
-def read_path_table(path: str | Path) -> dict[str, dict[str, int]]:
-    """src -> dst -> switches from a `paths.json`; {} when there is none (every pair 1)."""
-    path = Path(path)
-    if not path.exists():
-        return {}
-    try:
-        doc = json.loads(path.read_text())
-    except ValueError as e:
-        raise ValueError(f"{path}: not valid JSON: {e}") from None
-    table = doc.get("switches") if isinstance(doc, dict) else None
-    if not isinstance(table, dict):
-        raise ValueError(f"{path}: expected {{\"switches\": {{src: {{dst: count}}}}}}")
-    for src, row in table.items():
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}: switches.{src}: expected {{dst: count}}, got {row!r}")
-        for dst, k in row.items():
-            if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-                raise ValueError(f"{path}: switches.{src}.{dst}: {k!r} is not an integer >= 1")
-    return table
-
-
-def path_switches(traces: Sequence[Trace]) -> dict[tuple[str, str], int]:
-    """(src, dst) -> switches, from the headers' `path_switches` rows (absent pairs: 1)."""
-    return {(str(h.get("host")), dst): int(k) for h, _ in traces
-            for dst, k in (h.get(PATHS_HEADER_KEY) or {}).items()}
-
-
 def trace_tdf(traces: Sequence[Trace]) -> float:
     """The TDF all headers agree on; ValueError if they differ."""
     tdfs = {float(h["tdf"]) for h, _ in traces}
@@ -208,10 +176,10 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
 
     rep = FidelityReport(tdf=tdf, profile=profile.label(), band=(lo, hi), valid=True)
     slowdowns, dilations, overruns = [], [], 0
-    remaining = _remaining_after_last_arrival(traces, profile, tdf)
     sends = {(n["group"], n["seq"]): n for _, nodes in traces for n in nodes
              if n["kind"] == "comm" and n["op"] == "send" and n["algo"] == "p2p"}
     switches = path_switches(traces)
+    remaining = _remaining_after_last_arrival(traces, profile, tdf, switches)
     queued = _link_queueing(sends, profile, tdf, rep)
     for header, nodes in traces:
         for n in nodes:
@@ -291,32 +259,35 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
     return rep
 
 
-def _remaining_after_last_arrival(traces: Sequence[Trace], profile: HardwareProfile,
-                                  tdf: float) -> dict[int, tuple[float, float]]:
+def _remaining_after_last_arrival(traces: Sequence[Trace], profile: HardwareProfile, tdf: float,
+                                  table: Table | None = None) -> dict[int, tuple[float, float]]:
     """id(node) -> (L, modeled): the last participant's arrival (emulated seconds)
     and the hardware seconds the op has left after it for that node's rank
     (module docstring; 0: nothing to measure).
 
     Every host's times are time.perf_counter() (CLOCK_MONOTONIC, one clock for the
     machine), so arrivals of different ranks compare directly. Ring order is rank order."""
-    groups: dict[tuple[str, int], list[tuple[int, dict[str, Any]]]] = {}
+    groups: dict[tuple[str, int], list[tuple[int, dict[str, Any], str]]] = {}
     for header, nodes in traces:
         for n in nodes:
             if n["kind"] == "comm" and n["algo"] != "p2p":
-                groups.setdefault((n["group"], n["seq"]), []).append((int(header.get("rank", 0)), n))
+                groups.setdefault((n["group"], n["seq"]), []).append(
+                    (int(header.get("rank", 0)), n, str(header.get("host"))))
     out: dict[int, tuple[float, float]] = {}
-    for members in groups.values():
-        members.sort(key=lambda rn: rn[0])
+    for trio in groups.values():
+        trio.sort(key=lambda rnh: rnh[0])
+        members = [(r, n) for r, n, _ in trio]
         n0 = members[0][1]
         args = (n0["op"], n0["algo"], int(n0["values"]), int(n0["value_bytes"]))
         scale_round = bool(n0.get("scale_round"))
-        whole = collective_time(*args, len(members), profile, scale_round)
+        k = collective_switches(n0["algo"], [h for _, _, h in trio], table or {})
+        whole = collective_time(*args, len(members), profile, scale_round, k)
         t0s = [n["t0"] for _, n in members]
         first, last = min(t0s), max(t0s)
         if whole <= 0:
             out.update((id(n), (last, 0.0)) for _, n in members)
             continue
-        finish = finish_after_arrivals(*args, [(t - first) / tdf for t in t0s], profile, scale_round)
+        finish = finish_after_arrivals(*args, [(t - first) / tdf for t in t0s], profile, scale_round, k)
         last_hw = (last - first) / tdf
         for (_, n), f in zip(members, finish):
             left = f - last_hw
@@ -345,7 +316,7 @@ def _link_queueing(sends: dict[tuple[str, int], dict[str, Any]], profile: Hardwa
 def _message_slowdown(recv: dict[str, Any], sends: dict[tuple[str, int], dict[str, Any]],
                       profile: HardwareProfile, rep: FidelityReport,
                       queued: dict[tuple[str, int], float] | None = None,
-                      switches: dict[tuple[str, str], int] | None = None) -> float | None:
+                      switches: Table | None = None) -> float | None:
     """A recv node's slowdown against its send (module docstring); None when not measured."""
     if recv["op"] != "recv":
         return None                      # the send side: measured on its recv

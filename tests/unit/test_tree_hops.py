@@ -10,10 +10,12 @@ import pytest
 from hosts.common.network_dilation import DilationSettings
 from hosts.common.trace import TraceRecorder
 from testbed.fidelity.constants import load_profile
-from testbed.fidelity.monitor import PATHS_FILE, fidelity_report, load_traces, write_path_table
-from testbed.fidelity.network_model import (P2P_HEADER_BYTES, dilation_hardware, hop_latency_s,
-                                            message_cost, message_time, p2p_stream, propagation_s,
-                                            serialization_s, transit_latency_s)
+from testbed.fidelity.monitor import fidelity_report, load_traces
+from testbed.fidelity.paths import PATHS_FILE, collective_switches, write_path_table
+from testbed.fidelity.network_model import (P2P_HEADER_BYTES, collective_cost, collective_time,
+                                            dilation_hardware, hop_latency_s, ina_stream, message_cost,
+                                            message_time, p2p_stream, propagation_s, serialization_s,
+                                            transit_latency_s)
 from testbed.fidelity.projector import project
 from testbed.net.topology import plan_topology
 from testbed.switch.soft.config import ConfigError, SwitchConfig
@@ -203,3 +205,73 @@ def test_projector_costs_messages_through_their_switches(tmp_path):
     assert tree.makespan_s == pytest.approx(
         message_time(4096, TOFINO, 2) + message_time(1024, TOFINO, 2) + 4e-6, rel=1e-12)
     assert propagation_s(TOFINO) > 0 and tree.makespan_s > star.makespan_s
+
+
+# -- collectives -----------------------------------------------------------------
+TREE = plan_topology("tree", ["w1", "w2", "w3", "w4", "ps"], leaves=2)
+TREE_TABLE = {(a, b): k for a, row in TREE.path_switches().items() for b, k in row.items()}
+
+
+def test_collective_switches_per_algorithm():
+    hosts = ["w1", "w2", "w3", "w4"]
+    assert collective_switches("ring", hosts, TREE_TABLE) == 3        # w2 -> w3 crosses the spine
+    assert collective_switches("ring", ["w1", "w2"], TREE_TABLE) == 1  # one leaf
+    assert collective_switches("ps", hosts, TREE_TABLE) == 2           # ps on the spine
+    assert collective_switches("switch", hosts, TREE_TABLE) == 3
+    assert collective_switches("ring", hosts, {}) == 1                 # no table: a star
+
+
+@pytest.mark.parametrize("op,algo", [("allreduce", "ring"), ("allreduce", "ps"), ("allreduce", "gloo"),
+                                     ("allreduce", "switch"), ("allgather", "ring"), ("allgather", "ps")])
+def test_collectives_on_one_switch_are_unchanged_and_grow_with_the_path(op, algo):
+    args = (op, algo, 3000, 4, 4, TOFINO)
+    one = collective_cost(*args)
+    assert collective_cost(*args, switches=1) == one                  # the same numbers, ==
+    assert collective_cost(*args, switches=3).total_s > one.total_s
+    assert collective_cost(*args, switches=3).link_busy_s == one.link_busy_s
+
+
+def test_ps_and_ring_through_the_tree_by_hand():
+    p, n = TOFINO, 3000 * 4
+    st = p2p_stream(n, p)
+    extra2 = transit_latency_s(p) + serialization_s(st.first, p)          # one more switch, one way
+    assert collective_time("allreduce", "ps", 3000, 4, 4, p, switches=2) == pytest.approx(
+        collective_time("allreduce", "ps", 3000, 4, 4, p) + 2 * extra2, rel=1e-12)
+    chunk = p2p_stream(3000 // 4 * 4, p)
+    per_step = 2 * (transit_latency_s(p) + serialization_s(chunk.first, p))   # k = 3
+    assert collective_time("allreduce", "ring", 3000, 4, 4, p, switches=3) == pytest.approx(
+        collective_time("allreduce", "ring", 3000, 4, 4, p) + 6 * per_step, rel=1e-12)
+    # the in-switch allreduce on a two-leaf tree: two levels, one more pass up and down
+    st_ina = ina_stream(3000)
+    assert collective_time("allreduce", "switch", 3000, 4, 4, p, switches=3) == pytest.approx(
+        collective_time("allreduce", "switch", 3000, 4, 4, p)
+        + 2 * (serialization_s(st_ina.first, p) + transit_latency_s(p)), rel=1e-12)
+
+
+def test_monitor_costs_a_ps_collective_through_the_spine(tmp_path):
+    t_op = collective_time("allreduce", "ps", 3000, 4, 4, HOST, switches=2) * TDF
+    recs = [TraceRecorder(tmp_path / f"{h}.trace.jsonl", host=h, rank=r, world=4, tdf=TDF)
+            for r, h in enumerate(["w1", "w2", "w3", "w4"])]
+    for it in range(5):
+        for rec in recs:
+            rec.comm(it * 100 * t_op, it * 100 * t_op + t_op, op="allreduce", algo="ps", values=3000)
+    for rec in recs:
+        rec.close()
+    assert fidelity_report(tmp_path, HOST).ratio_p50 > 1.01                # one hop: reads slow
+    write_path_table(tmp_path / PATHS_FILE, TREE.path_switches())
+    rep = fidelity_report(tmp_path, HOST)
+    assert rep.comm_ops == 20 and rep.ratio_p50 == pytest.approx(1.0, rel=1e-9), rep.reasons
+
+
+def test_projector_costs_a_collective_through_its_paths():
+    rows = TREE.path_switches()
+    recs = [TraceRecorder(None, host=h, rank=r, world=4, tdf=TDF) for r, h in enumerate(["w1", "w2", "w3", "w4"])]
+    for rec in recs:
+        rec.waited(rec.comm(0, 0, op="allreduce", algo="ring", values=3000))
+    traces = [(rec.header, rec.nodes) for rec in recs]
+    assert project(traces, TOFINO).makespan_s == pytest.approx(
+        collective_time("allreduce", "ring", 3000, 4, 4, TOFINO), rel=1e-12)
+    for rec in recs:
+        rec.header["path_switches"] = rows[rec.header["host"]]
+    assert project(traces, TOFINO).makespan_s == pytest.approx(
+        collective_time("allreduce", "ring", 3000, 4, 4, TOFINO, switches=3), rel=1e-12)
