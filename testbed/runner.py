@@ -199,6 +199,11 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
         raise SkipPoint(f"impairment cannot be applied: {e}") from None
     except BackendUnavailable as e:
         raise SkipPoint(str(e)) from None
+    plan = getattr(net, "plan", None)
+    if plan is not None and recorder is None:
+        # How many switches each host pair's path crosses, where the monitor reads the traces.
+        from testbed.fidelity.paths import PATHS_FILE, write_path_table  # noqa: PLC0415
+        write_path_table(work / PATHS_FILE, plan.path_switches())
     procs: dict[str, Any] = {}
     warnings: list[str] = []
     cpu = None

@@ -21,7 +21,8 @@ from typing import Any
 CONTROL_FILE = "dilation.json"
 ACK_SUFFIX = ".applied"
 
-_FIELDS = {"version": int, "tdf": float, "latency_s": float, "link_rate_bps": float,
+_FIELDS = {"version": int, "tdf": float, "latency_s": float, "transit_latency_s": float,
+           "link_rate_bps": float,
            "fcs_bytes": float, "preamble_ifg_bytes": float, "min_frame_bytes": float,
            "compensate_s": float, "impairments": float}
 
@@ -32,6 +33,10 @@ class DilationSettings:
     tdf: float                    # >= 1; 0 turns dilation off
     latency_s: float              # L0 of one hop, hardware seconds
     link_rate_bps: float
+    # What a switch forwarding to another switch adds besides a serialization
+    # (cable + pipeline, network_model.transit_latency_s); None: not given, and a
+    # switch with inter-switch ports refuses such settings.
+    transit_latency_s: float | None = None
     fcs_bytes: float = 4.0
     preamble_ifg_bytes: float = 20.0
     min_frame_bytes: float = 64.0         # incl. FCS

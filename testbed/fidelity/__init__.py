@@ -8,8 +8,10 @@ Pieces (pure Python, no sockets; SimPy for the projector):
   network_model collective_time(op, algo, values, value_bytes, world, profile) -> s
                 for allreduce (switch: in-network aggregation, testbed.wire format;
                 ring, ps, none) and allgather (ring, ps); message_time(bytes,
-                profile) for one point-to-point message; packet_count(values),
-                wire_bytes(values, profile).
+                profile, switches=1) for one point-to-point message; packet_count(values),
+                wire_bytes(values, profile). `switches`: the switches on a path (trees).
+  paths         the point's paths.json (switches per host pair, from the topology),
+                read into the trace headers by monitor.load_traces; collective_switches.
   monitor       fidelity_report(traces | folder, profile, tdf=None, band=(0.8, 1.25))
                 -> FidelityReport (network slowdown vs the compute dilation, overruns,
                 valid + reasons); calibrate_tdf(measured_op_s, modeled_op_s);

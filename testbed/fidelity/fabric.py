@@ -14,7 +14,9 @@ Messages (send/recv, `network_model.message_cost`): every host has one uplink
 and one downlink resource. A transfer takes the sender's uplink, then the
 receiver's downlink (always in that order, so no two transfers wait on each
 other in a cycle), holds both for `link_busy_s`, then releases them and
-arrives `total_s - link_busy_s` later. So a message alone takes exactly
+arrives `total_s - link_busy_s` later (`message_cost` through the switches its
+path crosses: `switches`, from the traces' `path_switches`, 1 where absent;
+collectives likewise, `paths.collective_switches` of their members' hosts). So a message alone takes exactly
 `message_time`, and N workers pushing to one server at once queue on the
 server's downlink (the k-th is in after k x link_busy_s + the latency), as
 on real hardware. The send's event fires when its bytes are out (serialization
@@ -32,6 +34,7 @@ import simpy
 
 from testbed.fidelity.constants import HardwareProfile
 from testbed.fidelity.network_model import CollectiveCost, collective_cost, finish_after_arrivals, message_cost
+from testbed.fidelity.paths import Table, collective_switches
 
 
 class Message:
@@ -44,26 +47,34 @@ class Message:
 
 
 class Fabric:
-    def __init__(self, env: simpy.Environment, profile: HardwareProfile, contention: bool = True):
+    def __init__(self, env: simpy.Environment, profile: HardwareProfile, contention: bool = True,
+                 switches: Table | None = None, hosts: dict[int, str] | None = None):
         self.env, self.profile, self.contention = env, profile, contention
+        # (src, dst) -> switches on the path (paths.path_switches); absent pairs: 1
+        self.switches = dict(switches or {})
+        self.hosts = dict(hosts or {})       # rank -> host: a collective's paths
         self._costs: dict[tuple, CollectiveCost] = {}
         self._shared: dict[frozenset, simpy.Resource] = {}
         self._up: dict[str, simpy.Resource] = {}
         self._down: dict[str, simpy.Resource] = {}
         self.on_delivered: Callable[[Message, dict[str, Any]], None] | None = None
 
-    def collective_cost(self, node: dict[str, Any], members: int) -> CollectiveCost:
+    def collective_cost(self, node: dict[str, Any], members: int, switches: int = 1) -> CollectiveCost:
         key = (node["op"], node["algo"], int(node["values"]), int(node["value_bytes"]), members,
-               bool(node.get("scale_round")))
+               bool(node.get("scale_round")), switches)
         c = self._costs.get(key)
         if c is None:
-            c = self._costs[key] = collective_cost(*key[:5], self.profile, key[5])
+            c = self._costs[key] = collective_cost(*key[:5], self.profile, key[5], key[6])
         return c
 
-    def message_cost(self, nbytes: int) -> CollectiveCost:
-        c = self._costs.get(("p2p", nbytes))
+    def collective_switches(self, algo: str, ranks: list[int]) -> int:
+        return collective_switches(algo, [self.hosts.get(r, "") for r in ranks], self.switches)
+
+    def message_cost(self, nbytes: int, switches: int = 1) -> CollectiveCost:
+        key = ("p2p", nbytes, switches)
+        c = self._costs.get(key)
         if c is None:
-            c = self._costs[("p2p", nbytes)] = message_cost(nbytes, self.profile)
+            c = self._costs[key] = message_cost(nbytes, self.profile, switches)
         return c
 
     def collective(self, node: dict[str, Any], members: frozenset, arrivals: dict[int, float],
@@ -73,12 +84,13 @@ class Fabric:
         arrived (in a ring the early members' first steps are done before the
         last joins), later by however long the shared link was held by
         another collective of the same members."""
-        c = self.collective_cost(node, len(members))
-        last = self.env.now
         ranks = sorted(arrivals)               # ring order = rank order, as the monitor takes it
+        k = self.collective_switches(node["algo"], ranks)
+        c = self.collective_cost(node, len(members), k)
+        last = self.env.now
         finish = finish_after_arrivals(node["op"], node["algo"], int(node["values"]),
                                        int(node["value_bytes"]), [arrivals[r] for r in ranks],
-                                       self.profile, bool(node.get("scale_round")))
+                                       self.profile, bool(node.get("scale_round")), k)
         remaining = {r: max(0.0, f - last) for r, f in zip(ranks, finish)}
         if self.contention and c.link_busy_s > 0:
             link = self._shared.setdefault(members, simpy.Resource(self.env, capacity=1))
@@ -100,7 +112,8 @@ class Fabric:
 
     def transfer(self, msg: Message, node: dict[str, Any]):
         """The bytes of a send node crossing the network (module docstring)."""
-        c = self.message_cost(int(node["values"]) * int(node["value_bytes"]))
+        c = self.message_cost(int(node["values"]) * int(node["value_bytes"]),
+                              self.switches.get((msg.src, msg.dst), 1))
         if self.contention and c.link_busy_s > 0:
             up, down = self._link(self._up, msg.src), self._link(self._down, msg.dst)
             with up.request() as a:

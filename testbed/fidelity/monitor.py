@@ -25,7 +25,16 @@ Point-to-point messages (send/recv, hosts/common/trace.py) count once, on the
 receiver's recv node, against its sender's send node (same group and seq):
 
     measured = recv.t1 - max(send.t0, recv.t0)   (from when both were there)
-    modeled  = network_model.message_time(bytes, profile)
+    modeled  = network_model.message_time(bytes, profile, switches)
+
+where `switches` is how many switches the path from sender to receiver crosses
+(1 on a star; on a tree 2 between a leaf and the spine, 3 leaf to leaf). The
+runner writes the point's table beside the traces (`paths.json`:
+{"switches": {src: {dst: k}}}, testbed.net.topology.TopologyPlan.path_switches);
+`load_traces` puts each host's row in its trace header (`path_switches`;
+testbed/fidelity/paths.py). A pair not in the table (no paths.json: runs from
+before it, `--net local`) counts 1, as every run did before. Collectives are
+costed through the switches of their paths too (`paths.collective_switches`).
 
 Messages queue on the hardware as in the emulation: one host's uplink sends its
 messages one after another, one host's downlink receives them one after
@@ -82,6 +91,8 @@ from hosts.common.trace import parse_p2p_group, read_trace
 from testbed.fidelity.constants import HardwareProfile
 from testbed.fidelity.network_model import (collective_time, finish_after_arrivals, message_cost,
                                             message_time)
+from testbed.fidelity.paths import (PATHS_FILE, PATHS_HEADER_KEY, Table, collective_switches,
+                                    path_switches, read_path_table)
 
 Trace = tuple[dict[str, Any], list[dict[str, Any]]]
 DEFAULT_BAND = (0.8, 1.25)
@@ -123,7 +134,13 @@ def load_traces(folder: str | Path) -> list[Trace]:
     paths = sorted(Path(folder).glob(TRACE_GLOB))
     if not paths:
         raise ValueError(f"{folder}: no {TRACE_GLOB} files (did the hosts record traces?)")
-    return sorted((read_trace(p) for p in paths), key=lambda t: t[0].get("rank", 0))
+    traces = sorted((read_trace(p) for p in paths), key=lambda t: t[0].get("rank", 0))
+    table = read_path_table(Path(folder) / PATHS_FILE)
+    for header, _ in traces:
+        row = table.get(str(header.get("host")))
+        if row is not None:
+            header[PATHS_HEADER_KEY] = row
+    return traces
 
 
 def trace_tdf(traces: Sequence[Trace]) -> float:
@@ -159,9 +176,10 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
 
     rep = FidelityReport(tdf=tdf, profile=profile.label(), band=(lo, hi), valid=True)
     slowdowns, dilations, overruns = [], [], 0
-    remaining = _remaining_after_last_arrival(traces, profile, tdf)
     sends = {(n["group"], n["seq"]): n for _, nodes in traces for n in nodes
              if n["kind"] == "comm" and n["op"] == "send" and n["algo"] == "p2p"}
+    switches = path_switches(traces)
+    remaining = _remaining_after_last_arrival(traces, profile, tdf, switches)
     queued = _link_queueing(sends, profile, tdf, rep)
     for header, nodes in traces:
         for n in nodes:
@@ -170,7 +188,7 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
                     rep.comm_ops_incomplete += 1
                     continue
                 if n["algo"] == "p2p":
-                    slowdown = _message_slowdown(n, sends, profile, rep, queued)
+                    slowdown = _message_slowdown(n, sends, profile, rep, queued, switches)
                     if slowdown is not None:
                         slowdowns.append(slowdown)
                     continue
@@ -241,32 +259,35 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
     return rep
 
 
-def _remaining_after_last_arrival(traces: Sequence[Trace], profile: HardwareProfile,
-                                  tdf: float) -> dict[int, tuple[float, float]]:
+def _remaining_after_last_arrival(traces: Sequence[Trace], profile: HardwareProfile, tdf: float,
+                                  table: Table | None = None) -> dict[int, tuple[float, float]]:
     """id(node) -> (L, modeled): the last participant's arrival (emulated seconds)
     and the hardware seconds the op has left after it for that node's rank
     (module docstring; 0: nothing to measure).
 
     Every host's times are time.perf_counter() (CLOCK_MONOTONIC, one clock for the
     machine), so arrivals of different ranks compare directly. Ring order is rank order."""
-    groups: dict[tuple[str, int], list[tuple[int, dict[str, Any]]]] = {}
+    groups: dict[tuple[str, int], list[tuple[int, dict[str, Any], str]]] = {}
     for header, nodes in traces:
         for n in nodes:
             if n["kind"] == "comm" and n["algo"] != "p2p":
-                groups.setdefault((n["group"], n["seq"]), []).append((int(header.get("rank", 0)), n))
+                groups.setdefault((n["group"], n["seq"]), []).append(
+                    (int(header.get("rank", 0)), n, str(header.get("host"))))
     out: dict[int, tuple[float, float]] = {}
-    for members in groups.values():
-        members.sort(key=lambda rn: rn[0])
+    for trio in groups.values():
+        trio.sort(key=lambda rnh: rnh[0])
+        members = [(r, n) for r, n, _ in trio]
         n0 = members[0][1]
         args = (n0["op"], n0["algo"], int(n0["values"]), int(n0["value_bytes"]))
         scale_round = bool(n0.get("scale_round"))
-        whole = collective_time(*args, len(members), profile, scale_round)
+        k = collective_switches(n0["algo"], [h for _, _, h in trio], table or {})
+        whole = collective_time(*args, len(members), profile, scale_round, k)
         t0s = [n["t0"] for _, n in members]
         first, last = min(t0s), max(t0s)
         if whole <= 0:
             out.update((id(n), (last, 0.0)) for _, n in members)
             continue
-        finish = finish_after_arrivals(*args, [(t - first) / tdf for t in t0s], profile, scale_round)
+        finish = finish_after_arrivals(*args, [(t - first) / tdf for t in t0s], profile, scale_round, k)
         last_hw = (last - first) / tdf
         for (_, n), f in zip(members, finish):
             left = f - last_hw
@@ -294,7 +315,8 @@ def _link_queueing(sends: dict[tuple[str, int], dict[str, Any]], profile: Hardwa
 
 def _message_slowdown(recv: dict[str, Any], sends: dict[tuple[str, int], dict[str, Any]],
                       profile: HardwareProfile, rep: FidelityReport,
-                      queued: dict[tuple[str, int], float] | None = None) -> float | None:
+                      queued: dict[tuple[str, int], float] | None = None,
+                      switches: Table | None = None) -> float | None:
     """A recv node's slowdown against its send (module docstring); None when not measured."""
     if recv["op"] != "recv":
         return None                      # the send side: measured on its recv
@@ -306,7 +328,9 @@ def _message_slowdown(recv: dict[str, Any], sends: dict[tuple[str, int], dict[st
         rep.p2p_buffered += 1
         return None
     rep.p2p_messages += 1
-    modeled = message_time(int(recv["values"]) * int(recv["value_bytes"]), profile)
+    _, src, dst = parse_p2p_group(recv["group"])
+    modeled = message_time(int(recv["values"]) * int(recv["value_bytes"]), profile,
+                           (switches or {}).get((src, dst), 1))
     q = (queued or {}).get((recv["group"], recv["seq"]), 0.0)
     return max(0.0, recv["t1"] - max(send["t0"] + q, recv["t0"])) / modeled
 

@@ -106,9 +106,35 @@ message (point to point, `message_cost`): one host sends m payload bytes to
   and the busiest link (either end) is busy sum_i s(f_i). Contention at a busy
   receiver (N workers pushing to one master) is the projector's business: it
   queues messages on each host's link.
+  Through k switches (a tree: leaf, spine, leaf is k = 3) the message crosses
+  k + 1 links and k - 1 inter-switch cables. An extra switch adds no host stack
+  and no NICs, only its cable and pipeline, `transit_latency_s` = prop +
+  switch_pipeline_latency, and one more store-and-forward serialization of a
+  frame (all links run at B, so the frames stream through; a link after the
+  first delays the message by its largest frame, s(f_first)):
+      T_msg(k) = L0 + (k - 1) transit + sum_i s(f_i) + s(f_last) + (k - 1) s(f_first)
+  k = 1 is T_msg above, term for term. This is what the soft switch's delay line
+  plays (testbed/switch/soft/dilation.py): the first switch takes the sender's
+  uplink, every switch forwarding to a switch charges transit + the next link's
+  serialization, the last one L0 + the receiver's downlink. (For a one-frame
+  message both give L0 + (k - 1) transit + (k + 1) s(f). With a last frame
+  shorter than the others the delay line's store and forward gives one
+  s(f_first) - s(f_last) more than the model, on a star as on a tree.)
 
-Ring and PS use one switch hop whatever N (ring neighbours share a leaf; PS is
-bandwidth-bound). `collective_cost` also returns `link_busy_s`, the time the
+Paths through several switches (`switches` = k, from the point's topology:
+testbed.net.topology.TopologyPlan.path_switches; 1, a star, unless given):
+  ring, gloo: every step's message crosses k switches (k: the ring's slowest
+      neighbour pair): step(m) -> message_cost(m, switches=k).
+  ps: the pushes and the replies each cross k switches (k: a worker's path to the
+      server): T_ps and T_ag_ps + 2 (k - 1) (transit + s(f_first)), f_first the
+      pushed and the replied message's first (largest) frame; the server's port
+      stays the bottleneck, the extra cables carry at most its load.
+  switch: the aggregation tree has at least (k + 1) / 2 levels (k: the longest
+      path between two members, 3 on a two-leaf tree: leaf, spine, leaf), each
+      extra level charged as above.
+  k = 1 takes exactly the formulas above.
+Without `switches`, ring and PS use one switch hop whatever N (ring neighbours
+share a leaf; PS is bandwidth-bound). `collective_cost` also returns `link_busy_s`, the time the
 busiest link is serializing, which the projector uses to share links between
 collectives that overlap.
 """
@@ -216,12 +242,29 @@ def hop_latency_s(profile: HardwareProfile) -> float:
             + profile["switch_pipeline_latency"])
 
 
+def transit_latency_s(profile: HardwareProfile) -> float:
+    """What one more switch on a path adds besides a serialization: its cable in and
+    its pipeline (no host stack, no NICs: those are in L0 once per message)."""
+    return propagation_s(profile) + profile["switch_pipeline_latency"]
+
+
 def dilation_hardware(profile: HardwareProfile) -> dict[str, float]:
     """What the soft switch's delay line needs to play this profile's hop
     (hosts.common.network_dilation.DilationSettings, less version/tdf/compensation)."""
-    return {"latency_s": hop_latency_s(profile), "link_rate_bps": float(profile["link_rate"]),
+    return {"latency_s": hop_latency_s(profile), "transit_latency_s": transit_latency_s(profile),
+            "link_rate_bps": float(profile["link_rate"]),
             "fcs_bytes": float(profile["fcs_bytes"]), "preamble_ifg_bytes": float(profile["preamble_ifg_bytes"]),
             "min_frame_bytes": float(profile["min_frame_bytes"])}
+
+
+def _check_switches(switches: int) -> None:
+    if isinstance(switches, bool) or not isinstance(switches, int) or switches < 1:
+        raise ValueError(f"switches must be an integer >= 1, got {switches!r}")
+
+
+def _extra_switches_s(switches: int, first_frame: int, profile: HardwareProfile) -> float:
+    """What k - 1 more switches add to one message (module docstring: message)."""
+    return (switches - 1) * (transit_latency_s(profile) + serialization_s(first_frame, profile))
 
 
 def switch_levels(world: int, profile: HardwareProfile) -> int:
@@ -238,12 +281,14 @@ def switch_levels(world: int, profile: HardwareProfile) -> int:
 
 # -- collectives --------------------------------------------------------------
 def collective_cost(op: str, algo: str, values: int, value_bytes: int, world: int,
-                    profile: HardwareProfile, scale_round: bool = False) -> CollectiveCost:
+                    profile: HardwareProfile, scale_round: bool = False, switches: int = 1) -> CollectiveCost:
     """scale_round: an in-switch allreduce of floats without a fixed scale first agrees
-    on one with a one-value MAX pass (hosts/ina/transport.py): one more round trip."""
+    on one with a one-value MAX pass (hosts/ina/transport.py): one more round trip.
+    switches: the switches on the op's paths (module docstring; 1 = a star)."""
+    _check_switches(switches)
     if scale_round and algo == "switch" and world > 1:
-        main = collective_cost(op, algo, values, value_bytes, world, profile)
-        agree = collective_cost(op, algo, 1, value_bytes, world, profile)
+        main = collective_cost(op, algo, values, value_bytes, world, profile, switches=switches)
+        agree = collective_cost(op, algo, 1, value_bytes, world, profile, switches=switches)
         return CollectiveCost(main.total_s + agree.total_s, main.link_busy_s + agree.link_busy_s)
     if op not in OPS:
         raise ValueError(f"collective op {op!r} is not modeled (modeled: {', '.join(OPS)})")
@@ -262,51 +307,59 @@ def collective_cost(op: str, algo: str, values: int, value_bytes: int, world: in
     if algo == "none":
         raise ValueError(f"algo 'none' means no communication, but world is {world}")
     if op == "allgather":
-        return _allgather(algo, values * value_bytes, world, profile)
+        return _allgather(algo, values * value_bytes, world, profile, switches)
     if algo == "switch":
-        return _switch(values, value_bytes, world, profile)
+        return _switch(values, value_bytes, world, profile, switches)
     if algo == "ring":
-        return _ring(values, value_bytes, world, profile)
+        return _ring(values, value_bytes, world, profile, switches)
     if algo == "gloo":
-        return _gloo(values, value_bytes, world, profile)
-    return _ps(values, value_bytes, world, profile)
+        return _gloo(values, value_bytes, world, profile, switches)
+    return _ps(values, value_bytes, world, profile, switches)
 
 
 def collective_time(op: str, algo: str, values: int, value_bytes: int, world: int,
-                    profile: HardwareProfile, scale_round: bool = False) -> float:
+                    profile: HardwareProfile, scale_round: bool = False, switches: int = 1) -> float:
     """Seconds one collective takes on the profile's hardware (see the module docstring)."""
-    return collective_cost(op, algo, values, value_bytes, world, profile, scale_round).total_s
+    return collective_cost(op, algo, values, value_bytes, world, profile, scale_round, switches).total_s
 
 
-def message_cost(payload_bytes: int, profile: HardwareProfile) -> CollectiveCost:
-    """One point-to-point message of `payload_bytes` (module docstring: message)."""
+def message_cost(payload_bytes: int, profile: HardwareProfile, switches: int = 1) -> CollectiveCost:
+    """One point-to-point message of `payload_bytes` through `switches` switches
+    (module docstring: message)."""
+    _check_switches(switches)
     st = p2p_stream(payload_bytes, profile)
     busy = st.serialization_s(profile)
-    return CollectiveCost(hop_latency_s(profile) + busy + serialization_s(st.last, profile), busy)
+    total = hop_latency_s(profile) + busy + serialization_s(st.last, profile)
+    if switches > 1:                 # a star's sum stays as it was, bit for bit
+        total += _extra_switches_s(switches, st.first, profile)
+    return CollectiveCost(total, busy)
 
 
-def message_time(payload_bytes: int, profile: HardwareProfile) -> float:
+def message_time(payload_bytes: int, profile: HardwareProfile, switches: int = 1) -> float:
     """Seconds from a message's first byte sent to its last byte received, on the profile's hardware."""
-    return message_cost(payload_bytes, profile).total_s
+    return message_cost(payload_bytes, profile, switches).total_s
 
 
 def finish_after_arrivals(op: str, algo: str, values: int, value_bytes: int, arrivals: list[float],
-                          profile: HardwareProfile, scale_round: bool = False) -> list[float]:
+                          profile: HardwareProfile, scale_round: bool = False,
+                          switches: int = 1) -> list[float]:
     """Hardware time at which each rank has its result when rank i joins at
     arrivals[i] (hardware seconds, ranks in ring order; module docstring)."""
     world = len(arrivals)
-    total = collective_time(op, algo, values, value_bytes, world, profile, scale_round)
+    total = collective_time(op, algo, values, value_bytes, world, profile, scale_round, switches)
     if world == 1 or scale_round:
         return [max(arrivals) + total] * world
     if algo == "ring":
         size = math.ceil(values / world) * value_bytes if op == "allreduce" else values * value_bytes
         reduce_steps = world - 1 if op == "allreduce" else 0
-        return _ring_chain(arrivals, message_time(size, profile), size / profile["reduce_rate"],
+        return _ring_chain(arrivals, message_time(size, profile, switches), size / profile["reduce_rate"],
                            reduce_steps, 2 * (world - 1) if op == "allreduce" else world - 1)
     if algo == "ps" and op == "allreduce":
         n = values * value_bytes
         st = p2p_stream(n, profile)
         big_s, l0 = st.serialization_s(profile), hop_latency_s(profile)
+        if switches > 1:             # each way: the push, then the reply (module docstring)
+            l0 += _extra_switches_s(switches, st.first, profile)
         tail = max(0.0, world * n / profile["reduce_rate"] - world * big_s) + (st.last - P2P_HEADER_BYTES) / profile["reduce_rate"]
         free = -math.inf
         for a in sorted(arrivals):
@@ -327,7 +380,7 @@ def _ring_chain(arrivals: list[float], step: float, reduce_s: float, reduce_step
     return recv
 
 
-def _switch(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:
+def _switch(values: int, value_bytes: int, world: int, p: HardwareProfile, switches: int = 1) -> CollectiveCost:
     if value_bytes != INA_VALUE_BYTES:
         raise ValueError(f"algo 'switch' carries int32 values (value_bytes 4), got value_bytes {value_bytes}")
     st = ina_stream(values)
@@ -337,14 +390,15 @@ def _switch(values: int, value_bytes: int, world: int, p: HardwareProfile) -> Co
     if st.n_full:
         s_full = serialization_s(st.full, p)
         gap = max(s_full, (l0 + 2 * s_full) / p["ina_window_packets"])
-    extra = (switch_levels(world, p) - 1) * 2 * (s_first + propagation_s(p) + p["switch_pipeline_latency"])
+    levels = max(switch_levels(world, p), (switches + 1) // 2)   # the emulated tree's, if deeper
+    extra = (levels - 1) * 2 * (s_first + propagation_s(p) + p["switch_pipeline_latency"])
     total = l0 + st.n_full * gap + 2 * s_last + extra
     return CollectiveCost(total, st.serialization_s(p))
 
 
-def _ring(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:
+def _ring(values: int, value_bytes: int, world: int, p: HardwareProfile, switches: int = 1) -> CollectiveCost:
     chunk = math.ceil(values / world) * value_bytes
-    step_cost = message_cost(chunk, p)          # every rank sends one chunk to its neighbour
+    step_cost = message_cost(chunk, p, switches)   # every rank sends one chunk to its neighbour
     step, big_s = step_cost.total_s, step_cost.link_busy_s
     total = 2 * (world - 1) * step + (world - 1) * chunk / p["reduce_rate"]
     return CollectiveCost(total, 2 * (world - 1) * big_s)
@@ -360,11 +414,11 @@ def gloo_segments(total_bytes: int, value_bytes: int, world: int) -> tuple[int, 
     return g, k
 
 
-def _gloo(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:
+def _gloo(values: int, value_bytes: int, world: int, p: HardwareProfile, switches: int = 1) -> CollectiveCost:
     g, k = gloo_segments(values * value_bytes, value_bytes, world)
     rounds = -(-((world - 1) * k // world) // 2)   # per phase: (N-1) K / N sends, two in flight
-    data = message_cost(GLOO_PREAMBLE_BYTES + g, p)
-    notice = message_cost(GLOO_PREAMBLE_BYTES, p).total_s
+    data = message_cost(GLOO_PREAMBLE_BYTES + g, p, switches)
+    notice = message_cost(GLOO_PREAMBLE_BYTES, p, switches).total_s
     seg_s = data.link_busy_s
     rnd = data.total_s + max(notice, seg_s)
     chunk = math.ceil(values / world) * value_bytes
@@ -372,7 +426,7 @@ def _gloo(values: int, value_bytes: int, world: int, p: HardwareProfile) -> Coll
     return CollectiveCost(total, 2 * rounds * 2 * seg_s)
 
 
-def _ps(values: int, value_bytes: int, world: int, p: HardwareProfile) -> CollectiveCost:
+def _ps(values: int, value_bytes: int, world: int, p: HardwareProfile, switches: int = 1) -> CollectiveCost:
     n = values * value_bytes
     st = p2p_stream(n, p)
     big_s = st.serialization_s(p)
@@ -380,17 +434,21 @@ def _ps(values: int, value_bytes: int, world: int, p: HardwareProfile) -> Collec
     reduce_tail = max(0.0, world * n / gamma - world * big_s) + (st.last - P2P_HEADER_BYTES) / gamma
     total = (2 * hop_latency_s(p) + serialization_s(st.first, p) + 2 * world * big_s
              + serialization_s(st.last, p) + reduce_tail)
+    if switches > 1:                 # the push and the reply (module docstring)
+        total += 2 * _extra_switches_s(switches, st.first, p)
     return CollectiveCost(total, 2 * world * big_s)
 
 
-def _allgather(algo: str, block: int, world: int, p: HardwareProfile) -> CollectiveCost:
+def _allgather(algo: str, block: int, world: int, p: HardwareProfile, switches: int = 1) -> CollectiveCost:
     if algo == "ring":
-        step = message_cost(block, p)           # every rank passes one block to its neighbour
+        step = message_cost(block, p, switches)   # every rank passes one block to its neighbour
         return CollectiveCost((world - 1) * step.total_s, (world - 1) * step.link_busy_s)
     gather, scatter = p2p_stream(block, p), p2p_stream(world * block, p)
     busy = world * gather.serialization_s(p) + world * scatter.serialization_s(p)
     total = (2 * hop_latency_s(p) + serialization_s(gather.first, p) + busy
              + serialization_s(scatter.last, p))
+    if switches > 1:                 # the blocks in, the gathered message out
+        total += _extra_switches_s(switches, gather.first, p) + _extra_switches_s(switches, scatter.first, p)
     return CollectiveCost(total, busy)
 
 

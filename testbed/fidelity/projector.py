@@ -75,6 +75,7 @@ import simpy
 from hosts.common.trace import parse_p2p_group
 from testbed.fidelity.constants import HardwareProfile
 from testbed.fidelity.fabric import Fabric, Message
+from testbed.fidelity.paths import path_switches
 from testbed.fidelity.projector_checks import (P2P, Trace, check_comm, check_traces, group_members,
                                                is_server, truncate)
 from testbed.fidelity.server_model import (Server, ServiceModel, expected_messages, node_core,
@@ -134,7 +135,8 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
     simulated = sum(len(n) for n in cut)
     members = group_members(traces, cut)
     env = simpy.Environment()
-    fabric = Fabric(env, profile, contention)
+    fabric = Fabric(env, profile, contention, path_switches(traces),
+                    {int(h["rank"]): str(h.get("host")) for h, _ in traces})
     check_comm(traces, cut, members, [s.host for s in services], fabric.collective_cost)
     expected = expected_messages(traces, cut, services)
 

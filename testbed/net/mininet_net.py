@@ -320,6 +320,8 @@ class MininetNetwork(Network):
             # Distinct, reproducible random streams per switch.
             "seed": self.seed * 1000 + int(sw[1:]),
             "pcap_dir": str(self.pcap_dir) if self.capture else None,
+            # A tree's uplinks: the delay line charges L0 once per path (dilation.py, "Trees").
+            "inter_switch_ports": self.plan.inter_switch_ports(sw),
         }
         if self.p4runtime:
             cfg["forwarding"] = []

@@ -88,6 +88,36 @@ class TopologyPlan:
                 ports[ln.port2] = ln.node1
         return dict(sorted(ports.items()))
 
+    def inter_switch_ports(self, switch: str) -> list[int]:
+        """Ports of `switch` cabled to another switch (the soft switch's delay line
+        charges a frame from or to one as a tree hop, not a host's hop)."""
+        return [p for p, node in self.switch_ports(switch).items() if node in self.switches]
+
+    def path_switches(self) -> dict[str, dict[str, int]]:
+        """src host -> dst host -> switches a frame between them crosses (star: 1;
+        tree: 1 within a leaf, 2 between a leaf and the spine, 3 leaf to leaf)."""
+        adj: dict[str, list[str]] = {sw: [] for sw in self.switches}
+        for ln in self.links:
+            if ln.node1 in adj and ln.node2 in adj:
+                adj[ln.node1].append(ln.node2)
+                adj[ln.node2].append(ln.node1)
+        hops: dict[str, dict[str, int]] = {}     # switch -> switch -> cables between them
+        for sw in self.switches:
+            dist, frontier = {sw: 0}, [sw]
+            while frontier:                      # breadth first: the tree's only path
+                nxt = []
+                for node in frontier:
+                    for nb in adj[node]:
+                        if nb not in dist:
+                            dist[nb] = dist[node] + 1
+                            nxt.append(nb)
+                frontier = nxt
+            hops[sw] = dist
+        table: dict[str, dict[str, int]] = {}
+        for a, sa in self.host_switch.items():
+            table[a] = {b: hops[sa][sb] + 1 for b, sb in self.host_switch.items() if b != a}
+        return table
+
 
 def worker_index(name: str) -> int | None:
     m = _WORKER_RE.match(name)

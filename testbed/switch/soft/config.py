@@ -15,7 +15,7 @@ log = logging.getLogger("softswitch")
 
 KNOWN_KEYS = ("name", "ports", "forwarding", "flood", "impairments", "seed", "pcap_dir",
               "stats_path", "ready_path", "batch", "pipeline", "pipeline_impl", "p4runtime_addr", "io_impl",
-              "io_spin_us")
+              "io_spin_us", "inter_switch_ports")
 # How the "ina" pipeline runs (testbed/switch/ina/fastpath.py); absent = compiled when built.
 PIPELINE_IMPLS = ("compiled", "reference")
 # How AF_PACKET ports receive (dataplane.py); absent = mmap_ring when built.
@@ -51,6 +51,9 @@ class SwitchConfig:
     p4runtime_addr: str | None = None
     io_impl: str | None = None   # None: mmap_ring when built, else mmsg
     io_spin_us: int = DEFAULT_IO_SPIN_US
+    # Ports cabled to another switch (a tree): the delay line charges a frame L0 once
+    # per path, not per switch (dilation.py, "Trees"). Set by the network builder.
+    inter_switch_ports: frozenset[int] = frozenset()
     raw: dict = field(default_factory=dict)  # the dict as given (pipelines read their own keys)
 
     @classmethod
@@ -186,13 +189,24 @@ class SwitchConfig:
         if p4addr is not None and not isinstance(p4addr, str):
             err("p4runtime_addr", "must be 'host:port' or null")
 
+        isp = d.get("inter_switch_ports") or []
+        inter: set[int] = set()
+        if not isinstance(isp, list):
+            err("inter_switch_ports", "must be a list of port numbers")
+            isp = []
+        for i, p in enumerate(isp):
+            if isinstance(p, bool) or not isinstance(p, int) or (ports and p not in ports):
+                err(f"inter_switch_ports[{i}]", f"{p!r} is not a port in ports {sorted(ports)}")
+            else:
+                inter.add(p)
+
         if errs:
             raise ConfigError("\n".join(errs))
         return cls(name=name, ports=dict(sorted(ports.items())), stats_path=paths["stats_path"],
                    ready_path=paths["ready_path"], forwarding=list(fwd), flood=flood,
                    impairments=imps, seed=seed, pcap_dir=paths["pcap_dir"], batch=batch,
                    pipeline=pipeline, p4runtime_addr=p4addr, io_impl=io_impl,
-                   io_spin_us=spin, raw=dict(d))
+                   io_spin_us=spin, inter_switch_ports=frozenset(inter), raw=dict(d))
 
     @classmethod
     def load(cls, path: str | Path) -> "SwitchConfig":

@@ -141,7 +141,8 @@ class SoftSwitch:
         # Network dilation (dilation.py): off until calibration writes the control file.
         self.dilation = DilationControl(
             Path(config.stats_path).parent,
-            header_bytes=UDP_MODE_HEADER_BYTES if config.raw.get("io") == "udp" else 0)
+            header_bytes=UDP_MODE_HEADER_BYTES if config.raw.get("io") == "udp" else 0,
+            inter_switch_ports=config.inter_switch_ports)
         self.ingress_queue = DelayQueue()  # items: (in_port, frame) before the pipeline
         self.egress_queue = DelayQueue()   # items: (out_port, frame) before sending
         self.pcap_in: dict[int, PcapWriter] = {}
