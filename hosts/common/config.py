@@ -179,6 +179,9 @@ class InaSettings:
     retx_timeout_s: float = 0.05        # first retransmission timeout (then doubled, capped x16)
     max_retries: int = 20
     scale_exp: int | None = None        # None: agree on the scale per tensor (one MAX round)
+    # Adapt the chunks on the wire to a switch slower than its links (hosts/ina/cwnd.py);
+    # the network turns it on for BMv2, whose packet sockets drop the excess of a burst.
+    congestion_window: bool = False
 
     @classmethod
     def parse(cls, c: "Checker", algorithm: str | None) -> "InaSettings | None":
@@ -209,6 +212,10 @@ class InaSettings:
                 d[k] = v
             elif k == "scale_exp" and v is None:
                 d[k] = None
+            elif k == "congestion_window":
+                if not isinstance(v, bool):
+                    c.error(f"ina.{k}", f"must be true or false, got {v!r}")
+                d[k] = v
             else:
                 lo, hi = {"switch_port": (1, 65535), "worker_port": (1, 65535), "job_id": (0, 255),
                           "window": (1, 4096), "max_retries": (0, 10**6),

@@ -24,9 +24,14 @@ MIN_LOSSES = 2        # and at least this many: one random loss in a small round
 
 
 class CongestionWindow:
-    def __init__(self, window: int, initial: int = INITIAL_CWND):
+    """adaptive=False: the whole protocol window, always (no holds, no cuts): on
+    a switch that keeps up with its links (the soft switch, Tofino) adapting
+    only costs, since answers completing out of order look like losses."""
+
+    def __init__(self, window: int, initial: int = INITIAL_CWND, adaptive: bool = True):
         self.max = int(window)
-        self.cwnd = float(min(self.max, initial))
+        self.adaptive = adaptive
+        self.cwnd = float(min(self.max, initial if adaptive else self.max))
         self.ssthresh = float(self.max)
         self.cuts = 0                     # rounds that halved the window (stats)
         self._answered = self._lost = 0
@@ -38,11 +43,15 @@ class CongestionWindow:
 
     def on_answers(self, n: int) -> None:
         """n chunks answered without a resend."""
+        if not self.adaptive:
+            return
         self._answered += n
         self._end_round()
 
     def on_loss(self) -> None:
         """A chunk is resent for the first time (lost, or so late it looks lost)."""
+        if not self.adaptive:
+            return
         self._lost += 1
         self._end_round()
 

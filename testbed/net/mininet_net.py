@@ -145,6 +145,9 @@ class MininetNetwork(Network):
                                        "device_config": str(self.bmv2_build.json_path)}
             from testbed.switch.bmv2 import control_info  # noqa: PLC0415
             info["bmv2"] = control_info(self.switch_names, self.switch_config_base)
+            # BMv2 serves a few thousand packets/s: its packet sockets drop the excess of
+            # a burst, so the workers' INA clients adapt their window (hosts/ina/cwnd.py).
+            info["ina"] = {**info.get("ina", {}), "congestion_window": True}
         return info
 
     @staticmethod

@@ -87,7 +87,7 @@ def slow_switch_run(n: int, window: int, values: int, ops: int, *, queue: int, p
     clients = [InaClient(net.endpoint(w["worker_id"], mac=w["mac"], ip=w["ip"],
                                       switch_port=w["port"]), 1, w["worker_id"], n,
                          window=window, clock=clock, timeout_s=0.05, max_retries=10_000,
-                         scale_exp=16)
+                         scale_exp=16, congestion_window=True)
                for w in job["workers"]]
     if cwnd_initial is not None:           # the client without congestion control
         for c in clients:
@@ -155,7 +155,7 @@ def test_random_loss_both_ways_never_deadlocks_the_held_chunks(seed):
 
     rng = random.Random(seed)
     net, clients, clock, _ = make_net(4, 32, impair=lambda d, w, f: [] if rng.random() < 0.05 else [0],
-                                      timeout_s=0.05)
+                                      timeout_s=0.05, congestion_window=True)
     for it in range(2):
         for size in (1, 300, 4096):
             xs = [np.random.default_rng(100 * it + r).standard_normal(size).astype(np.float32)
@@ -165,3 +165,26 @@ def test_random_loss_both_ways_never_deadlocks_the_held_chunks(seed):
             want = np.sum([x.astype(np.float64) for x in xs], axis=0)
             for h in hs:
                 np.testing.assert_allclose(h.result, want, atol=1e-4)
+
+
+def test_the_window_adapts_only_where_the_network_asks_for_it():
+    """Off by default (the soft switch keeps up: every chunk of the window goes,
+    none is held); BMv2's switch info turns it on for every worker's INA block."""
+    from hosts.common.config import InaSettings
+    from testbed.workloads.base import ina_settings
+
+    assert InaSettings().congestion_window is False
+    net, clients, clock = make_net_plain(window=64)
+    h = clients[0].submit(np.ones(64 * 64, np.float32), "sum")
+    assert clients[0].win.in_flight == 64 and not clients[0]._held.any() and not h.done
+    cc = C.CongestionWindow(64, adaptive=False)
+    for _ in range(100):
+        cc.on_loss()
+    assert cc.cwnd == 64 and cc.cuts == 0
+    assert ina_settings({"ina": {"congestion_window": True}}, "w1")["congestion_window"] is True
+    assert "congestion_window" not in ina_settings({"ip": "10.0.0.254"}, "w1")
+
+
+def make_net_plain(window: int):
+    from test_ina_transport import make_net
+    return make_net(2, window, scale_exp=16)[:3]
