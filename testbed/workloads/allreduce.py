@@ -115,7 +115,9 @@ class AllreduceRuntime(WorkloadRuntime):
                 "start_at": ctx.start_at, "connect_timeout_s": 30, "timeout_s": wl.timeout_s,
             }
             if wl.algorithm == "switch":
-                common["ina"] = {"job_id": job_id, **wl.ina.model_dump(exclude_none=True)}
+                # the network's own asks (BMv2: an adaptive window), then the scenario's settings
+                net_ina = {k: v for k, v in (ctx.switch.get("ina") or {}).items() if k == "congestion_window"}
+                common["ina"] = {**net_ina, "job_id": job_id, **wl.ina.model_dump(exclude_none=True)}
             if ps is not None:
                 cfg = dict(common, host="ps", role="ps", rank=-1, straggler=straggler_for(scn, "ps"),
                            out=str(ctx.work_dir / "ps.jsonl"))
