@@ -77,6 +77,7 @@ def main() -> None:
           flush=True)
     report.final(acc=acc)
     if dist.is_initialized():
+        dist.barrier()      # no rank tears gloo down under a peer still closing (docs/pytorch.md step 1)
         dist.destroy_process_group()
 
 
