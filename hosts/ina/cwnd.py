@@ -41,6 +41,21 @@ class CongestionWindow:
         """Chunks that may go on the wire now besides the `in_flight` ones."""
         return int(self.cwnd) - in_flight
 
+    def resend_cap(self) -> int | None:
+        """Most chunks one timer pass may resend; None: no cap (not adaptive).
+
+        Why: on BMv2 under CPU load two workers fell behind, the other two had
+        a whole window out; every answer to one of their resent chunks widened
+        their silence budget (hosts/ina/timers.py), and each later silence resent
+        the whole window at once (about 200 frames per round, every round, for
+        27 s): the burst overflowed the switch's input again and lost the slow
+        workers' contributions, so they never caught up and the job timed out
+        (ina/loss.yaml at 0 % loss on BMv2). Resends, like new chunks, stay
+        within the window; the rest wait a base timeout."""
+        if not self.adaptive:
+            return None
+        return max(MIN_CWND, int(self.cwnd))
+
     def on_answers(self, n: int) -> None:
         """n chunks answered without a resend."""
         if not self.adaptive:
