@@ -192,9 +192,10 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
         d.mkdir(parents=True, exist_ok=True)
     runtime: WorkloadRuntime = get_runtime(scn.workload.kind)
 
+    job_requests = runtime.ina_jobs(point)
     try:
         net = build_network(net_mode, scn, logs_dir=logs, pcaps_dir=pcaps, seed=point.seed, registry=reg,
-                            recorder=recorder)
+                            recorder=recorder, ina_traffic=bool(job_requests))
     except ImpairmentError as e:
         raise SkipPoint(f"impairment cannot be applied: {e}") from None
     except BackendUnavailable as e:
@@ -209,7 +210,6 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     cpu = None
     control = None
     counters: dict[str, Any] = {}
-    job_requests = runtime.ina_jobs(point)
     if getattr(getattr(net, "impairments", None), "drop_simulator", None) and not job_requests:
         raise SkipPoint(f"impairment cannot be applied: {scn.switch.backend} applies link loss "
                         f"through the P4 program's drop simulator, which drops only in-network "

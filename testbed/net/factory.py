@@ -35,12 +35,15 @@ NET_MODES = ("mininet", "local", "ssh", "cluster")
 
 
 def build_network(net_mode: str, scenario: Any, *, logs_dir: Path, pcaps_dir: Path, seed: int,
-                  registry: RunRegistry | None = None, recorder: Any = None) -> Network:
+                  registry: RunRegistry | None = None, recorder: Any = None,
+                  ina_traffic: bool = True) -> Network:
     """Plan (and validate) the network of one point; call ``start()`` on it.
 
     recorder (testbed.net.plan.PlanRecorder): a dry run. The network plans as
     usual, then records what start() and popen() would do instead of doing it;
-    a backend this machine lacks (bmv2) is noted, and its compile recorded."""
+    a backend this machine lacks (bmv2) is noted, and its compile recorded.
+    ina_traffic: the point has in-network aggregation traffic (what a switch
+    program's drop simulators can drop; otherwise loss goes through nftables)."""
     hosts = list(scenario.hosts())
     if net_mode == "local":
         from testbed.net.local_net import LocalNetwork  # noqa: PLC0415
@@ -69,7 +72,8 @@ def build_network(net_mode: str, scenario: Any, *, logs_dir: Path, pcaps_dir: Pa
         build = compile_bmv2(sw.program, sw.options, Path(logs_dir), recorder)
     kw = dict(run_dir=Path(logs_dir), seed=seed, capture=sw.capture, log_dir=logs_dir,
               pcap_dir=pcaps_dir, registry=registry, backend=sw.backend,
-              p4runtime=sw.backend in ("soft", "bmv2"), bmv2_build=build, recorder=recorder)
+              p4runtime=sw.backend in ("soft", "bmv2"), bmv2_build=build, recorder=recorder,
+              ina_traffic=ina_traffic)
     if net_mode == "cluster":
         from testbed.net.cluster_net import ClusterNetwork  # noqa: PLC0415
         return ClusterNetwork(scenario.net.cluster, scenario.topology, scenario.links, hosts, cls, base, **kw)

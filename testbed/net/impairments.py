@@ -9,12 +9,17 @@ to mechanisms as follows.
   host->switch at the switch port's *ingress*, switch->host at its *egress*,
   switch<->switch at each sender's egress. Everything (loss, delay, jitter,
   duplication, reordering) is seeded and counted by the switch.
-- ``nftables``: loss only, dropped at the receiving host's ingress (nft in the
-  host's namespace, prerouting, ``numgen random``), counted by nft. This covers
-  the switch->host direction only: a host cannot drop its own egress (an nft
-  output drop returns EPERM to the sender) and the soft switch reads frames
-  before netfilter. The uncovered directions are reported with
-  ``applied: false`` and the reason, never as applied.
+- ``nftables``: loss only, on host links, in the hosts' namespaces, counted by
+  nft (``numgen random``). Switch->host: dropped at the receiving host's ingress
+  (prerouting). Host->switch: at the sending host's interface, in the netdev
+  *egress* hook (Linux >= 5.16), where the frame is stolen (``fwd to "lo"``,
+  which discards a frame not addressed to the host) rather than dropped: a drop
+  there returns NET_XMIT_DROP, which TCP takes as local congestion and resends
+  at once, while a lost frame must look sent, as on a wire. That interface
+  gets ``gso_max_segs 1`` so every frame the hook sees is one on the wire (TCP
+  otherwise hands it 64 KB GSO packets). Any switch backend, any traffic.
+  Switch<->switch links are not covered (the switches read frames before
+  netfilter): reported with ``applied: false`` and the reason, never as applied.
 - ``netem``: only if the kernel has sch_netem (it does not here); a netem qdisc
   on each sender's egress interface, under htb when the link is shaped.
 - ``drop_simulator`` (what ``auto`` means for loss alone on a BMv2 running a
@@ -22,7 +27,8 @@ to mechanisms as follows.
   loss is ``DropSimulator.drop_probability[port]`` (contributions arriving),
   switch->host loss ``EgressDropSimulator.drop_probability[port]`` (results
   leaving), set by the control plane. It drops in-network aggregation traffic
-  only (every row says so); a point whose workload has none is refused.
+  only (every row says so), so ``auto`` takes it only for a point that has
+  such traffic; loss on any other point goes through ``nftables``.
 
 A request no mechanism can apply raises ``ImpairmentError`` naming what cannot
 be applied and what to use instead.
@@ -46,6 +52,7 @@ DROP_SIMULATOR_NOTE = ("the P4 program's drop simulator drops in-network aggrega
                        "link is not impaired")
 HTB_MAX_MBPS = 1000  # Mininet's TCIntf ignores larger rates (with only a log line)
 NFT_TABLE = "innet_emu"
+NFT_EGRESS_TABLE = "innet_emu_egress"   # netdev family: one per host interface
 NFT_SCALE = 1_000_000  # numgen modulus: loss resolution of 0.0001 %
 
 
@@ -115,7 +122,9 @@ class Capabilities:
     netem: bool                 # kernel has sch_netem
     nftables: bool = True       # `nft` is installed
     backend: str = "soft"       # for messages
-    drop_simulator: bool = False   # the switch program has DropSimulator + EgressDropSimulator (BMv2)
+    # the switch program has DropSimulator + EgressDropSimulator (BMv2) and the
+    # point has in-network aggregation traffic for them to drop
+    drop_simulator: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,21 +157,30 @@ class ImpairmentPlan:
     mechanism: str                                        # resolved: switch | nftables | netem | none
     switch_ports: dict[str, dict[int, dict[str, dict[str, float]]]] = field(default_factory=dict)
     nft_loss: dict[str, float] = field(default_factory=dict)       # host -> loss_pct on its ingress
+    # host -> {"intf", "loss_pct"}: loss on its egress (host->switch), nft netdev egress
+    nft_egress: dict[str, dict[str, Any]] = field(default_factory=dict)
     netem: list[dict[str, Any]] = field(default_factory=list)      # {node, intf, impair, shaped}
     # switch -> [{port, direction: ingress|egress, p}] for the control plane's set_drop_probability
     drop_simulator: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)       # the report, one per value
 
 
-def choose_mechanism(requested: str, caps: Capabilities, params: frozenset[str] = frozenset()) -> str:
-    """The mechanism for a request (`params`: the impairments asked for), before
-    checking what it can do."""
+def choose_mechanism(requested: str, caps: Capabilities, params: frozenset[str] = frozenset(),
+                     host_links_only: bool = True) -> str:
+    """The mechanism for a request (`params`: the impairments asked for;
+    host_links_only: none is on a switch<->switch link), before checking what
+    it can do."""
     if requested == "auto":
+        loss_only = bool(params) and params <= {"loss_pct"}
         if caps.switch_impairs:
             return "switch"
-        if caps.drop_simulator and params and params <= {"loss_pct"}:
+        if caps.drop_simulator and loss_only:
             return DROP_SIMULATOR
-        return "netem" if caps.netem else "none"
+        if caps.netem:
+            return "netem"
+        if caps.nftables and loss_only and host_links_only:
+            return "nftables"
+        return "none"
     return requested
 
 
@@ -182,7 +200,8 @@ def plan_impairments(plan: TopologyPlan, links: Any, caps: Capabilities) -> Impa
             raise _refuse(f"bandwidth_mbps={bw:g} on {d.link}", f"htb via Mininet supports at most "
                           f"{HTB_MAX_MBPS} Mbit/s", "set bandwidth_mbps <= 1000, or null for unlimited")
     wanted = [(d, k, v) for d in dirs for k, v in d.values.nonzero().items()]
-    mech = choose_mechanism(requested, caps, frozenset(k for _, k, _ in wanted))
+    mech = choose_mechanism(requested, caps, frozenset(k for _, k, _ in wanted),
+                            host_links_only=all(d.host_link for d, _, _ in wanted))
     out = ImpairmentPlan(mechanism=mech if wanted else "none")
     out.rows.extend(_bandwidth_rows(dirs))
     if not wanted:
@@ -191,7 +210,7 @@ def plan_impairments(plan: TopologyPlan, links: Any, caps: Capabilities) -> Impa
     if mech == "none":
         raise _refuse(first, f"the {caps.backend} switch does not impair links and this kernel has no "
                       f"sch_netem", "use switch.backend soft (impairments in the soft switch), or "
-                      "links.mechanism nftables for loss on host ingress only")
+                      "loss alone on host links (links.mechanism nftables)")
     if mech == DROP_SIMULATOR and len(plan.switches) > 1:
         raise _refuse(first, f"the {caps.backend} switch drops only through its program's drop "
                       f"simulator, which is placed for one aggregating switch (star topology)",
@@ -263,9 +282,14 @@ def _apply_row(out: ImpairmentPlan, plan: TopologyPlan, d: Direction, k: str, v:
         if d.host_link and plan.is_host(d.dst):
             out.nft_loss[d.dst] = v
             return _row(d, k, v, "nftables", True, f"{d.dst} ingress (nft prerouting)")
+        if d.host_link and plan.is_host(d.src):
+            intf = f"{d.src}-eth{d.src_port}"
+            out.nft_egress[d.src] = {"intf": intf, "loss_pct": v}
+            return _row(d, k, v, "nftables", True, f"{intf} egress (nft netdev egress)")
         return _row(d, k, v, "none", False, "-",
-                    note="nftables drops on the receiving host's ingress only, so this direction is "
-                         "not impaired; use links.mechanism switch (soft backend) to impair it")
+                    note="nftables drops on host links only (the switches read frames before "
+                         "netfilter), so this switch-to-switch direction is not impaired; use "
+                         "links.mechanism switch (soft backend) to impair it")
     # netem: on the sender's egress interface, under htb if the link is shaped.
     intf = f"{d.src}-eth{d.src_port}"
     entry = next((e for e in out.netem if e["intf"] == intf), None)
@@ -288,6 +312,20 @@ def nft_ruleset(loss_pct: float) -> str:
         f"    type filter hook prerouting priority -300; policy accept;\n"
         f'    counter comment "seen"\n'
         f'    numgen random mod {NFT_SCALE} < {threshold} counter drop comment "loss"\n'
+        f"  }}\n"
+        f"}}\n")
+
+
+def nft_egress_ruleset(intf: str, loss_pct: float) -> str:
+    """An nft script: count every frame leaving `intf`, steal loss_pct % of them
+    (why steal, not drop: the module's docstring)."""
+    threshold = round(loss_pct / 100.0 * NFT_SCALE)
+    return (
+        f"table netdev {NFT_EGRESS_TABLE} {{\n"
+        f"  chain egress {{\n"
+        f'    type filter hook egress device "{intf}" priority 0; policy accept;\n'
+        f'    counter comment "seen"\n'
+        f'    numgen random mod {NFT_SCALE} < {threshold} counter fwd to "lo" comment "loss"\n'
         f"  }}\n"
         f"}}\n")
 
@@ -403,8 +441,8 @@ def fill_observed(rows: list[dict[str, Any]], switch_stats: dict[str, Any],
     for r in rows:
         r = dict(r)
         if r["applied"] and r["mechanism"] == "nftables":
-            host = r["direction"].split("->")[1]
-            c = nft_counters.get(host)
+            src, dst = r["direction"].split("->")
+            c = nft_counters.get(f"{src} egress") if "egress" in r["where"] else nft_counters.get(dst)
             if c:
                 r["observed"] = c
                 r["observed_rate"] = (c["dropped"] / c["seen"]) if c["seen"] else None

@@ -64,7 +64,7 @@ class MininetNetwork(Network):
                  capture: bool = False, *, log_dir: str | Path | None = None,
                  pcap_dir: str | Path | None = None, registry: RunRegistry | None = None,
                  backend: str | None = None, p4runtime: bool = False, bmv2_build: Any = None,
-                 recorder: Any = None):
+                 recorder: Any = None, ina_traffic: bool = True):
         kind, workers, leaves = _topology_fields(topology)
         # With a control plane the switches boot with empty tables and a
         # P4Runtime server; the runner's controller programs them.
@@ -94,7 +94,8 @@ class MininetNetwork(Network):
         caps = imp.Capabilities(switch_impairs=self.soft,
                                 netem=imp.netem_available() if wants_netem and recorder is None else False,
                                 nftables=imp.nft_available(), backend=self.backend,
-                                drop_simulator=self._has_drop_simulators())
+                                # the drop simulators drop aggregation traffic only
+                                drop_simulator=ina_traffic and self._has_drop_simulators())
         self.impairments = imp.plan_impairments(self.plan, links, caps)
 
         self.hosts = {h.name: HostInfo(h.name, h.ip, h.mac) for h in self.plan.hosts}
@@ -421,7 +422,8 @@ class MininetNetwork(Network):
             "switch_vip": {"ip": SWITCH_VIP, "mac": SWITCH_VIP_MAC},
             "impairments": {"mechanism": self.impairments.mechanism, "rows": self.impairments.rows,
                             "switch_ports": self.impairments.switch_ports,
-                            "nft_loss": self.impairments.nft_loss, "netem": self.impairments.netem},
+                            "nft_loss": self.impairments.nft_loss, "nft_egress": self.impairments.nft_egress,
+                            "netem": self.impairments.netem},
         }
 
     def _sh(self, node: str, script: str, what: str) -> str:
@@ -495,6 +497,28 @@ class MininetNetwork(Network):
             if why:
                 raise imp.ImpairmentError(f"loss_pct={loss:g} with nftables on {host} was not applied: "
                                           f"{why}; use links.mechanism switch")
+        for host, eg in self.impairments.nft_egress.items():
+            self._apply_nft_egress(host, eg["intf"], eg["loss_pct"])
+
+    def _apply_nft_egress(self, host: str, intf: str, loss: float) -> None:
+        """Host->switch loss on the host's interface (impairments.py says why
+        this way); one frame per packet first, read back before it counts."""
+        what = f"loss_pct={loss:g} with nftables on {intf} egress"
+        rc, out = self.run(host, ["sh", "-c", f"ip link set lo up && ip link set dev {intf} gso_max_segs 1 "
+                                              f"&& ip -d link show dev {intf}"])
+        if rc != 0 or " gso_max_segs 1 " not in out:
+            raise imp.ImpairmentError(f"cannot apply {what}: could not make it send one frame per "
+                                      f"packet (ip link set gso_max_segs 1): {out.strip()[-300:]}; "
+                                      f"use links.mechanism switch (soft backend)")
+        rc, out = self.run(host, ["nft", "-f", "-"], stdin=imp.nft_egress_ruleset(intf, loss))
+        if rc != 0:
+            raise imp.ImpairmentError(f"cannot apply {what}: nft failed (the netdev egress hook needs "
+                                      f"Linux >= 5.16 with CONFIG_NETFILTER_EGRESS): {out.strip()}; "
+                                      f"use links.mechanism switch (soft backend)")
+        rc, out = self.run(host, ["nft", "-j", "list", "table", "netdev", imp.NFT_EGRESS_TABLE])
+        why = imp.check_nft_loss(out, loss) if rc == 0 else f"nft list failed ({rc}): {out.strip()}"
+        if why:
+            raise imp.ImpairmentError(f"{what} was not applied: {why}; use links.mechanism switch")
 
     def _apply_netem(self) -> None:
         for e in self.impairments.netem:
@@ -546,6 +570,12 @@ class MininetNetwork(Network):
         for host, loss in self.impairments.nft_loss.items():
             rec.command(host, ["nft", "-f", "-"], f"nftables loss {loss:g}% on ingress (ruleset on stdin)")
             rec.config(f"{host}: nft ruleset", imp.nft_ruleset(loss))
+        for host, eg in self.impairments.nft_egress.items():
+            rec.command(host, ["ip", "link", "set", "dev", eg["intf"], "gso_max_segs", "1"],
+                        "one frame per packet, so nft sees every frame")
+            rec.command(host, ["nft", "-f", "-"], f"nftables loss {eg['loss_pct']:g}% on {eg['intf']} "
+                        f"egress (ruleset on stdin)")
+            rec.config(f"{host}: nft egress ruleset", imp.nft_egress_ruleset(eg["intf"], eg["loss_pct"]))
         for e in self.impairments.netem:
             rec.command(e["node"], imp.netem_command(e["intf"], e["impair"], e["shaped"]), "netem")
         for sw in self.plan.switches:
@@ -593,15 +623,18 @@ class MininetNetwork(Network):
 
     # --- teardown ----------------------------------------------------------
     def _read_nft_counters(self) -> None:
-        for host in self.impairments.nft_loss:
+        tables = [(host, host, "inet", imp.NFT_TABLE) for host in self.impairments.nft_loss]
+        tables += [(host, f"{host} egress", "netdev", imp.NFT_EGRESS_TABLE)
+                   for host in self.impairments.nft_egress]
+        for host, key, family, table in tables:
             try:
-                rc, out = self.run(host, ["nft", "-j", "list", "table", "inet", imp.NFT_TABLE], timeout=10)
+                rc, out = self.run(host, ["nft", "-j", "list", "table", family, table], timeout=10)
                 if rc == 0:
-                    self._nft_counters[host] = imp.parse_nft_counters(out)
+                    self._nft_counters[key] = imp.parse_nft_counters(out)
                 else:
-                    self.errors.append(f"nft counters on {host}: {out.strip()}")
+                    self.errors.append(f"nft counters on {key}: {out.strip()}")
             except Exception as e:  # noqa: BLE001
-                self.errors.append(f"nft counters on {host}: {e}")
+                self.errors.append(f"nft counters on {key}: {e}")
 
     def _collect_switch_stats(self) -> None:
         for sw in self.switch_names:

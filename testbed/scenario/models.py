@@ -122,7 +122,8 @@ class Links(LinkParams):
 
     mechanism: Literal["auto", "switch", "nftables", "netem"] = Field(
         "auto", description="How impairments are applied: auto picks the best available; "
-                            "switch: in the soft switch; nftables: host ingress loss; netem: kernel qdisc.")
+                            "switch: in the soft switch; nftables: loss on host links, both ways, any switch backend; "
+                            "netem: kernel qdisc.")
     hosts: dict[str, LinkOverride] = Field(
         default_factory=dict, description="Per-host overrides, e.g. `{w2: {loss_pct: 5}}`.")
 

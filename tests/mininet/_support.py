@@ -116,7 +116,9 @@ def _child_check(kind: str, sw: str, run_dir: str) -> dict:
 
 
 def _child_nft(sw: str, run_dir: str) -> dict:
-    """Loss by nftables on w2's ingress: counted and reported."""
+    """Loss by nftables on w2's link, both ways (its ingress, and its egress
+    through the netdev egress hook): counted and reported; TCP from w2 sees
+    the egress losses as losses (it retransmits)."""
     from testbed.net.isolation import enter_private_netns
     from testbed.net.mininet_net import MininetNetwork
 
@@ -128,7 +130,22 @@ def _child_nft(sw: str, run_dir: str) -> dict:
         ruleset = net.run("w2", ["nft", "list", "ruleset"])[1]
         ping = net.run("w1", ["ping", "-q", "-c", "500", "-i", "0.002", "-W", "1", "10.0.0.2"],
                        timeout=60)[1]
-    return {"ruleset": ruleset, "ping": ping, "report": net.impairment_report(), "errors": net.errors}
+        sink = net.popen("w1", [sys.executable, "-c", _TCP_SINK], Path(run_dir) / "sink.log")
+        time.sleep(0.5)
+        rc, sent = net.run("w2", [sys.executable, "-c", _TCP_SEND], timeout=90)
+        sink.wait(timeout=90)
+        received = (Path(run_dir) / "sink.log").read_text()
+        retrans = net.run("w2", ["nstat", "-az", "TcpRetransSegs"])[1]
+    return {"ruleset": ruleset, "ping": ping, "report": net.impairment_report(), "errors": net.errors,
+            "tcp_sent": sent.strip(), "tcp_received": received.strip(), "retrans": retrans}
+
+
+# 60 kB over TCP from w2 to w1 (through w2's lossy link: 20 % each way slows TCP to ~10 kB/s)
+_TCP_SINK = ("import socket; l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+             "l.bind(('10.0.0.1', 7001)); l.listen(1); c, _ = l.accept(); n = 0\n"
+             "while True:\n    d = c.recv(65536)\n    if not d: break\n    n += len(d)\nprint(n)")
+_TCP_SEND = ("import socket; s = socket.create_connection(('10.0.0.1', 7001), timeout=50); "
+             "s.sendall(b'x' * 60_000); s.close(); print(60_000)")
 
 
 def _child_hold(sw: str, run_dir: str, info_path: str) -> None:

@@ -235,7 +235,7 @@ def test_soft_switch_still_gets_the_program_name():
     (["links.jitter_ms=1"], "jitter_ms=1 on w1-s1: the bmv2 switch does not impair links"),
     (["links.duplicate_pct=1"], "duplicate_pct=1 on w1-s1: the bmv2 switch does not impair links"),
     (["links.reorder_pct=1"], "reorder_pct=1 on w1-s1: the bmv2 switch does not impair links"),
-    (["links.loss_pct=1", "links.delay_ms=1"], "links.mechanism nftables for loss on host ingress only"),
+    (["links.loss_pct=1", "links.delay_ms=1"], "loss alone on host links (links.mechanism nftables)"),
     (["links.mechanism=switch", "links.loss_pct=1"],
      "links.mechanism switch needs the soft switch, but the backend is bmv2"),
     (["links.mechanism=nftables", "links.delay_ms=5"], "nftables can only drop packets (loss_pct)"),
@@ -264,10 +264,22 @@ def test_loss_alone_goes_through_the_programs_drop_simulators(fake_bmv2, monkeyp
     assert drops == [(p, 0.02, d) for p in (1, 2, 3, 4) for d in ("egress", "ingress")]
 
 
-def test_loss_with_nftables_is_host_ingress_only(fake_bmv2, tmp_path):
+def test_loss_with_nftables_is_on_the_hosts_both_ways(fake_bmv2, tmp_path):
     net, _ = network(tmp_path, "links.mechanism=nftables", "links.loss_pct=1")
     assert net.impairments.nft_loss == {"w1": 1.0, "w2": 1.0, "w3": 1.0, "w4": 1.0}
-    assert net.impairments.switch_ports == {}
+    assert net.impairments.nft_egress["w4"] == {"intf": "w4-eth0", "loss_pct": 1.0}
+    assert net.impairments.switch_ports == {} and net.impairments.drop_simulator == {}
     loss = [r for r in net.impairments.rows if r["parameter"] == "loss_pct"]
-    assert {r["direction"]: r["applied"] for r in loss}["s1->w1"] is True
-    assert {r["direction"]: r["applied"] for r in loss}["w1->s1"] is False
+    assert all(r["applied"] and r["mechanism"] == "nftables" for r in loss) and len(loss) == 8
+
+
+def test_auto_loss_without_aggregation_traffic_is_nftables(fake_bmv2, tmp_path):
+    """The runner says whether the point has in-network aggregation traffic; a
+    point without it (ring, PS) does not get the drop simulators, which would
+    drop nothing of it."""
+    logs = tmp_path / "logs" / "p0"
+    net = factory.build_network("mininet", scenario("links.loss_pct=2"), logs_dir=logs,
+                                pcaps_dir=tmp_path / "pcaps" / "p0", seed=1, ina_traffic=False)
+    assert net.impairments.mechanism == "nftables" and net.impairments.drop_simulator == {}
+    with_ina, _ = network(tmp_path, "links.loss_pct=2")
+    assert with_ina.impairments.mechanism == "drop_simulator"

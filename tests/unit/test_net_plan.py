@@ -138,21 +138,46 @@ def test_bandwidth_rows_are_htb():
     assert {(r["direction"], r["mechanism"]) for r in p.rows} == {("w1->s1", "htb"), ("s1->w1", "htb")}
 
 
-def test_nftables_covers_switch_to_host_only():
+def test_nftables_covers_host_links_both_ways():
     plan = plan_topology("tree", workers(2), leaves=2)
     p = imp.plan_impairments(plan, {"mechanism": "nftables", "loss_pct": 1}, BRIDGE)
     assert p.nft_loss == {"w1": 1, "w2": 1}
+    assert p.nft_egress == {"w1": {"intf": "w1-eth0", "loss_pct": 1}, "w2": {"intf": "w2-eth0", "loss_pct": 1}}
     rows = {(r["direction"], r["parameter"]): r for r in p.rows}
     assert rows[("s2->w1", "loss_pct")]["applied"] and rows[("s2->w1", "loss_pct")]["mechanism"] == "nftables"
-    for d in ("w1->s2", "s2->s1", "s1->s2"):
+    assert rows[("w1->s2", "loss_pct")]["applied"] and rows[("w1->s2", "loss_pct")]["where"] == \
+        "w1-eth0 egress (nft netdev egress)"
+    for d in ("s2->s1", "s1->s2"):
         r = rows[(d, "loss_pct")]
-        assert r["applied"] is False and "ingress only" in r["note"] and "switch" in r["note"]
+        assert r["applied"] is False and "host links only" in r["note"] and "switch" in r["note"]
+
+
+def test_auto_loss_on_bmv2_without_aggregation_traffic_is_nftables_both_ways():
+    """The drop simulators drop aggregation traffic only: a point without it (a
+    ring, a parameter server) gets real link loss from nftables on a star, and is
+    refused on a tree, where switch<->switch links cannot be impaired."""
+    star = imp.plan_impairments(plan_topology("star", workers(2)), {"loss_pct": 5}, BRIDGE)
+    assert star.mechanism == "nftables" and star.drop_simulator == {}
+    assert {r["direction"] for r in star.rows if r["applied"]} == {"w1->s1", "s1->w1", "w2->s1", "s1->w2"}
+    assert star.nft_egress["w2"] == {"intf": "w2-eth0", "loss_pct": 5}
+    with pytest.raises(imp.ImpairmentError, match="loss alone on host links"):
+        imp.plan_impairments(plan_topology("tree", workers(2), leaves=2), {"loss_pct": 5}, BRIDGE)
+    # with aggregation traffic (and the program's simulators), the P4 program drops
+    assert imp.plan_impairments(plan_topology("star", workers(2)), {"loss_pct": 5},
+                                DROPSIM).mechanism == "drop_simulator"
+
+
+def test_nft_egress_ruleset_steals_rather_than_drops():
+    text = imp.nft_egress_ruleset("w3-eth0", 5)
+    assert f"table netdev {imp.NFT_EGRESS_TABLE}" in text
+    assert 'hook egress device "w3-eth0"' in text
+    assert 'numgen random mod 1000000 < 50000 counter fwd to "lo"' in text and "drop" not in text
 
 
 @pytest.mark.parametrize("links,caps,needles", [
     ({"mechanism": "nftables", "delay_ms": 3}, SOFT, ["delay_ms=3", "only drop", "mechanism switch"]),
     ({"mechanism": "netem", "loss_pct": 1}, SOFT, ["no sch_netem", "mechanism switch"]),
-    ({"loss_pct": 1}, BRIDGE, ["loss_pct=1", "bmv2", "backend soft", "nftables"]),
+    ({"delay_ms": 1}, BRIDGE, ["delay_ms=1", "bmv2", "backend soft", "nftables"]),
     ({"mechanism": "switch", "jitter_ms": 1}, BRIDGE, ["needs the soft switch", "bmv2"]),
     ({"mechanism": "netem", "reorder_pct": 5}, NETEM, ["reorder", "delay_ms > 0"]),
     ({"bandwidth_mbps": 5000}, SOFT, ["1000 Mbit/s", "null for unlimited"]),
