@@ -15,7 +15,7 @@ from hosts.ina import fixed_point as fp
 from hosts.ina import hostpath, receive
 from hosts.ina.transport import InaClient
 
-from test_ina_transport import ACTIONS, make_net, run_all
+from ina_clients import ACTIONS, make_net, run_all, scheduled
 
 pytestmark = pytest.mark.unit
 
@@ -47,16 +47,8 @@ def _simulate(impl, n, window, tensors, schedule, flush, first_seq, vec_min=None
             return _simulate(impl, n, window, tensors, schedule, flush, first_seq)
         finally:
             receive._VEC_MIN = old
-    sched = list(schedule)
-
-    def impair(direction, wid, frame):
-        if not sched:
-            return [0]
-        what, k = sched.pop(0)
-        return {"ok": [0], "drop": [], "dup": [0, k - 1], "hold": [k]}[what]
-
-    net, clients, clock, _ = make_net(n, window, impair=impair, batch=True, max_retries=400,
-                                      first_seq=first_seq, impl=impl)
+    net, clients, clock, _ = make_net(n, window, impair=scheduled(schedule), batch=True,
+                                      max_retries=400, first_seq=first_seq, impl=impl)
     sent = [[] for _ in clients]
     for c, log in zip(clients, sent):
         send = c.io.send
