@@ -17,14 +17,12 @@ implementation the switch reported in its stats. Nothing asserts a timing.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
-from bench import allreduce_ratios as AR
+from bench.allreduce_ratios import RUN_TIMEOUT_S
+from bench.allreduce_report import VALUES_PER_PACKET, analyze_aggrate, cell
+from bench.testbed_runs import ROOT, RunData, measure, save, unavailable_reason
 
 NAME = "ina_aggrate"
 FULL = {"size": 1 << 20, "iterations": 3, "workers": [2, 4, 8], "repeats": 1}
@@ -48,16 +46,16 @@ def scenario(p: dict) -> str:
 
 def table(res: dict) -> str:
     L = [f"in-switch aggregation, unlimited links, {res['params']['size']} float32, "
-         f"{AR.VALUES_PER_PACKET} int32 per packet; load {res['loadavg_before']} -> {res['loadavg_after']}",
+         f"{VALUES_PER_PACKET} int32 per packet; load {res['loadavg_before']} -> {res['loadavg_after']}",
          f"{'N':>2} {'impl':>9} {'io':>9} {'input pkt/s':>11} {'sw us/pkt':>9} {'sw cores':>8} {'hosts':>5} "
          f"{'mach':>5} {'batch':>5} {'retx%':>6}"]
     for r in res["rows"]:
         c = r.get("cpu", {})
-        L.append(f"{r['workers']:>2} {r.get('impl')!s:>9} {r.get('io_impl')!s:>9} {AR._f(r.get('input_pps'), '{:,}'):>11} "
-                 f"{AR._f(r.get('switch_cpu_us_per_packet')):>9} {AR._f(c.get('switch_cores')):>8} "
-                 f"{AR._f(c.get('hosts_cores')):>5} {AR._f(c.get('machine_busy_cores')):>5} "
-                 f"{AR._f((r.get('switch') or {}).get('mean_rx_batch'), '{:.1f}'):>5} "
-                 f"{AR._f((r.get('transport') or {}).get('retx_pct'), '{:.1f}'):>6}"
+        L.append(f"{r['workers']:>2} {r.get('impl')!s:>9} {r.get('io_impl')!s:>9} {cell(r.get('input_pps'), '{:,}'):>11} "
+                 f"{cell(r.get('switch_cpu_us_per_packet')):>9} {cell(c.get('switch_cores')):>8} "
+                 f"{cell(c.get('hosts_cores')):>5} {cell(c.get('machine_busy_cores')):>5} "
+                 f"{cell((r.get('switch') or {}).get('mean_rx_batch'), '{:.1f}'):>5} "
+                 f"{cell((r.get('transport') or {}).get('retx_pct'), '{:.1f}'):>6}"
                  + (f"  [{r['status']}: {r.get('error')}]" if r.get("status") != "ok" else ""))
     for n, ratio in res["ratios"].items():
         L.append(f"N={n}: compiled/reference input rate x{ratio} (io_impl {IO_IMPLS[0]})")
@@ -69,7 +67,7 @@ def table(res: dict) -> str:
 def run(out_dir: str | Path, quick: bool = False, repeats: int | None = None,
         workers: list[int] | None = None, pipeline_impls: list[str] | None = None,
         io_impls: list[str] | None = None) -> dict:
-    reason = AR.unavailable_reason()
+    reason = unavailable_reason()
     if reason:
         return {"benchmark": NAME, "skipped": reason}
     params = dict(QUICK if quick else FULL)
@@ -78,21 +76,10 @@ def run(out_dir: str | Path, quick: bool = False, repeats: int | None = None,
     params["workers"] = workers or params["workers"]
     params["pipeline_impls"] = pipeline_impls or IMPLS
     params["io_impls"] = io_impls or IO_IMPLS
-    out_dir = Path(out_dir).resolve()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    work = out_dir / f"{NAME}-{stamp}"
-    work.mkdir(parents=True, exist_ok=True)
-    res: dict[str, Any] = {"benchmark": NAME, "params": params, "cpus": os.cpu_count(),
-                           "loadavg_before": os.getloadavg(), "work_dir": str(work)}
-    sampler = AR.ProcSampler(str(work))
-    sampler.start()
-    try:
-        res["run"] = AR.run_testbed("aggrate", scenario(params), work, sampler)
-    finally:
-        sampler.stop()
-    res["loadavg_after"] = os.getloadavg()
-    run_data = AR.RunData(res["run"]["run_dir"])
-    rows = AR.analyze_aggrate(run_data, sampler, params["size"])["rows"]
+    res, sampler = measure(NAME, out_dir, params, {"aggrate": (scenario(params), RUN_TIMEOUT_S["aggrate"])})
+    res["run"] = res.pop("runs")["aggrate"]       # its one run, as its results have always named it
+    run_data = RunData(res["run"]["run_dir"])
+    rows = analyze_aggrate(run_data, sampler, params["size"])["rows"]
     by_label = {p["label"]: p for p in run_data.points}
     for r in rows:
         r["impl"] = by_label[r["label"]]["params"].get("switch.options.pipeline_impl")
@@ -118,16 +105,12 @@ def run(out_dir: str | Path, quick: bool = False, repeats: int | None = None,
             res["io_ratios"][n] = round(ring / mmsg, 2)
     res["command"] = res["run"]["command"]
     res["table"] = table(res)
-    path = out_dir / f"{NAME}-{stamp}.json"
-    res["json_path"] = str(path)
-    path.write_text(json.dumps(res, indent=1, default=str))
-    print(res["table"], flush=True)
-    return res
+    return save(res)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.ina_aggrate", description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(AR.ROOT / "results" / "bench"))
+    ap.add_argument("--out", default=str(ROOT / "results" / "bench"))
     ap.add_argument("--quick", action="store_true", help="64 Ki values, 2 iterations (smoke test)")
     ap.add_argument("--repeats", type=int, default=None, help="sweep repeats (default 1)")
     ap.add_argument("--workers", default=None, help="comma-separated N (default 2,4,8)")

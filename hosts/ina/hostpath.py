@@ -13,32 +13,16 @@ from types import ModuleType
 
 import numpy as np
 
-from testbed import wire
+from hosts.ina.chunks import RX_STRIDE
+from testbed import cext, wire
 
 IMPLS = ("compiled", "python")
 
-try:
-    from hosts.ina import _hostpath
-    IMPORT_ERROR: str | None = None
-except ImportError as e:        # not built: `make setup` compiles it
-    _hostpath = None
-    IMPORT_ERROR = str(e)
-
-
-def _check_constants() -> None:
-    """The C file repeats wire.py's layout; a drift would corrupt packets silently."""
-    from hosts.ina.chunks import RX_STRIDE
-    got = _hostpath.constants()
-    want = {"INA_HLEN": wire.INA_HLEN, "MAX_VALUES_PER_PACKET": wire.MAX_VALUES_PER_PACKET,
-            "RX_STRIDE": RX_STRIDE, "INA_VERSION": wire.INA_VERSION, "FLAG_RESULT": wire.FLAG_RESULT}
-    bad = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
-    if bad:
-        raise ImportError(f"hosts/ina/_hostpath.c disagrees with testbed/wire.py (name: (C, Python)): "
-                          f"{bad}; fix the C constants and run make setup")
-
-
-if _hostpath is not None:
-    _check_constants()
+# The C file repeats wire.py's layout (and the receive buffer's stride); a drift
+# would corrupt packets silently, so the loader refuses it.
+_hostpath, IMPORT_ERROR = cext.load("hosts.ina._hostpath", {
+    "INA_HLEN": wire.INA_HLEN, "MAX_VALUES_PER_PACKET": wire.MAX_VALUES_PER_PACKET,
+    "RX_STRIDE": RX_STRIDE, "INA_VERSION": wire.INA_VERSION, "FLAG_RESULT": wire.FLAG_RESULT})
 
 
 def available() -> bool:

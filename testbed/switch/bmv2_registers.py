@@ -56,7 +56,7 @@ class ThriftRegisters:
         self.switch = switch
         self.argv = tools.cli_argv(int(port), host or "127.0.0.1")
         self.env = tools.env()
-        self.log = request_log          # controller.RequestLog, or None
+        self.log = request_log          # p4runtime_log.RequestLog, or None
         self.timeout = timeout
 
     def run(self, commands: list[str], what: str) -> list[str]:

@@ -10,44 +10,31 @@
 
 Built on p4runtime-shell: `P4RuntimeClient` does the stream, the arbitration
 and the RPCs; the shell's entity helpers (TableEntry, MulticastGroupEntry,
-CounterEntry) build the messages from P4Info names. The shell keeps ONE global
-P4Info context (`p4runtime_sh.shell.context`) and one global client, but a tree
-has several switches. So each controller owns its own client and Context and
-never calls `shell.setup()`; while the shell's helpers build a message, a
-process-wide lock points `shell.context` at this switch's Context (muting the
-helpers' echo, forcing canonical bytestrings), then restores it. Only message
-building is under the lock (microseconds), never an RPC, so switches are
-programmed in parallel, and a user's own `shell.setup()` session in the same
-process keeps working. Registers have no helper in p4runtime-shell 0.0.6:
-RegisterEntry is built here. Writes go through the client's stub, not
+CounterEntry) build the messages from P4Info names, each controller with its own
+client and P4Info context (testbed/switch/p4runtime_shell.py says how several
+switches share the shell's globals). Registers have no helper in p4runtime-shell
+0.0.6: RegisterEntry is built here. Writes go through the client's stub, not
 `client.write` (see `write`). Always close() (or use `with`): the client's
 stream thread is not a daemon and would keep the process alive.
 
 Every request and response is appended, in protobuf text format with P4Info
-names next to ids, to `log_path` (one file per switch in the run folder).
+names next to ids, to `log_path` (one file per switch in the run folder;
+testbed/switch/p4runtime_log.py). Errors: testbed/switch/p4runtime_errors.py.
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
-import re
-import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
 import grpc
 from google.protobuf import text_format
-from google.rpc import code_pb2, status_pb2
+from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as pb
 from p4runtime_sh import shell as sh
 from p4runtime_sh.context import Context
-from p4runtime_sh.global_options import Options, global_options
-from p4runtime_sh.p4runtime import P4RuntimeClient
-from p4runtime_sh.utils import UserError
 
 from testbed import wire
 from testbed.switch.ina.aggregator import Aggregator
@@ -56,13 +43,15 @@ from testbed.switch.ina.egress import REWRITE_DST, SET_SWITCH_ADDRESS, Egress, r
 from testbed.switch.ina.forward import SET_EGRESS, Forward
 from testbed.switch.ina.job_table import FLOOD_MCAST_GRP, SET_JOB, JobTable
 from testbed.switch.ina.worker_port import SET_WORKER_PORT, WorkerPortTable
+from testbed.switch.p4runtime_errors import ControllerError, WriteError, rpc_status, write_errors
+from testbed.switch.p4runtime_log import LOG_MAX_ITEMS, RequestLog, copy_message, summarize_p4info
+from testbed.switch.p4runtime_shell import ShellClient, shell_context, shell_value
 
 log = logging.getLogger(__name__)
 
 # Aggregator state a job's slots start from. agg_values is not reset: a slot
 # with worker_count 0 takes the first contribution's values as they are.
 SLOT_RESET_REGISTERS = (Aggregator.COUNT, Aggregator.BITMAP, Aggregator.SEQ, Aggregator.EXPONENT)
-LOG_MAX_ITEMS = 32           # updates/entities shown per logged message; the rest are counted
 # Updates per WriteRequest. A failed Write answers one p4.v1.Error per update in
 # a gRPC trailer (~35 bytes each even when OK); gRPC clients refuse trailers over
 # 8 KiB (soft) / 16 KiB (hard), and then report RESOURCE_EXHAUSTED with no word of
@@ -70,225 +59,11 @@ LOG_MAX_ITEMS = 32           # updates/entities shown per logged message; the re
 WRITE_CHUNK = 128
 
 
-class ControllerError(RuntimeError):
-    """A switch refused or could not be reached; the message says which and why."""
-
-
-class WriteError(ControllerError):
-    """A Write failed. `errors`: [(update index, code name, message)]; `code`: the
-    call's gRPC code name (UNKNOWN when the failures are per update, as PI reports
-    them; e.g. PERMISSION_DENIED with no per-update errors for a backup)."""
-
-    def __init__(self, switch: str, code: str, errors: list[tuple[int, str, str]], detail: str = ""):
-        self.code = code
-        self.errors = errors
-        lines = [f"{switch}: Write failed ({code}){': ' + detail if detail else ''}"]
-        lines += [f"  update {i}: {c}: {m}" for i, c, m in errors[:10]]
-        if len(errors) > 10:
-            lines.append(f"  ... {len(errors) - 10} more")
-        super().__init__("\n".join(lines))
-
-
-# --- the request log ------------------------------------------------------------------
-
-_ID_LINE = re.compile(r"^(\s*)(table_id|action_id|counter_id|register_id|id): (\d+)$")
-
-
-def format_message(msg, names: dict[int, str] | None = None) -> str:
-    """A protobuf message as text format; P4Info names follow the ids they stand for."""
-    text = text_format.MessageToString(msg)
-    if not names:
-        return text.rstrip("\n")
-    out = []
-    for line in text.splitlines():
-        m = _ID_LINE.match(line)
-        if m and int(m.group(3)) in names:
-            line = f"{line}  # {names[int(m.group(3))]}"
-        out.append(line)
-    return "\n".join(out)
-
-
-def summarize_p4info(p4info: p4info_pb2.P4Info) -> str:
-    digest = hashlib.sha256(p4info.SerializeToString(deterministic=True)).hexdigest()[:16]
-    return (f"{len(p4info.tables)} tables, {len(p4info.actions)} actions, "
-            f"{len(p4info.counters)} counters, {len(p4info.registers)} registers; sha256 {digest}")
-
-
-def loggable(msg):
-    """The message as the log shows it: P4Info and large device configs summarized,
-    long update/entity lists cut to LOG_MAX_ITEMS. Returns (message, comment lines)."""
-    notes: list[str] = []
-    cfg = None
-    if isinstance(msg, pb.SetForwardingPipelineConfigRequest) and msg.HasField("config"):
-        msg = _copy(msg)
-        cfg = msg.config
-    elif isinstance(msg, pb.GetForwardingPipelineConfigResponse):
-        msg = _copy(msg)
-        cfg = msg.config
-    if cfg is not None:
-        if cfg.HasField("p4info"):
-            notes.append(f"p4info: {summarize_p4info(cfg.p4info)}")
-            cfg.ClearField("p4info")
-        dev = cfg.p4_device_config
-        if len(dev) > 64:
-            notes.append(f"p4_device_config: {len(dev)} bytes, sha256 "
-                         f"{hashlib.sha256(dev).hexdigest()[:16]}")
-            cfg.ClearField("p4_device_config")
-    for field in ("updates", "entities"):
-        if hasattr(msg, field) and len(getattr(msg, field)) > LOG_MAX_ITEMS:
-            n = len(getattr(msg, field))
-            msg = _head(msg, field, LOG_MAX_ITEMS)
-            notes.append(f"{field}: {n} in total, the first {LOG_MAX_ITEMS} shown")
-    return msg, notes
-
-
-def _head(msg, field: str, n: int):
-    """`msg` with only the first n items of its repeated `field` (no full copy)."""
-    head = type(msg)()
-    for f, v in msg.ListFields():
-        if f.name == field:
-            getattr(head, field).extend(v[:n])
-        elif f.label == f.LABEL_REPEATED:
-            getattr(head, f.name).extend(v)
-        elif f.message_type is not None:
-            getattr(head, f.name).CopyFrom(v)
-        else:
-            setattr(head, f.name, v)
-    return head
-
-
-def _copy(msg):
-    c = type(msg)()
-    c.CopyFrom(msg)
-    return c
-
-
-class RequestLog:
-    """Append-only, human-readable record of one switch's P4Runtime traffic."""
-
-    def __init__(self, path: str | Path, switch: str):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.switch = switch
-        self.names: dict[int, str] = {}
-        self._lock = threading.Lock()
-        self._seq = 0
-        self.path.touch()
-
-    def _stamp(self) -> str:
-        return datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-    def request(self, rpc: str, msg=None, note: str = "") -> tuple[int, float]:
-        with self._lock:
-            self._seq += 1
-            seq = self._seq
-            self._emit(f"==== {self._stamp()} {self.switch} -> {rpc} #{seq}"
-                       + (f"  ({note})" if note else ""), msg)
-        return seq, time.monotonic()
-
-    def response(self, rpc: str, token: tuple[int, float], msg=None, status: str = "OK",
-                 notes: Iterable[str] = ()) -> None:
-        seq, t0 = token
-        with self._lock:
-            self._emit(f"---- {self._stamp()} {self.switch} <- {rpc} #{seq} {status} "
-                       f"({(time.monotonic() - t0) * 1e3:.1f} ms)", msg, notes)
-
-    def _emit(self, head: str, msg, extra: Iterable[str] = ()) -> None:
-        lines = [head] + [f"# {n}" for n in extra]
-        if msg is not None:
-            shown, notes = loggable(msg)
-            lines += [f"# {n}" for n in notes]
-            body = format_message(shown, self.names)
-            if body:
-                lines.append(body)
-        # opened per record: nothing to leak when a controller is never closed
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-
-    def close(self) -> None:
-        """Nothing held open (kept for symmetry with the controller)."""
-
-
-# --- p4runtime-shell plumbing -------------------------------------------------------------
-
-_SHELL_LOCK = threading.Lock()
-
-
-def _quiet(*_args, **_kwargs) -> None:
-    pass
-
-
-@contextlib.contextmanager
-def shell_context(ctx: Context):
-    """Point p4runtime-shell's global P4Info context at `ctx` while its entity
-    helpers build messages (see the module docstring for why), and silence their
-    echo to stdout. The echo is muted by swapping the shell's `_print`, not via
-    the `verbose` option: in 0.0.6 `Options.verbose` is an enum alias of
-    `Options.canonical_bytestrings` (same value), so `setup(verbose=False)` also
-    switches the encoding to padded bytestrings. Our messages are always
-    canonical (P4Runtime >= 1.3)."""
-    with _SHELL_LOCK:
-        saved = sh.context, sh._print, global_options.get_option(Options.canonical_bytestrings)
-        sh.context, sh._print = ctx, _quiet
-        global_options.set_option(Options.canonical_bytestrings, True)   # whatever a session set
-        try:
-            yield
-        except UserError as e:   # the shell's "unknown name / bad value": our error type
-            raise ControllerError(f"P4Info: {e}") from None
-        finally:
-            sh.context, sh._print = saved[0], saved[1]
-            global_options.set_option(Options.canonical_bytestrings, saved[2])
-
-
-class _Client(P4RuntimeClient):
-    """P4RuntimeClient whose arbitration reports back instead of exiting the process."""
-
-    def __init__(self, *args, arbitration_timeout: float = 5.0, request_log: RequestLog, **kw):
-        self.arbitration_timeout = arbitration_timeout
-        self.request_log = request_log
-        self.arbitration: pb.StreamMessageResponse | None = None
-        super().__init__(*args, **kw)
-
-    def handshake(self):
-        req = pb.StreamMessageRequest()
-        req.arbitration.device_id = self.device_id
-        req.arbitration.election_id.high = self.election_id[0]
-        req.arbitration.election_id.low = self.election_id[1]
-        if self.role_name is not None:
-            req.arbitration.role.name = self.role_name
-        token = self.request_log.request("StreamChannel arbitration", req)
-        self.stream_out_q.put(req)
-        rep = self.get_stream_packet("arbitration", timeout=self.arbitration_timeout)
-        if rep is None:
-            why = "the stream closed, or the server is not a P4Runtime server for this device id"
-            try:
-                if self.stream.done():   # the server ended the stream: say what it said
-                    why = f"the switch closed the stream: {self.stream.code().name}: {self.stream.details()}"
-            except Exception:  # noqa: BLE001 - best effort, the timeout message stands
-                pass
-            self.request_log.response("StreamChannel arbitration", token, status=f"NO REPLY ({why})")
-            self.tear_down()
-            raise ControllerError(f"no arbitration reply within {self.arbitration_timeout:.0f}s: {why}")
-        self.request_log.response("StreamChannel arbitration", token, rep)
-        self.arbitration = rep
-
-
 def _eid_tuple(election_id) -> tuple[int, int]:
     if isinstance(election_id, int):
         return (election_id >> 64, election_id & ((1 << 64) - 1))
     hi, lo = election_id
     return int(hi), int(lo)
-
-
-def _s(value) -> str:
-    """A value for the shell's parsers, which take strings ("1", "0x1f", MACs, IPs)."""
-    if isinstance(value, bool):
-        raise ControllerError(f"expected a number, got {value!r}")
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, (bytes, bytearray)):
-        return str(int.from_bytes(value, "big"))
-    return str(value)
 
 
 # --- the controller -----------------------------------------------------------------------
@@ -316,7 +91,7 @@ class SwitchController:
         self.log_path = self.log.path
         self.context = Context()
         self._set_p4info(self.p4info)
-        self.client: _Client | None = None
+        self.client: ShellClient | None = None
         self.registers = None     # None: registers over P4Runtime; else use_registers()
         self.primary = False
         self._fresh_slots: bool = False            # every slot zero since our commit
@@ -345,7 +120,7 @@ class SwitchController:
         GetForwardingPipelineConfig that must return the P4Info just pushed."""
         self._wait_reachable()
         try:
-            self.client = _Client(self.device_id, self.grpc_addr, self.election_id,
+            self.client = ShellClient(self.device_id, self.grpc_addr, self.election_id,
                                   arbitration_timeout=self.arbitration_timeout,
                                   request_log=self.log)
         except ControllerError as e:
@@ -399,7 +174,7 @@ class SwitchController:
                 break
         return self.primary
 
-    def _require_client(self) -> _Client:
+    def _require_client(self) -> ShellClient:
         if self.client is None:
             raise ControllerError(f"{self.name}: not connected (call connect() first)")
         return self.client
@@ -418,7 +193,7 @@ class SwitchController:
         try:
             client.stub.SetForwardingPipelineConfig(req)
         except grpc.RpcError as e:
-            self.log.response("SetForwardingPipelineConfig", token, status=_rpc_status(e))
+            self.log.response("SetForwardingPipelineConfig", token, status=rpc_status(e))
             raise ControllerError(f"{self.name}: SetForwardingPipelineConfig refused: "
                                   f"{e.code().name}: {e.details()}") from None
         self.log.response("SetForwardingPipelineConfig", token)
@@ -438,7 +213,7 @@ class SwitchController:
         try:
             rep = client.stub.GetForwardingPipelineConfig(req)
         except grpc.RpcError as e:
-            self.log.response("GetForwardingPipelineConfig", token, status=_rpc_status(e))
+            self.log.response("GetForwardingPipelineConfig", token, status=rpc_status(e))
             raise ControllerError(f"{self.name}: GetForwardingPipelineConfig failed: "
                                   f"{e.code().name}: {e.details()}") from None
         self.log.response("GetForwardingPipelineConfig", token, rep)
@@ -486,7 +261,7 @@ class SwitchController:
             for rep in client.stub.Read(req):
                 got.extend(rep.entities)
         except grpc.RpcError as e:
-            self.log.response(what, token, status=_rpc_status(e))
+            self.log.response(what, token, status=rpc_status(e))
             raise ControllerError(f"{self.name}: {what} failed: {e.code().name}: {e.details()}") from None
         shown = pb.ReadResponse()
         shown.entities.extend(got[:LOG_MAX_ITEMS])
@@ -503,26 +278,26 @@ class SwitchController:
             if default:
                 te.is_default = True
             for f, v in (match or {}).items():
-                te.match[f] = _s(v)
+                te.match[f] = shell_value(v)
             if action is not None:
                 te.action = sh.Action(action)
                 for p, v in (params or {}).items():
-                    te.action[p] = _s(v)
-            return _copy(te.msg())
+                    te.action[p] = shell_value(v)
+            return copy_message(te.msg())
 
     def multicast_group(self, group_id: int, replicas: Iterable[tuple[int, int]] = ()):
         with shell_context(self.context):
             g = sh.MulticastGroupEntry(int(group_id))
             for port, instance in replicas:
                 g.add(int(port), int(instance))
-            return _copy(g.msg())
+            return copy_message(g.msg())
 
     def counter_entry(self, counter: str, index: int | None = None) -> pb.CounterEntry:
         with shell_context(self.context):
             c = sh.CounterEntry(counter)
             if index is not None:
                 c.index = int(index)
-            return _copy(c.msg())
+            return copy_message(c.msg())
 
     def register_entry(self, register: str, index: int | None = None,
                        value: int | None = None) -> pb.RegisterEntry:
@@ -804,24 +579,5 @@ def _entity(entry) -> pb.Entity:
     return e
 
 
-def write_errors(e: grpc.RpcError) -> list[tuple[int, str, str]]:
-    """Per-update failures of a Write: [(index, code name, message)] from the
-    p4.v1.Error list in the call's google.rpc.Status details (OK ones skipped)."""
-    out = []
-    for key, value in e.trailing_metadata() or ():
-        if key != "grpc-status-details-bin":
-            continue
-        status = status_pb2.Status.FromString(value)
-        for i, any_ in enumerate(status.details):
-            err = pb.Error()
-            if any_.Unpack(err) and err.canonical_code != code_pb2.OK:
-                out.append((i, code_pb2.Code.Name(err.canonical_code), err.message))
-    return out
-
-
-def _rpc_status(e: grpc.RpcError) -> str:
-    return f"{e.code().name}: {e.details()}"
-
-
-__all__ = ["SwitchController", "ControllerError", "WriteError", "RequestLog", "format_message",
-           "shell_context", "SLOT_RESET_REGISTERS"]
+# ControllerError and WriteError are what this controller's methods raise: callers catch them from here.
+__all__ = ["SwitchController", "ControllerError", "WriteError", "SLOT_RESET_REGISTERS", "WRITE_CHUNK"]

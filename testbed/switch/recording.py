@@ -12,7 +12,8 @@ from typing import Any
 
 from p4.v1 import p4runtime_pb2 as pb
 
-from testbed.switch.controller import SwitchController, format_message, loggable
+from testbed.switch.controller import SwitchController
+from testbed.switch.p4runtime_log import format_message, loggable
 
 
 class _RecordingStub:

@@ -13,7 +13,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.workloads import register_workload
-from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, register_runtime, straggler_for
+from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings, register_runtime,
+                                    straggler_for)
 
 # ---------------------------------------------------------------------------
 # Params model (validated as `workload:` in scenario files)
@@ -114,10 +115,6 @@ class AllreduceRuntime(WorkloadRuntime):
                 "warmup": wl.warmup, "compute_ms": wl.compute_ms, "seed": ctx.point.seed,
                 "start_at": ctx.start_at, "connect_timeout_s": 30, "timeout_s": wl.timeout_s,
             }
-            if wl.algorithm == "switch":
-                # the network's own asks (BMv2: an adaptive window), then the scenario's settings
-                net_ina = {k: v for k, v in (ctx.switch.get("ina") or {}).items() if k == "congestion_window"}
-                common["ina"] = {**net_ina, "job_id": job_id, **wl.ina.model_dump(exclude_none=True)}
             if ps is not None:
                 cfg = dict(common, host="ps", role="ps", rank=-1, straggler=straggler_for(scn, "ps"),
                            out=str(ctx.work_dir / "ps.jsonl"))
@@ -125,6 +122,10 @@ class AllreduceRuntime(WorkloadRuntime):
             for rank, h in enumerate(group):
                 cfg = dict(common, host=h, role="worker", rank=rank, straggler=straggler_for(scn, h),
                            out=str(ctx.work_dir / f"{h}.jsonl"))
+                if wl.algorithm == "switch":
+                    # the network's asks (BMv2: an adaptive window), then the scenario's settings
+                    cfg["ina"] = {**ina_settings(ctx.switch, h), "job_id": job_id,
+                                  **wl.ina.model_dump(exclude_none=True)}
                 progs.append(HostProgram(h, self.module_argv("hosts.allreduce", self.write_config(ctx, h, cfg)), phase=1))
         return progs
 

@@ -16,7 +16,8 @@ import pytest
 from testbed.switch import bmv2
 from testbed.switch.bmv2_registers import RegisterError, ThriftRegisters, parse_replies
 from testbed.switch.bmv2_tools import Bmv2Tools
-from testbed.switch.controller import ControllerError, RequestLog, SwitchController
+from testbed.switch.controller import ControllerError, SwitchController
+from testbed.switch.p4runtime_log import RequestLog
 
 REPO = Path(__file__).resolve().parents[2]
 

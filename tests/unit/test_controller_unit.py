@@ -17,6 +17,7 @@ from p4.v1 import p4runtime_pb2 as pb
 
 from testbed.switch import bmv2, tofino
 from testbed.switch import controller as ctl
+from testbed.switch import p4runtime_errors, p4runtime_log
 from testbed.switch import p4runtime_server as srv
 from testbed.switch.ina import InaPipeline
 
@@ -424,24 +425,24 @@ def test_job_validation(job, why):
 def test_log_format(tmp_path, controller):
     te = controller.table_entry("Forward.l2_forward", {"dst_addr": "00:00:00:00:00:01"},
                                 "Forward.set_egress", {"port": 1})
-    text = ctl.format_message(te, controller.log.names)
+    text = p4runtime_log.format_message(te, controller.log.names)
     assert "table_id: 33554433  # Forward.l2_forward" in text
     assert "action_id: 16777217  # Forward.set_egress" in text
     assert text_format.Parse(text, pb.TableEntry()) == te    # the annotations are comments
     req = pb.SetForwardingPipelineConfigRequest(device_id=2)
     req.config.p4info.CopyFrom(p4info())
     req.config.p4_device_config = b"x" * 1000
-    shown, notes = ctl.loggable(req)
+    shown, notes = p4runtime_log.loggable(req)
     assert not shown.config.HasField("p4info") and req.config.HasField("p4info")
     assert notes[0].startswith("p4info: 5 tables, 9 actions, 11 counters, 7 registers")
     assert notes[1].startswith("p4_device_config: 1000 bytes")
     w = pb.WriteRequest(device_id=2, updates=[pb.Update(type=pb.Update.MODIFY)] * 100)
     w.election_id.low = 1
-    shown, notes = ctl.loggable(w)
-    assert len(shown.updates) == ctl.LOG_MAX_ITEMS and shown.election_id.low == 1
-    assert notes == [f"updates: 100 in total, the first {ctl.LOG_MAX_ITEMS} shown"]
+    shown, notes = p4runtime_log.loggable(w)
+    assert len(shown.updates) == p4runtime_log.LOG_MAX_ITEMS and shown.election_id.low == 1
+    assert notes == [f"updates: 100 in total, the first {p4runtime_log.LOG_MAX_ITEMS} shown"]
 
-    log = ctl.RequestLog(tmp_path / "logs" / "s1-p4runtime-requests.txt", "s1")
+    log = p4runtime_log.RequestLog(tmp_path / "logs" / "s1-p4runtime-requests.txt", "s1")
     token = log.request("Write", w)
     log.response("Write", token, status="UNKNOWN: bad", notes=["update 3: NOT_FOUND: x"])
     log.close()
@@ -459,7 +460,7 @@ def test_write_errors_parse_status_details():
         def trailing_metadata(self):
             return (("grpc-status-details-bin", status.SerializeToString()),)
 
-    assert ctl.write_errors(Err()) == [(1, "NOT_FOUND", "gone")]
+    assert p4runtime_errors.write_errors(Err()) == [(1, "NOT_FOUND", "gone")]
 
 
 # --- Tofino dry run ------------------------------------------------------------------------

@@ -1,18 +1,15 @@
-"""`make setup` built the compiled INA pipeline, and the switch config chooses
-between it and the reference (`pipeline_impl`), saying which one runs.
-
-Tests never compile: if the extension is missing or older than its source,
-these fail and name the fix (like test_declared_dependencies.py for packages).
+"""The switch config chooses between the compiled INA pipeline and the reference
+(`pipeline_impl`), saying which one runs. That `make setup` built it:
+tests/unit/test_cext.py (every extension of scripts/build_fastpath.py).
 """
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from testbed.scenario import ScenarioError, load_scenario_text
-from testbed.switch.ina import CompiledInaPipeline, InaPipeline, fastpath
+from testbed.switch.ina import CompiledInaPipeline, InaPipeline
 from testbed.switch.pipeline import make_pipeline
 from testbed.switch.soft.config import ConfigError, SwitchConfig
 from testbed.switch.soft.switch import SoftSwitch
@@ -20,16 +17,6 @@ from testbed.switch.soft.switch import SoftSwitch
 import ina_harness as H
 
 pytestmark = pytest.mark.unit
-
-
-def test_make_setup_built_the_compiled_pipeline():
-    assert fastpath.available(), (f"testbed/switch/ina/_fastpath is not importable "
-                                  f"({fastpath.IMPORT_ERROR}): run `make setup` "
-                                  f"(or .venv/bin/python scripts/build_fastpath.py)")
-    so = fastpath._fastpath.__file__
-    src = fastpath.__file__.replace("fastpath.py", "_fastpath.c")
-    assert os.path.getmtime(so) >= os.path.getmtime(src), \
-        f"{so} is older than {src}: run `make setup` to rebuild it"
 
 
 def test_pipeline_impl_chooses_the_implementation():

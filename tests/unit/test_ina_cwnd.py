@@ -151,7 +151,7 @@ def test_random_loss_both_ways_never_deadlocks_the_held_chunks(seed):
     one instant): a newer chunk was probed forever and the job deadlocked (seed 5)."""
     import random
 
-    from test_ina_transport import make_net, run_all
+    from ina_clients import make_net, run_all
 
     rng = random.Random(seed)
     net, clients, clock, _ = make_net(4, 32, impair=lambda d, w, f: [] if rng.random() < 0.05 else [0],
@@ -186,7 +186,7 @@ def test_the_window_adapts_only_where_the_network_asks_for_it():
 
 
 def make_net_plain(window: int):
-    from test_ina_transport import make_net
+    from ina_clients import make_net
     return make_net(2, window, scale_exp=16)[:3]
 
 

@@ -1,7 +1,7 @@
 """The INA worker's compiled loops (hosts/ina/_hostpath.c) against the numpy
-reference: `make setup` built them, and both paths send the same frames and
-get the same results, stats and RTT estimate, whatever the network does
-(loss, duplication, reordering), and convert hostile floats identically."""
+reference (that `make setup` built them: test_cext.py): both paths send the
+same frames and get the same results, stats and RTT estimate, whatever the
+network does (loss, duplication, reordering), and convert hostile floats identically."""
 from __future__ import annotations
 
 import os
@@ -15,7 +15,7 @@ from hosts.ina import fixed_point as fp
 from hosts.ina import hostpath, receive
 from hosts.ina.transport import InaClient
 
-from test_ina_transport import ACTIONS, make_net, run_all
+from ina_clients import ACTIONS, make_net, run_all, scheduled
 
 pytestmark = pytest.mark.unit
 
@@ -23,13 +23,8 @@ SLOW = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 EXAMPLES = int(os.environ.get("INA_DIFF_EXAMPLES", "60"))   # more for a long offline run
 
 
-def test_make_setup_built_the_host_path():
-    assert hostpath.available(), (f"hosts/ina/_hostpath.c is not built ({hostpath.IMPORT_ERROR}): "
-                                  f"run `make setup` (or .venv/bin/python scripts/build_fastpath.py)")
-    so = hostpath._hostpath.__file__
-    src = os.path.join(os.path.dirname(so), "_hostpath.c")
-    assert os.path.getmtime(so) >= os.path.getmtime(src), \
-        f"{so} is older than {src}: run `make setup` to rebuild it"
+def test_the_client_runs_the_compiled_path_when_built():
+    """(That `make setup` built it: tests/unit/test_cext.py.)"""
     c = InaClient(None, 1, 0, 2)
     assert c.stats.impl == "compiled" and c.stats.summary()["impl"] == "compiled"
     assert InaClient(None, 1, 0, 2, impl="python").stats.impl == "python"
@@ -47,16 +42,8 @@ def _simulate(impl, n, window, tensors, schedule, flush, first_seq, vec_min=None
             return _simulate(impl, n, window, tensors, schedule, flush, first_seq)
         finally:
             receive._VEC_MIN = old
-    sched = list(schedule)
-
-    def impair(direction, wid, frame):
-        if not sched:
-            return [0]
-        what, k = sched.pop(0)
-        return {"ok": [0], "drop": [], "dup": [0, k - 1], "hold": [k]}[what]
-
-    net, clients, clock, _ = make_net(n, window, impair=impair, batch=True, max_retries=400,
-                                      first_seq=first_seq, impl=impl)
+    net, clients, clock, _ = make_net(n, window, impair=scheduled(schedule), batch=True,
+                                      max_retries=400, first_seq=first_seq, impl=impl)
     sent = [[] for _ in clients]
     for c, log in zip(clients, sent):
         send = c.io.send

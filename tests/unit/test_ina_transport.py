@@ -16,58 +16,11 @@ from testbed import wire
 from testbed.switch.ina import InaPipeline
 
 import ina_harness as H
+from ina_clients import ACTIONS, VClock, completions, make_net, run_all, scheduled
 
 pytestmark = pytest.mark.unit
 
 SLOW = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-class VClock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, to: float) -> None:
-        self.t = max(self.t, to)
-
-
-def make_net(n: int, window: int, *, impair=None, batch: bool = False, vectorized: bool = True,
-             job_id: int = 1, **client_kw):
-    """One job of n workers on a fresh InaPipeline; clients on a shared virtual clock."""
-    job = H.job_config(job_id, n, slot_count=window)
-    pipe = InaPipeline(H.pipeline_config(job), vectorized=vectorized, scalar_below=1)
-    clock = VClock()
-    net = InProcessSwitch(pipe, switch_mac=H.SWITCH_MAC, switch_ip=H.SWITCH_IP, impair=impair,
-                          clock=clock, batch=batch)
-    kw = dict(window=window, clock=clock, timeout_s=0.01, max_retries=10_000)
-    kw.update(client_kw)
-    clients = [InaClient(net.endpoint(w["worker_id"], mac=w["mac"], ip=w["ip"],
-                                      switch_port=w["port"]), job_id, w["worker_id"], n, **kw)
-               for w in job["workers"]]
-    return net, clients, clock, pipe
-
-
-def run_all(net, clients, clock, handles, flush_sizes=(64,), max_steps=50_000) -> None:
-    """Deliver, flush switch batches, release held frames, then fire timers."""
-    sizes = list(flush_sizes) or [64]
-    for step in range(max_steps):
-        if all(h.done for h in handles):
-            return
-        progress = sum(c.poll() for c in clients)
-        if net.pending:
-            net.flush(sizes[step % len(sizes)])
-        elif not progress:
-            if net.held:
-                net.release_held()
-            else:
-                clock.advance(min(d for d in (c.next_deadline() for c in clients) if d is not None))
-    raise AssertionError("not done: the transport deadlocked")
-
-
-def completions(pipe, job_id: int = 1) -> int:
-    return pipe.counters_by_name["Ingress.ina_results"].read(job_id)
 
 
 # ---------------------------------------------------------------- fixed point
@@ -186,9 +139,6 @@ def test_integer_ops_are_unscaled():
 
 
 # ---------------------------------------------------------------- exactly once
-ACTIONS = st.sampled_from(["ok"] * 5 + ["drop", "dup", "hold"])
-
-
 @settings(SLOW, max_examples=70)
 @given(n=st.integers(1, 4), window=st.integers(1, 4),
        sizes=st.lists(st.integers(1, 150), min_size=1, max_size=3),
@@ -201,15 +151,7 @@ def test_exactly_once_float_allreduce_under_loss_dup_reorder(n, window, sizes, s
     any batching at the switch: every worker gets the bit-exact fixed-point sum
     of every tensor, the switch completes each chunk once, each client accepts
     each result once."""
-    sched = list(schedule)
-
-    def impair(direction, wid, frame):
-        if not sched:
-            return [0]
-        what, k = sched.pop(0)
-        return {"ok": [0], "drop": [], "dup": [0, k - 1], "hold": [k]}[what]
-
-    net, clients, clock, pipe = make_net(n, window, impair=impair, batch=True,
+    net, clients, clock, pipe = make_net(n, window, impair=scheduled(schedule), batch=True,
                                          vectorized=vectorized, max_retries=300)
     rng = np.random.default_rng(seed)
     tensors = [[(rng.standard_normal(s) * 2.0 ** rng.integers(-8, 8)).astype(np.float32)
@@ -459,16 +401,8 @@ def test_bulk_tensor_exactly_once_both_receive_paths(monkeypatch, vec_min, n, wi
     bit-exact, each chunk completed and accepted once."""
     import hosts.ina.receive as T
     monkeypatch.setattr(T, "_VEC_MIN", vec_min)
-    sched = list(schedule)
-
-    def impair(direction, wid, frame):
-        if not sched:
-            return [0]
-        what, k = sched.pop(0)
-        return {"ok": [0], "drop": [], "dup": [0, k - 1], "hold": [k]}[what]
-
-    net, clients, clock, pipe = make_net(n, window, impair=impair, batch=True, max_retries=300,
-                                         first_seq=first_seq, scale_exp=scale)
+    net, clients, clock, pipe = make_net(n, window, impair=scheduled(schedule), batch=True,
+                                         max_retries=300, first_seq=first_seq, scale_exp=scale)
     rng = np.random.default_rng(size)
     xs = [rng.standard_normal(size).astype(np.float32) for _ in range(n)]
     ys = [rng.integers(-1000, 1000, 100).astype(np.int32) for _ in range(n)]

@@ -1,15 +1,12 @@
-"""`make setup` built the soft switch's packet-ring I/O (_pktio.c), and the switch
-config chooses between it and the recvmmsg path (`io_impl`), saying which runs.
-
-Tests never compile: if the extension is missing or older than its source,
-these fail and name the fix (like test_fastpath_build.py for the pipeline).
+"""The switch config chooses between the soft switch's packet-ring I/O (_pktio.c)
+and the recvmmsg path (`io_impl`), saying which runs. That `make setup` built it:
+tests/unit/test_cext.py (every extension of scripts/build_fastpath.py).
 The rings themselves need CAP_NET_RAW: tests/mininet/test_switch_io_impls.py.
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
 
 import pytest
 
@@ -19,16 +16,6 @@ from testbed.switch.soft.config import ConfigError, SwitchConfig
 from testbed.switch.soft.switch import SoftSwitch
 
 pytestmark = pytest.mark.unit
-
-
-def test_make_setup_built_the_ring_io():
-    assert dataplane.ring_available(), (f"testbed/switch/soft/_pktio is not importable "
-                                        f"({dataplane.PKTIO_IMPORT_ERROR}): run `make setup` "
-                                        f"(or .venv/bin/python scripts/build_fastpath.py)")
-    so = dataplane._pktio.__file__
-    src = os.path.join(os.path.dirname(dataplane.__file__), "_pktio.c")
-    assert os.path.getmtime(so) >= os.path.getmtime(src), \
-        f"{so} is older than {src}: run `make setup` to rebuild it"
 
 
 def test_io_impl_default_and_fallback(monkeypatch, caplog):

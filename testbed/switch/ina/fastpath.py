@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 
-from testbed import wire
+from testbed import cext, wire
 
 from . import job_table, worker_port
 from .pipeline import JOB_COUNTERS, InaPipeline
@@ -32,34 +32,18 @@ log = logging.getLogger("softswitch")
 
 IMPLS = ("compiled", "reference")
 
-try:
-    from . import _fastpath
-    IMPORT_ERROR: str | None = None
-except ImportError as e:        # not built: `make setup` compiles it
-    _fastpath = None
-    IMPORT_ERROR = str(e)
+# The C file repeats wire.py's constants; a drift would be silent corruption,
+# so the loader refuses it.
+_fastpath, IMPORT_ERROR = cext.load("testbed.switch.ina._fastpath", {
+    **{k: getattr(wire, k) for k in ("INA_OFFSET", "INA_HLEN", "VALUES_OFFSET", "UDP_OFFSET",
+                                     "MAX_VALUES_PER_PACKET", "INA_PORT_BASE", "INA_PORT_MASK",
+                                     "INA_VERSION", "OP_SUM", "OP_OR", "OP_MAX", "FLAG_RESULT",
+                                     "FLAG_RETX", "MAX_WORKERS")},
+    "NUM_JOBS": job_table.NUM_JOBS, "NUM_WORKER_IDS": worker_port.NUM_WORKER_IDS})
 
 
 def available() -> bool:
     return _fastpath is not None
-
-
-def _check_constants() -> None:
-    """The C file repeats wire.py's constants; a drift would be silent corruption."""
-    got = _fastpath.constants()
-    want = {k: getattr(wire, k) for k in ("INA_OFFSET", "INA_HLEN", "VALUES_OFFSET", "UDP_OFFSET",
-                                          "MAX_VALUES_PER_PACKET", "INA_PORT_BASE", "INA_PORT_MASK",
-                                          "INA_VERSION", "OP_SUM", "OP_OR", "OP_MAX", "FLAG_RESULT",
-                                          "FLAG_RETX", "MAX_WORKERS")}
-    want.update(NUM_JOBS=job_table.NUM_JOBS, NUM_WORKER_IDS=worker_port.NUM_WORKER_IDS)
-    bad = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
-    if bad:
-        raise ImportError(f"testbed/switch/ina/_fastpath.c disagrees with testbed/wire.py "
-                          f"(name: (C, Python)): {bad}; fix the C constants and run make setup")
-
-
-if _fastpath is not None:
-    _check_constants()
 
 
 class CompiledInaPipeline(InaPipeline):

@@ -25,15 +25,11 @@ from typing import Protocol
 
 import numpy as np
 
+from testbed import cext
 from testbed.linux_mmsg import (FLAGS_IDX, HAVE_MMSG, HDR_SIZE, LEN_IDX, MSG_DONTWAIT, MSG_TRUNC,
                                 IoVec, MMsgHdr, recvmmsg, sendmmsg)
 
-try:
-    from testbed.switch.soft import _pktio
-    PKTIO_IMPORT_ERROR: str | None = None
-except ImportError as e:        # not built: `make setup` compiles it
-    _pktio = None
-    PKTIO_IMPORT_ERROR = str(e)
+_pktio, PKTIO_IMPORT_ERROR = cext.load("testbed.switch.soft._pktio")
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
