@@ -311,13 +311,14 @@ static PyObject *from_fixed(PyObject *self, PyObject *args) {
  *   else (another run's result, a mismatch, the run's last window): status 2,
  *   nothing changed, for the Python path. clock: None (CLOCK_MONOTONIC, as
  *   time.monotonic) or the client's clock, read where the Python path reads it.
- * run(stop_at, keep, max_pkts, vec_min, lat) -> (status, n, t_empty)
+ * run(stop_at, keep, max_pkts, vec_min, lat, coalesce) -> (status, n, t_empty)
  *   fd mode: recvmmsg bursts into rec, burst() on each, sendmmsg of its sends,
  *   until: the socket is empty (keep=0), or with keep=1 until a timer is due
  *   (sc next_dl) or stop_at passes with the socket empty (waiting in ppoll
  *   without the GIL in between), max_pkts taken, or a burst is not the run's
  *   (status 2: n datagrams left in rec/lens for the Python path). t_empty: the
- *   clock before the read that found the socket empty (timers are judged then). */
+ *   clock before the read that found the socket empty (timers are judged then).
+ *   coalesce > 0: nap for about that many answers before reading a trickle (below). */
 #include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -326,7 +327,8 @@ static PyObject *from_fixed(PyObject *self, PyObject *args) {
 
 enum { SC_SRTT, SC_RTTVAR, SC_RACK, SC_RTO_CACHE, SC_NEXT_DL, SC_LAST_RX, SC_PROBES, SC_PROBE_AT,
        SC_TIMEOUT, SC_MIN_TIMEOUT, SC_ADAPTIVE, SC_FLOOR_BASE, SC_FLOOR_FRAME, SC_N };
-enum { CNT_RESULTS, CNT_SENT, CNT_FOREIGN, CNT_DUPS, CNT_REMAINING, CNT_MAX_EXP, CNT_SEND_ERRORS, CNT_N };
+enum { CNT_RESULTS, CNT_SENT, CNT_FOREIGN, CNT_DUPS, CNT_REMAINING, CNT_MAX_EXP, CNT_SEND_ERRORS,
+       CNT_BURSTS, CNT_SLEEPS, CNT_NAPS, CNT_N };   /* bursts taken in, ppoll waits, naps (diagnostics) */
 enum { ST_IDLE = 0, ST_TIMER = 1, ST_OTHER = 2, ST_BUDGET = 3 };
 #define NBUF 16                 /* buffers a Loop holds: 14 with a socket */
 
@@ -736,9 +738,12 @@ static PyObject *loop_run(Loop *L, PyObject *args) {
     int keep;
     Py_ssize_t max_pkts, vec_min;
     PyObject *lat;
-    if (!PyArg_ParseTuple(args, "dpnnO!", &stop_at, &keep, &max_pkts, &vec_min, &PyList_Type, &lat)) return NULL;
+    Py_ssize_t coalesce;
+    if (!PyArg_ParseTuple(args, "dpnnO!n", &stop_at, &keep, &max_pkts, &vec_min, &PyList_Type, &lat, &coalesce))
+        return NULL;
     if (L->fd < 0) { PyErr_SetString(PyExc_ValueError, "_hostpath.Loop.run: no socket"); return NULL; }
     Py_ssize_t total = 0;
+    int napped = 0;
     double t_empty = mono_now();
     for (;;) {
         int n = recvmmsg(L->fd, L->rh, (unsigned)L->batch, MSG_DONTWAIT, NULL);
@@ -757,8 +762,12 @@ static PyObject *loop_run(Loop *L, PyObject *args) {
             if (st < 0) return NULL;
             if (st == ST_OTHER) return Py_BuildValue("ind", ST_OTHER, (Py_ssize_t)n, t_empty);
             if (nsend && send_burst(L, nsend) < 0) return NULL;
+            L->cnt[CNT_BURSTS]++;
+            napped = 0;
             total += n;
             if (total >= max_pkts) return Py_BuildValue("ind", ST_BUDGET, total, t_empty);
+            if (keep && mono_now() >= L->sc[SC_NEXT_DL])      /* a flow that never pauses */
+                return Py_BuildValue("ind", ST_TIMER, total, t_empty);
             continue;
         }
         double t = t_empty = mono_now();
@@ -767,9 +776,34 @@ static PyObject *loop_run(Loop *L, PyObject *args) {
         if (t >= next) return Py_BuildValue("ind", ST_TIMER, total, t_empty);
         if (t >= stop_at) return Py_BuildValue("ind", ST_IDLE, total, t_empty);
         double until = next < stop_at ? next : stop_at, w = until - t;
+        /* Coalescing: with many chunks on the wire, answers trickle in a few at a
+         * time, and waking for each few costs a context switch and three system
+         * calls; nap for about `coalesce` answers' time (the window's answers arrive
+         * over one round trip) and take them as one burst. At most 1 ms, never past
+         * a timer, once per empty socket (a nap that found nothing: ppoll). */
+        if (coalesce > 0 && !napped && !isnan(L->sc[SC_SRTT])) {
+            int64_t fly = on_wire(L);
+            if (fly >= 2 * coalesce) {
+                double x = L->sc[SC_SRTT] * (double)coalesce / (double)fly;
+                if (x > 1e-3) x = 1e-3;
+                if (x > w) x = w;
+                if (x > 20e-6) {
+                    struct timespec nap = {0, (long)(x * 1e9)};
+                    napped = 1;
+                    L->cnt[CNT_NAPS]++;
+                    Py_BEGIN_ALLOW_THREADS
+                    nanosleep(&nap, NULL);
+                    Py_END_ALLOW_THREADS
+                    if (PyErr_CheckSignals() < 0) return NULL;
+                    continue;
+                }
+            }
+        }
+        napped = 0;
         struct timespec ts = {(time_t)w, (long)((w - (double)(time_t)w) * 1e9)};
         struct pollfd pfd = {L->fd, POLLIN, 0};
         int pr;
+        L->cnt[CNT_SLEEPS]++;
         Py_BEGIN_ALLOW_THREADS
         pr = ppoll(&pfd, 1, &ts, NULL);
         Py_END_ALLOW_THREADS

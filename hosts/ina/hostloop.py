@@ -37,9 +37,13 @@ IDLE, TIMER, OTHER, BUDGET = 0, 1, 2, 3     # Loop.run / Loop.burst status
 # sc: the timer scalars, in the order of _hostpath.c's SC_* (the first 8 come back)
 SC_FIELDS = ("srtt", "rttvar", "rack", "rto_cache", "next_dl", "last_rx", "probes", "probe_at",
              "timeout_s", "min_timeout_s", "adaptive_rto", "floor_base_s", "floor_frame_s")
-CNT_FIELDS = ("results", "sent", "foreign", "dups", "remaining", "max_exp", "send_errors")
+CNT_FIELDS = ("results", "sent", "foreign", "dups", "remaining", "max_exp", "send_errors", "bursts",
+              "sleeps", "naps")
 TX_MAX = 512            # sends per burst: at most its results (<= receive.DRAIN, <= a recv batch)
 RX_BATCH = 256          # datagrams per recvmmsg (UdpIo's batch)
+# Loop.run naps for about this many answers' time when they trickle in with at least
+# twice as many chunks on the wire (one wakeup per burst instead of per datagram or two)
+COALESCE = 16
 _NAN = float("nan")
 
 
@@ -70,6 +74,10 @@ class HostLoop:
         self.timers = t
         self.run_tag = 0
         self.taken = 0          # results taken in by the loop (the rest: the Python path)
+        self.coalesce = COALESCE
+        # diagnostics of Loop.run: calls by status, bursts taken, waits in ppoll
+        self.returns = [0, 0, 0, 0]
+        self.bursts = self.sleeps = self.naps = 0
         # the clock Loop reads: its own CLOCK_MONOTONIC for time.monotonic, else the client's
         self.clock = None if client._clock is time.monotonic else client._clock
 
@@ -93,7 +101,7 @@ class HostLoop:
         self.sc[:] = (_NAN if t.srtt is None else t.srtt, t.rttvar, t.rack, t.rto_cache, t.next_dl,
                       _NAN if t.last_rx is None else t.last_rx, t.probes, t.probe_at, t.timeout_s,
                       t.min_timeout_s, 1.0 if t.adaptive_rto else 0.0, t.floor_base_s, t.floor_frame_s)
-        self.cnt[:] = (0, 0, 0, 0, h.remaining, h.max_exp, 0)
+        self.cnt[:] = (0, 0, 0, 0, h.remaining, h.max_exp, 0, 0, 0, 0)
 
     def pull(self, h: Any, stats: Any) -> int:
         """sc/cnt back into the timers, the handle and the stats; the send errors."""
@@ -103,8 +111,11 @@ class HostLoop:
         t.rttvar, t.rack, t.rto_cache, t.next_dl = var, rack, rto_cache, next_dl
         t.last_rx = None if math.isnan(last_rx) else last_rx
         t.probes, t.probe_at = int(probes), probe_at
-        results, sent, foreign, dups, remaining, max_exp, errors = self.cnt.tolist()
+        results, sent, foreign, dups, remaining, max_exp, errors, bursts, sleeps, naps = self.cnt.tolist()
+        self.naps += naps
         self.taken += results
+        self.bursts += bursts
+        self.sleeps += sleeps
         stats.results += results
         stats.packets_sent += sent
         stats.chunks_sent += sent

@@ -114,11 +114,12 @@ class ResultIntake:
         lp.push(h)
         try:
             st, k, _ = lp.c.run(time.monotonic() + timeout, keep, DRAIN if not keep else 16 * DRAIN,
-                                _VEC_MIN, self.stats.latencies_s)
+                                _VEC_MIN, self.stats.latencies_s, lp.coalesce)
         finally:
             errors = lp.pull(h, self.stats)
             if errors:
                 self.io.count_send_errors(errors)
+        lp.returns[st] += 1
         if st == OTHER:
             self._on_burst(lp.rec, lp.lens[:k], k)
             if self._held.any():
