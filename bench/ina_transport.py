@@ -21,8 +21,11 @@ fixed scale (`scale_exp`, the P4SGD latency path: one packet), 262144 values
 (1 MiB, 4096 chunks per worker). Everything shares this machine's cores with the
 switch process, so the 1 MiB number is partly the switch's per-packet cost.
 
-`run()` measures both packet paths side by side in one run, `impl` "python"
-(the numpy reference) and "compiled" (hosts/ina/_hostpath.c), at each window,
+`run()` measures the packet paths side by side in one run, `impl` "python"
+(the numpy reference), "compiled_noloop" (the compiled packet loops of
+hosts/ina/_hostpath.c with the receive/send loop in Python) and "compiled"
+(with the C receive/send loop, hosts/ina/hostloop.py; its counts of results
+taken in, bursts, ppoll waits and naps in `loop`), at each window,
 and per impl the client alone (`client_only`): the same 1 MiB allreduce in
 process against an io that answers every chunk at once (no kernel, no switch),
 so worker CPU per packet minus client_only is the system calls' share.
@@ -32,7 +35,8 @@ Each entry records the load average around it.
 (first run of this benchmark, same machine); the JSON has both.
 
     python -m bench ina_transport
-    python -m bench.ina_transport [--window W] [--iters K] [--impl python|compiled]
+    python -m bench.ina_transport [--window W] [--iters K] [--impl python|compiled] [--no-loop]
+                                  [--coalesce N]
                                   [--module hosts.ina.transport]
     (--module: any importable copy of the transport, e.g. the old one, for A/B;
     INA_BENCH_PROFILE=DIR: cProfile every worker into DIR)
@@ -105,6 +109,8 @@ def worker_main(cfg: dict) -> None:
     c = mod.InaClient(io, 1, rank, N, timeout_s=0.05, max_retries=50, **kw)
     if cfg.get("coalesce") is not None and getattr(c, "_loop", None) is not None:
         c._loop.coalesce = cfg["coalesce"]      # A/B of the compiled loop's naps
+    if not cfg.get("loop", True) and getattr(c, "_loop", None) is not None:
+        c._loop = None      # A/B: compiled packet loops, the receive/send loop in Python
     barrier = np.ones(1, np.int32)
     c.wait(c.submit(barrier, "sum", patience_s=30.0), timeout=40)
     rng = np.random.default_rng(rank)
@@ -139,7 +145,7 @@ def worker_main(cfg: dict) -> None:
 # -- orchestration -----------------------------------------------------------------
 def measure(*, module: str = "hosts.ina.transport", window: int | None = None, iters: int = 10,
             bulk_iters: int = 5, warmup: int = 1, impl: str | None = None,
-            coalesce: int | None = None) -> dict:
+            coalesce: int | None = None, loop: bool = True) -> dict:
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-ina-") as td:
         tmp = Path(td)
@@ -148,7 +154,7 @@ def measure(*, module: str = "hosts.ina.transport", window: int | None = None, i
         procs, sw_stats = [], {}
         try:
             for r in range(N):
-                cfg = {"module": module, "impl": impl, "coalesce": coalesce, "rank": r, "base": base, "wport": wport, "window": window,
+                cfg = {"module": module, "impl": impl, "coalesce": coalesce, "loop": loop, "rank": r, "base": base, "wport": wport, "window": window,
                        "iters": iters, "bulk_iters": bulk_iters, "warmup": warmup,
                        "sizes": SIZES, "out": str(tmp / f"w{r}.json")}
                 procs.append(subprocess.Popen(
@@ -166,6 +172,7 @@ def measure(*, module: str = "hosts.ina.transport", window: int | None = None, i
             sw_stats = sw.stop() or {}
         res = [json.loads((tmp / f"w{r}.json").read_text()) for r in range(N)]
     out: dict = {"module": module, "impl": res[0]["stats"].get("impl", "python"), "coalesce": coalesce,
+                 "loop": "loop" in res[0]["stats"],
                  "window": window or "default", "workers": N, "slot_count": SLOT_COUNT,
                  "load_avg_before": load0, "load_avg_after": os.getloadavg(), "sizes": {}}
     for name, size, k in SIZES:
@@ -276,6 +283,8 @@ def _summary(side: dict, alone: list) -> dict:
                     "user_us": b["cpu_user_us_per_packet"], "sys_us": b["cpu_sys_us_per_packet"],
                     "allreduce_ms": b["allreduce_ms"], "retransmissions": m["retransmissions"],
                     "load_avg_1m": m["load_avg_before"][0]}
+        if m.get("loop"):
+            out[key]["loop"] = m["loop"]
     for impl in ("python", "compiled"):
         xs = [a["cpu_us_per_packet"] for a in alone if a["impl"] == impl]
         out[f"client_only_{impl}_us_per_packet"] = float(np.median(xs)) if xs else None
@@ -287,9 +296,10 @@ def run(out_dir) -> dict:
         return {"skipped": "cannot bind 127.0.1.x loopback addresses"}
     load0 = os.getloadavg()
     side = {}
-    for w in (64, 256):                         # python and compiled back to back per window
-        for impl in ("python", "compiled"):
-            side[f"{impl}_w{w}"] = measure(window=w, impl=impl)
+    for w in (64, 256):                         # the three back to back per window
+        side[f"python_w{w}"] = measure(window=w, impl="python")
+        side[f"compiled_noloop_w{w}"] = measure(window=w, impl="compiled", loop=False)
+        side[f"compiled_w{w}"] = measure(window=w, impl="compiled")
     alone = [client_only(impl) for impl in ("python", "compiled", "python", "compiled")]
     res = {"benchmark": "ina_transport", "cpu_count": os.cpu_count(),
            "load_avg_before": load0, "load_avg": os.getloadavg(), "side_by_side": side,
@@ -309,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--bulk-iters", type=int, default=5)
     ap.add_argument("--impl", choices=["python", "compiled"], default=None)
+    ap.add_argument("--no-loop", action="store_true",
+                    help="compiled: without the C receive/send loop (hosts/ina/hostloop.py)")
     ap.add_argument("--coalesce", type=int, default=None,
                     help="compiled loop: answers to nap for (0: off; default hosts/ina/hostloop.py's)")
     a = ap.parse_args(argv)
@@ -323,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
             worker_main(cfg)
         return 0
     print(json.dumps(measure(module=a.module, window=a.window, iters=a.iters,
-                             bulk_iters=a.bulk_iters, impl=a.impl, coalesce=a.coalesce), indent=1))
+                             bulk_iters=a.bulk_iters, impl=a.impl, coalesce=a.coalesce,
+                             loop=not a.no_loop), indent=1))
     return 0
 
 

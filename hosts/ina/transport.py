@@ -43,7 +43,11 @@ sendmmsg when the io has `send_many`/`recv_block` (UdpIo on Linux). One-chunk
 vectors (P4SGD micro-batches) take a scalar path (struct, one sendto).
 Where `make setup` built hosts/ina/_hostpath.c, quantizing, packet building and
 burst result handling run compiled (hosts/ina/hostpath.py; `impl`, stats.impl),
-the numpy code above being their reference.
+the numpy code above being their reference; so does the steady state of the
+newest bulk run (`_hot`): its results taken in, their slots' next chunks armed
+and sent, and on a UdpIo the recvmmsg/sendmmsg and the wait itself, by one C
+call per loop pass (hosts/ina/hostloop.py) that hands anything else (another
+run's results, a run's last window, a due timer) back to the Python code here.
 
 Values. float input + op "sum": fixed point with a shared scale (see
 hosts/ina/fixed_point.py): by default one MAX round per tensor agrees on the

@@ -235,3 +235,18 @@ def test_quantize_rejects_non_finite_values_like_the_reference(bad):
     a = np.array([1.0, 2.0, bad], np.float32)
     with pytest.raises(ValueError, match="non-finite value .* at index 2"):
         hostpath.quantize(hostpath._hostpath, a, 10, 4)
+
+
+def test_the_workers_impl_is_a_checked_ina_setting():
+    """workload.ina.impl (bench/ina_aggrate.py --host-impls) reaches the worker's
+    config; anything but compiled/python/null is a config error naming the field."""
+    from hosts.common.config import AllreduceConfig, ConfigError    # noqa: PLC0415
+    base = {"host": "w1", "role": "worker", "rank": 0, "world": 2, "peers": [
+        {"name": "w1", "ip": "10.0.0.1"}, {"name": "w2", "ip": "10.0.0.2"}], "ps": None,
+        "port": 47000, "sizes": [8], "iterations": 1, "warmup": 0, "compute_ms": 0, "seed": 1,
+        "straggler": None, "start_at": None, "connect_timeout_s": 5, "timeout_s": 5,
+        "out": "/dev/null", "algorithm": "switch"}
+    assert AllreduceConfig.from_json(base).ina.impl is None
+    assert AllreduceConfig.from_json(dict(base, ina={"impl": "python"})).ina.impl == "python"
+    with pytest.raises(ConfigError, match=r"ina.impl: must be compiled, python or null"):
+        AllreduceConfig.from_json(dict(base, ina={"impl": "fast"}))
