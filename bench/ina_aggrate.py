@@ -13,6 +13,7 @@ implementation the switch reported in its stats. Nothing asserts a timing.
     .venv/bin/python -m bench ina_aggrate
     .venv/bin/python -m bench.ina_aggrate [--quick] [--repeats N] [--out DIR]
         [--workers 2,4,8] [--pipeline-impls compiled,reference] [--io-impls mmap_ring,mmsg]
+        [--host-impls compiled,python]   (the workers' loops, hosts/ina/hostloop.py; default: not crossed)
 """
 from __future__ import annotations
 
@@ -41,17 +42,19 @@ def scenario(p: dict) -> str:
             f"iterations: {p['iterations']}, warmup: 0}}\n"
             f"sweep:\n  seed: 1\n  repeats: {p['repeats']}\n"
             f"  grid: {{topology.workers: {p['workers']}, switch.options.pipeline_impl: "
-            f"{p['pipeline_impls']}, switch.options.io_impl: {p['io_impls']}}}\n")
+            f"{p['pipeline_impls']}, switch.options.io_impl: {p['io_impls']}"
+            + (f", workload.ina.impl: {p['host_impls']}" if p.get("host_impls") else "") + "}\n")
 
 
 def table(res: dict) -> str:
     L = [f"in-switch aggregation, unlimited links, {res['params']['size']} float32, "
          f"{VALUES_PER_PACKET} int32 per packet; load {res['loadavg_before']} -> {res['loadavg_after']}",
-         f"{'N':>2} {'impl':>9} {'io':>9} {'input pkt/s':>11} {'sw us/pkt':>9} {'sw cores':>8} {'hosts':>5} "
+         f"{'N':>2} {'impl':>9} {'io':>9} {'host':>8} {'input pkt/s':>11} {'sw us/pkt':>9} {'sw cores':>8} {'hosts':>5} "
          f"{'mach':>5} {'batch':>5} {'retx%':>6}"]
     for r in res["rows"]:
         c = r.get("cpu", {})
-        L.append(f"{r['workers']:>2} {r.get('impl')!s:>9} {r.get('io_impl')!s:>9} {cell(r.get('input_pps'), '{:,}'):>11} "
+        L.append(f"{r['workers']:>2} {r.get('impl')!s:>9} {r.get('io_impl')!s:>9} {r.get('host_impl')!s:>8} "
+                 f"{cell(r.get('input_pps'), '{:,}'):>11} "
                  f"{cell(r.get('switch_cpu_us_per_packet')):>9} {cell(c.get('switch_cores')):>8} "
                  f"{cell(c.get('hosts_cores')):>5} {cell(c.get('machine_busy_cores')):>5} "
                  f"{cell((r.get('switch') or {}).get('mean_rx_batch'), '{:.1f}'):>5} "
@@ -61,12 +64,14 @@ def table(res: dict) -> str:
         L.append(f"N={n}: compiled/reference input rate x{ratio} (io_impl {IO_IMPLS[0]})")
     for n, ratio in res.get("io_ratios", {}).items():
         L.append(f"N={n}: mmap_ring/mmsg input rate x{ratio} (pipeline compiled)")
+    for n, ratio in res.get("host_ratios", {}).items():
+        L.append(f"N={n}: workers compiled/python input rate x{ratio}")
     return "\n".join(L)
 
 
 def run(out_dir: str | Path, quick: bool = False, repeats: int | None = None,
         workers: list[int] | None = None, pipeline_impls: list[str] | None = None,
-        io_impls: list[str] | None = None) -> dict:
+        io_impls: list[str] | None = None, host_impls: list[str] | None = None) -> dict:
     reason = unavailable_reason()
     if reason:
         return {"benchmark": NAME, "skipped": reason}
@@ -76,6 +81,7 @@ def run(out_dir: str | Path, quick: bool = False, repeats: int | None = None,
     params["workers"] = workers or params["workers"]
     params["pipeline_impls"] = pipeline_impls or IMPLS
     params["io_impls"] = io_impls or IO_IMPLS
+    params["host_impls"] = host_impls
     res, sampler = measure(NAME, out_dir, params, {"aggrate": (scenario(params), RUN_TIMEOUT_S["aggrate"])})
     res["run"] = res.pop("runs")["aggrate"]       # its one run, as its results have always named it
     run_data = RunData(res["run"]["run_dir"])
@@ -85,14 +91,15 @@ def run(out_dir: str | Path, quick: bool = False, repeats: int | None = None,
         r["impl"] = by_label[r["label"]]["params"].get("switch.options.pipeline_impl")
         # what the switch itself says it ran (a silent fallback would show here)
         r["io_impl"] = by_label[r["label"]]["params"].get("switch.options.io_impl")
+        r["host_impl"] = by_label[r["label"]]["params"].get("workload.ina.impl")
         st = run_data.switch_stats(r["label"])
         r["switch_pipeline_impl"] = st.get("pipeline_impl")
         r["switch_io_impl"] = st.get("io_impl")
     res["rows"] = rows
 
-    def best(n: int, impl: str, io: str) -> float | None:
+    def best(n: int, impl: str, io: str, host: str | None = None) -> float | None:
         v = [r["input_pps"] for r in rows if r["workers"] == n and r["impl"] == impl
-             and r["io_impl"] == io and r.get("input_pps")]
+             and r["io_impl"] == io and r.get("input_pps") and (host is None or r["host_impl"] == host)]
         return max(v) if v else None
 
     res["ratios"], res["io_ratios"] = {}, {}
@@ -103,6 +110,11 @@ def run(out_dir: str | Path, quick: bool = False, repeats: int | None = None,
         ring, mmsg = best(n, "compiled", "mmap_ring"), best(n, "compiled", "mmsg")
         if ring and mmsg:
             res["io_ratios"][n] = round(ring / mmsg, 2)
+        if host_impls:
+            hc, hp = (best(n, params["pipeline_impls"][0], params["io_impls"][0], h)
+                      for h in ("compiled", "python"))
+            if hc and hp:
+                res.setdefault("host_ratios", {})[n] = round(hc / hp, 2)
     res["command"] = res["run"]["command"]
     res["table"] = table(res)
     return save(res)
@@ -116,14 +128,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default=None, help="comma-separated N (default 2,4,8)")
     ap.add_argument("--pipeline-impls", default=",".join(IMPLS))
     ap.add_argument("--io-impls", default=",".join(IO_IMPLS))
+    ap.add_argument("--host-impls", default=None, help="cross the workers' impls too (compiled,python)")
     a = ap.parse_args(argv)
     pipe, io = a.pipeline_impls.split(","), a.io_impls.split(",")
-    for name, got, known in (("--pipeline-impls", pipe, IMPLS), ("--io-impls", io, IO_IMPLS)):
+    host = a.host_impls.split(",") if a.host_impls else None
+    for name, got, known in (("--pipeline-impls", pipe, IMPLS), ("--io-impls", io, IO_IMPLS),
+                             ("--host-impls", host or [], ["compiled", "python"])):
         if set(got) - set(known):
             ap.error(f"{name}: unknown {sorted(set(got) - set(known))}; known: {', '.join(known)}")
     res = run(a.out, quick=a.quick, repeats=a.repeats,
               workers=[int(x) for x in a.workers.split(",")] if a.workers else None,
-              pipeline_impls=pipe, io_impls=io)
+              pipeline_impls=pipe, io_impls=io, host_impls=host)
     if res.get("skipped"):
         print(f"skipped: {res['skipped']}")
     return 0

@@ -21,8 +21,11 @@ fixed scale (`scale_exp`, the P4SGD latency path: one packet), 262144 values
 (1 MiB, 4096 chunks per worker). Everything shares this machine's cores with the
 switch process, so the 1 MiB number is partly the switch's per-packet cost.
 
-`run()` measures both packet paths side by side in one run, `impl` "python"
-(the numpy reference) and "compiled" (hosts/ina/_hostpath.c), at each window,
+`run()` measures the packet paths side by side in one run, `impl` "python"
+(the numpy reference), "compiled_noloop" (the compiled packet loops of
+hosts/ina/_hostpath.c with the receive/send loop in Python) and "compiled"
+(with the C receive/send loop, hosts/ina/hostloop.py; its counts of results
+taken in, bursts, ppoll waits and naps in `loop`), at each window,
 and per impl the client alone (`client_only`): the same 1 MiB allreduce in
 process against an io that answers every chunk at once (no kernel, no switch),
 so worker CPU per packet minus client_only is the system calls' share.
@@ -32,7 +35,8 @@ Each entry records the load average around it.
 (first run of this benchmark, same machine); the JSON has both.
 
     python -m bench ina_transport
-    python -m bench.ina_transport [--window W] [--iters K] [--impl python|compiled]
+    python -m bench.ina_transport [--window W] [--iters K] [--impl python|compiled] [--no-loop]
+                                  [--coalesce N]
                                   [--module hosts.ina.transport]
     (--module: any importable copy of the transport, e.g. the old one, for A/B;
     INA_BENCH_PROFILE=DIR: cProfile every worker into DIR)
@@ -40,6 +44,7 @@ Each entry records the load average around it.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import os
@@ -102,6 +107,10 @@ def worker_main(cfg: dict) -> None:
     if cfg.get("impl"):
         kw["impl"] = cfg["impl"]
     c = mod.InaClient(io, 1, rank, N, timeout_s=0.05, max_retries=50, **kw)
+    if cfg.get("coalesce") is not None and getattr(c, "_loop", None) is not None:
+        c._loop.coalesce = cfg["coalesce"]      # A/B of the compiled loop's naps
+    if not cfg.get("loop", True) and getattr(c, "_loop", None) is not None:
+        c._loop = None      # A/B: compiled packet loops, the receive/send loop in Python
     barrier = np.ones(1, np.int32)
     c.wait(c.submit(barrier, "sum", patience_s=30.0), timeout=40)
     rng = np.random.default_rng(rank)
@@ -113,22 +122,30 @@ def worker_main(cfg: dict) -> None:
             c.wait(c.submit(barrier, "sum"), timeout=20)
             s0, r0 = c.stats.packets_sent, c.stats.results
             kw = {} if k is None else {"scale_exp": k}
+            g0 = [g["collections"] for g in gc.get_stats()]
             t0, c0, p0 = time.perf_counter(), time.process_time(), os.times()
             y = c.wait(c.submit(x, "sum", **kw), timeout=60)
             t1, c1, p1 = time.perf_counter(), time.process_time(), os.times()
+            g1 = [g["collections"] for g in gc.get_stats()]
             assert y.shape == x.shape
             if it >= cfg["warmup"]:
                 out.append({"size": name, "wall_s": t1 - t0, "cpu_s": c1 - c0, "user_s": p1.user - p0.user,
                             "sys_s": p1.system - p0.system,
-                            "sent": c.stats.packets_sent - s0, "results": c.stats.results - r0})
+                            "sent": c.stats.packets_sent - s0, "results": c.stats.results - r0,
+                            "gc": [y1 - y0 for y0, y1 in zip(g0, g1)]})
     summ = c.stats.summary()
+    lp = getattr(c, "_loop", None)
+    if lp is not None:          # the compiled loop's own counts (hosts/ina/hostloop.py)
+        summ["loop"] = {"taken": lp.taken, "bursts": lp.bursts, "sleeps": lp.sleeps, "naps": lp.naps,
+                        "returns_idle_timer_other_budget": lp.returns}
     c.close()
     Path(cfg["out"]).write_text(json.dumps({"rank": rank, "records": out, "stats": summ}))
 
 
 # -- orchestration -----------------------------------------------------------------
 def measure(*, module: str = "hosts.ina.transport", window: int | None = None, iters: int = 10,
-            bulk_iters: int = 5, warmup: int = 1, impl: str | None = None) -> dict:
+            bulk_iters: int = 5, warmup: int = 1, impl: str | None = None,
+            coalesce: int | None = None, loop: bool = True) -> dict:
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-ina-") as td:
         tmp = Path(td)
@@ -137,7 +154,7 @@ def measure(*, module: str = "hosts.ina.transport", window: int | None = None, i
         procs, sw_stats = [], {}
         try:
             for r in range(N):
-                cfg = {"module": module, "impl": impl, "rank": r, "base": base, "wport": wport, "window": window,
+                cfg = {"module": module, "impl": impl, "coalesce": coalesce, "loop": loop, "rank": r, "base": base, "wport": wport, "window": window,
                        "iters": iters, "bulk_iters": bulk_iters, "warmup": warmup,
                        "sizes": SIZES, "out": str(tmp / f"w{r}.json")}
                 procs.append(subprocess.Popen(
@@ -154,7 +171,8 @@ def measure(*, module: str = "hosts.ina.transport", window: int | None = None, i
                     p.wait()
             sw_stats = sw.stop() or {}
         res = [json.loads((tmp / f"w{r}.json").read_text()) for r in range(N)]
-    out: dict = {"module": module, "impl": res[0]["stats"].get("impl", "python"),
+    out: dict = {"module": module, "impl": res[0]["stats"].get("impl", "python"), "coalesce": coalesce,
+                 "loop": "loop" in res[0]["stats"],
                  "window": window or "default", "workers": N, "slot_count": SLOT_COUNT,
                  "load_avg_before": load0, "load_avg_after": os.getloadavg(), "sizes": {}}
     for name, size, k in SIZES:
@@ -176,12 +194,19 @@ def measure(*, module: str = "hosts.ina.transport", window: int | None = None, i
             "cpu_user_us_per_packet": round(float(np.sum(user) / max(np.sum(chunks), 1)) * 1e6, 2),
             "cpu_sys_us_per_packet": round(float(np.sum(sys_) / max(np.sum(chunks), 1)) * 1e6, 2),
             "cpu_util": round(float(np.median(cpu / wall)), 3),
+            # cyclic GC passes per allreduce, by generation (mean over workers x iterations)
+            "gc_collections": [round(float(np.mean([x.get("gc", [0, 0, 0])[g] for x in recs])), 2)
+                               for g in range(3)],
         }
     out["retransmissions"] = sum(w["stats"]["retransmissions"] for w in res)
     out["retx_silent"] = sum(w["stats"].get("retx_silent", 0) for w in res)
     out["duplicates_ignored"] = sum(w["stats"]["duplicates_ignored"] for w in res)
     out["switch"] = {k: v for k, v in sw_stats.items() if k not in ("pipeline",)}
     out["timeouts"] = sum(w["stats"]["timeouts"] for w in res)
+    if "loop" in res[0]["stats"]:         # whole run, all sizes and barriers, summed over workers
+        out["loop"] = {k: (sum(w["stats"]["loop"][k] for w in res) if k != "returns_idle_timer_other_budget"
+                           else [sum(v) for v in zip(*(w["stats"]["loop"][k] for w in res))])
+                       for k in res[0]["stats"]["loop"]}
     return out
 
 
@@ -258,6 +283,8 @@ def _summary(side: dict, alone: list) -> dict:
                     "user_us": b["cpu_user_us_per_packet"], "sys_us": b["cpu_sys_us_per_packet"],
                     "allreduce_ms": b["allreduce_ms"], "retransmissions": m["retransmissions"],
                     "load_avg_1m": m["load_avg_before"][0]}
+        if m.get("loop"):
+            out[key]["loop"] = m["loop"]
     for impl in ("python", "compiled"):
         xs = [a["cpu_us_per_packet"] for a in alone if a["impl"] == impl]
         out[f"client_only_{impl}_us_per_packet"] = float(np.median(xs)) if xs else None
@@ -269,9 +296,10 @@ def run(out_dir) -> dict:
         return {"skipped": "cannot bind 127.0.1.x loopback addresses"}
     load0 = os.getloadavg()
     side = {}
-    for w in (64, 256):                         # python and compiled back to back per window
-        for impl in ("python", "compiled"):
-            side[f"{impl}_w{w}"] = measure(window=w, impl=impl)
+    for w in (64, 256):                         # the three back to back per window
+        side[f"python_w{w}"] = measure(window=w, impl="python")
+        side[f"compiled_noloop_w{w}"] = measure(window=w, impl="compiled", loop=False)
+        side[f"compiled_w{w}"] = measure(window=w, impl="compiled")
     alone = [client_only(impl) for impl in ("python", "compiled", "python", "compiled")]
     res = {"benchmark": "ina_transport", "cpu_count": os.cpu_count(),
            "load_avg_before": load0, "load_avg": os.getloadavg(), "side_by_side": side,
@@ -291,6 +319,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--bulk-iters", type=int, default=5)
     ap.add_argument("--impl", choices=["python", "compiled"], default=None)
+    ap.add_argument("--no-loop", action="store_true",
+                    help="compiled: without the C receive/send loop (hosts/ina/hostloop.py)")
+    ap.add_argument("--coalesce", type=int, default=None,
+                    help="compiled loop: answers to nap for (0: off; default hosts/ina/hostloop.py's)")
     a = ap.parse_args(argv)
     if a.worker:
         cfg = json.loads(a.worker)
@@ -303,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
             worker_main(cfg)
         return 0
     print(json.dumps(measure(module=a.module, window=a.window, iters=a.iters,
-                             bulk_iters=a.bulk_iters, impl=a.impl), indent=1))
+                             bulk_iters=a.bulk_iters, impl=a.impl, coalesce=a.coalesce,
+                             loop=not a.no_loop), indent=1))
     return 0
 
 

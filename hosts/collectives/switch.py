@@ -39,7 +39,8 @@ class SwitchAllreduce:
             raise NetError(str(e)) from None
         client = InaClient(io, ina.job_id, rank, world, window=ina.window,
                            timeout_s=ina.retx_timeout_s, max_retries=ina.max_retries,
-                           scale_exp=ina.scale_exp, congestion_window=ina.congestion_window)
+                           scale_exp=ina.scale_exp, congestion_window=ina.congestion_window,
+                           impl=ina.impl)
         self = cls(client, world, timeout_s)
         try:
             self._handshake(run, connect_timeout_s)

@@ -182,6 +182,8 @@ class InaSettings:
     # Adapt the chunks on the wire to a switch slower than its links (hosts/ina/cwnd.py);
     # the network turns it on for BMv2, whose packet sockets drop the excess of a burst.
     congestion_window: bool = False
+    # the worker's packet loops (hosts/ina/hostpath.py): None = compiled where built
+    impl: str | None = None
 
     @classmethod
     def parse(cls, c: "Checker", algorithm: str | None) -> "InaSettings | None":
@@ -212,6 +214,10 @@ class InaSettings:
                 d[k] = v
             elif k == "scale_exp" and v is None:
                 d[k] = None
+            elif k == "impl":
+                if v not in (None, "compiled", "python"):
+                    c.error(f"ina.{k}", f"must be compiled, python or null, got {v!r}")
+                d[k] = v
             elif k == "congestion_window":
                 if not isinstance(v, bool):
                     c.error(f"ina.{k}", f"must be true or false, got {v!r}")

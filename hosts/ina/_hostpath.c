@@ -21,6 +21,7 @@
  * Built by scripts/build_fastpath.py (make setup) with -ffp-contract=off, so
  * double arithmetic rounds as numpy/Python's does. Wire layout: testbed/wire.py
  * (constants() lets hostpath.py check it). */
+#define _GNU_SOURCE            /* recvmmsg, sendmmsg, ppoll */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
@@ -290,9 +291,551 @@ static PyObject *from_fixed(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- the steady-state receive/send loop (hosts/ina/hostloop.py) -------------------
+ * Loop(hseq, hci, head_tag, first, txt, dl, rto, retries, sc, cnt, txo, txl, window, job,
+ *      fd, dest, rec, lens)
+ *   holds the client's per-slot arrays (hosts/ina/window.py, timers.py) for its
+ *   life; `sc` float64 carries the timer scalars in and out (SC_* below), `cnt`
+ *   int64 the counters (CNT_*), txo/txl (int64, >= batch) a burst's sends when
+ *   the caller sends them. fd >= 0: a UDP socket sending to `dest` (16-byte
+ *   sockaddr_in), received into `rec` (batch x RX_STRIDE bytes, lens int64).
+ * set_run(tag, seq0, n, c0, op, last_ci, last, buf, dst) / clear_run()
+ *   the run (Seg) whose results this loop takes in: its packets (buf) and the
+ *   handle's int32 rows (dst).
+ * burst(rec, lens, n, vec_min, clock, lat) -> (status, nsend)
+ *   one received burst, as receive.py takes it in (n >= vec_min: the burst
+ *   path of _on_block_compiled/_accept_many; below: _on_packet per datagram),
+ *   when every accepted result heads a slot of the run and its slot's next chunk
+ *   is in the run (so no handle completes, no run ends): then status 0, the
+ *   next chunks armed and their (offset, length) in txo/txl[:nsend]. Anything
+ *   else (another run's result, a mismatch, the run's last window): status 2,
+ *   nothing changed, for the Python path. clock: None (CLOCK_MONOTONIC, as
+ *   time.monotonic) or the client's clock, read where the Python path reads it.
+ * run(stop_at, keep, max_pkts, vec_min, lat, coalesce) -> (status, n, t_empty)
+ *   fd mode: recvmmsg bursts into rec, burst() on each, sendmmsg of its sends,
+ *   until: the socket is empty (keep=0), or with keep=1 until a timer is due
+ *   (sc next_dl) or stop_at passes with the socket empty (waiting in ppoll
+ *   without the GIL in between), max_pkts taken, or a burst is not the run's
+ *   (status 2: n datagrams left in rec/lens for the Python path). t_empty: the
+ *   clock before the read that found the socket empty (timers are judged then).
+ *   coalesce > 0: nap for about that many answers before reading a trickle (below). */
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <time.h>
+
+enum { SC_SRTT, SC_RTTVAR, SC_RACK, SC_RTO_CACHE, SC_NEXT_DL, SC_LAST_RX, SC_PROBES, SC_PROBE_AT,
+       SC_TIMEOUT, SC_MIN_TIMEOUT, SC_ADAPTIVE, SC_FLOOR_BASE, SC_FLOOR_FRAME, SC_N };
+enum { CNT_RESULTS, CNT_SENT, CNT_FOREIGN, CNT_DUPS, CNT_REMAINING, CNT_MAX_EXP, CNT_SEND_ERRORS,
+       CNT_BURSTS, CNT_SLEEPS, CNT_NAPS, CNT_N };   /* bursts taken in, ppoll waits, naps (diagnostics) */
+enum { ST_IDLE = 0, ST_TIMER = 1, ST_OTHER = 2, ST_BUDGET = 3 };
+#define NBUF 16                 /* buffers a Loop holds: 14 with a socket */
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer bufs[NBUF];
+    int nbufs;
+    int64_t *hseq, *hci, *tag, *retries, *cnt, *txo, *txl, *lens;
+    double *first, *txt, *dl, *rto, *sc;
+    uint8_t *rec;
+    Py_ssize_t W, batch;
+    unsigned job;
+    int fd;
+    struct sockaddr_in dest;
+    struct mmsghdr *rh, *sh;
+    struct iovec *riov, *siov;
+    uint8_t *seen;
+    int64_t *acc_slot, *acc_row;
+    /* the run */
+    int have_run;
+    int64_t rtag, seq0, rn, c0, last_ci, dst_rows;
+    unsigned op, last;
+    Py_buffer b_buf, b_dst;
+    uint8_t *pkts;
+    int32_t *dst;
+} Loop;
+
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec) / 1e9;
+}
+
+/* the clock: -1 on a Python error */
+static int read_clock(PyObject *clock, double *now) {
+    if (clock == Py_None) { *now = mono_now(); return 0; }
+    PyObject *r = PyObject_CallNoArgs(clock);
+    if (!r) return -1;
+    *now = PyFloat_AsDouble(r);
+    Py_DECREF(r);
+    return (*now == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static void loop_clear_run(Loop *L) {
+    if (L->have_run) { PyBuffer_Release(&L->b_buf); PyBuffer_Release(&L->b_dst); }
+    L->have_run = 0;
+}
+
+static void loop_dealloc(Loop *L) {
+    loop_clear_run(L);
+    for (int i = 0; i < L->nbufs; i++) PyBuffer_Release(&L->bufs[i]);
+    PyMem_Free(L->rh); PyMem_Free(L->sh); PyMem_Free(L->riov); PyMem_Free(L->siov);
+    PyMem_Free(L->seen); PyMem_Free(L->acc_slot); PyMem_Free(L->acc_row);
+    Py_TYPE(L)->tp_free((PyObject *)L);
+}
+
+/* a held buffer of at least `min_items` items of `size` bytes */
+static void *hold(Loop *L, PyObject *o, const char *what, Py_ssize_t size, Py_ssize_t min_items) {
+    if (L->nbufs >= NBUF) { PyErr_SetString(PyExc_RuntimeError, "_hostpath.Loop: NBUF too small"); return NULL; }
+    Py_buffer *b = &L->bufs[L->nbufs];
+    if (get_buf(o, b, 1, what) < 0) return NULL;
+    L->nbufs++;
+    if (b->itemsize != size && !(size == 1)) {
+        PyErr_Format(PyExc_TypeError, "_hostpath.Loop: %s needs %zd-byte items", what, size);
+        return NULL;
+    }
+    if (b->len < size * min_items) {
+        PyErr_Format(PyExc_ValueError, "_hostpath.Loop: %s shorter than %zd items", what, min_items);
+        return NULL;
+    }
+    return b->buf;
+}
+
+static int loop_init(Loop *L, PyObject *args, PyObject *kw) {
+    PyObject *o[12], *dest, *reco, *lenso;
+    Py_ssize_t W;
+    unsigned job;
+    int fd;
+    if (L->nbufs) { PyErr_SetString(PyExc_RuntimeError, "_hostpath.Loop: initialized twice"); return -1; }
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOnIiOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &o[8], &o[9], &o[10], &o[11], &W, &job, &fd, &dest, &reco, &lenso))
+        return -1;
+    if (W < 1 || W > 0xFFFF) { PyErr_SetString(PyExc_ValueError, "_hostpath.Loop: window 1..65535"); return -1; }
+    L->W = W; L->job = job; L->fd = fd;
+    if (!(L->hseq = hold(L, o[0], "hseq", 8, W)) || !(L->hci = hold(L, o[1], "hci", 8, W))
+            || !(L->tag = hold(L, o[2], "head_tag", 8, W)) || !(L->first = hold(L, o[3], "first", 8, W))
+            || !(L->txt = hold(L, o[4], "txt", 8, W)) || !(L->dl = hold(L, o[5], "dl", 8, W))
+            || !(L->rto = hold(L, o[6], "rto", 8, W)) || !(L->retries = hold(L, o[7], "retries", 8, W))
+            || !(L->sc = hold(L, o[8], "sc", 8, SC_N)) || !(L->cnt = hold(L, o[9], "cnt", 8, CNT_N)))
+        return -1;
+    if (!(L->txo = hold(L, o[10], "txo", 8, 1)) || !(L->txl = hold(L, o[11], "txl", 8, 1))) return -1;
+    L->batch = L->bufs[L->nbufs - 1].len / 8;
+    if (L->bufs[L->nbufs - 2].len / 8 < L->batch) L->batch = L->bufs[L->nbufs - 2].len / 8;
+    L->seen = PyMem_Calloc((size_t)W, 1);
+    L->acc_slot = PyMem_Calloc((size_t)L->batch, 8);
+    L->acc_row = PyMem_Calloc((size_t)L->batch, 8);
+    if (!L->seen || !L->acc_slot || !L->acc_row) { PyErr_NoMemory(); return -1; }
+    if (fd >= 0) {
+        char *d; Py_ssize_t dn;
+        if (PyBytes_AsStringAndSize(dest, &d, &dn) < 0) return -1;
+        if (dn != sizeof(struct sockaddr_in)) {
+            PyErr_SetString(PyExc_ValueError, "_hostpath.Loop: dest must be a 16-byte sockaddr_in");
+            return -1;
+        }
+        memcpy(&L->dest, d, sizeof L->dest);
+        if (!(L->rec = hold(L, reco, "rec", 1, RX_STRIDE)) || !(L->lens = hold(L, lenso, "lens", 8, 1)))
+            return -1;
+        Py_ssize_t nb = L->bufs[L->nbufs - 2].len / RX_STRIDE;
+        if (L->bufs[L->nbufs - 1].len / 8 < nb) nb = L->bufs[L->nbufs - 1].len / 8;
+        if (nb < L->batch) L->batch = nb;
+        L->rh = PyMem_Calloc((size_t)L->batch, sizeof(struct mmsghdr));
+        L->sh = PyMem_Calloc((size_t)L->batch, sizeof(struct mmsghdr));
+        L->riov = PyMem_Calloc((size_t)L->batch, sizeof(struct iovec));
+        L->siov = PyMem_Calloc((size_t)L->batch, sizeof(struct iovec));
+        if (!L->rh || !L->sh || !L->riov || !L->siov) { PyErr_NoMemory(); return -1; }
+        for (Py_ssize_t i = 0; i < L->batch; i++) {
+            L->riov[i].iov_base = L->rec + i * RX_STRIDE;
+            L->riov[i].iov_len = RX_STRIDE;
+            L->rh[i].msg_hdr.msg_iov = &L->riov[i];
+            L->rh[i].msg_hdr.msg_iovlen = 1;
+            L->sh[i].msg_hdr.msg_name = &L->dest;
+            L->sh[i].msg_hdr.msg_namelen = sizeof L->dest;
+            L->sh[i].msg_hdr.msg_iov = &L->siov[i];
+            L->sh[i].msg_hdr.msg_iovlen = 1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *loop_set_run(Loop *L, PyObject *args) {
+    long long tag, seq0, n, c0, last_ci;
+    unsigned op, last;
+    PyObject *bo, *dob;
+    if (!PyArg_ParseTuple(args, "LLLLILIOO", &tag, &seq0, &n, &c0, &op, &last_ci, &last, &bo, &dob))
+        return NULL;
+    loop_clear_run(L);
+    if (get_buf(bo, &L->b_buf, 0, "buf") < 0) return NULL;
+    if (get_buf(dob, &L->b_dst, 1, "dst") < 0) { PyBuffer_Release(&L->b_buf); return NULL; }
+    if (L->b_buf.len < n * PKT_SIZE || L->b_dst.itemsize != 4 || last > LANES || n < 1 || c0 < 0) {
+        PyBuffer_Release(&L->b_buf); PyBuffer_Release(&L->b_dst);
+        PyErr_SetString(PyExc_ValueError, "_hostpath.Loop.set_run: buf n packets, dst int32 rows, last <= 64");
+        return NULL;
+    }
+    L->have_run = 1;
+    L->rtag = tag; L->seq0 = seq0; L->rn = n; L->c0 = c0; L->op = op; L->last_ci = last_ci; L->last = last;
+    L->pkts = (uint8_t *)L->b_buf.buf;
+    L->dst = (int32_t *)L->b_dst.buf;
+    L->dst_rows = L->b_dst.len / (4 * LANES);
+    Py_RETURN_NONE;
+}
+
+static PyObject *loop_clear_run_py(Loop *L, PyObject *noargs) {
+    loop_clear_run(L);
+    Py_RETURN_NONE;
+}
+
+static inline unsigned want_count(Loop *L, int64_t ci) { return ci == L->last_ci ? L->last : LANES; }
+
+/* is the datagram a result of this job the window can parse (receive.py's checks)? */
+static inline int valid_result(Loop *L, const uint8_t *p, int64_t len, unsigned *slot) {
+    *slot = ((unsigned)p[4] << 8) | p[5];
+    unsigned cnt = p[12];
+    return p[0] == INA_VERSION && (p[2] & FLAG_RESULT) && p[3] == L->job && *slot < (unsigned)L->W
+           && cnt <= LANES && len >= INA_HLEN + 4 * (int64_t)cnt;
+}
+
+/* an accepted result the loop can take: its slot's head is a chunk of the run whose
+ * next chunk in the slot is in the run too, and op/count are the chunk's */
+static inline int ours(Loop *L, const uint8_t *p, unsigned s) {
+    int64_t ci = L->hci[s];
+    return L->tag[s] == L->rtag && p[1] == L->op && p[12] == want_count(L, ci) && ci + L->W < L->rn
+           && L->c0 + ci < L->dst_rows;
+}
+
+static inline void fold_rtt(double *sc, double r) {   /* timers.update_rtt's arithmetic */
+    if (isnan(sc[SC_SRTT])) { sc[SC_SRTT] = r; sc[SC_RTTVAR] = r / 2; }
+    else {
+        sc[SC_RTTVAR] += 0.25 * (fabs(sc[SC_SRTT] - r) - sc[SC_RTTVAR]);
+        sc[SC_SRTT] += 0.125 * (r - sc[SC_SRTT]);
+    }
+}
+
+static inline void refresh_rto(double *sc) {
+    if (sc[SC_ADAPTIVE] != 0) {
+        double x = sc[SC_SRTT] + 4 * sc[SC_RTTVAR];
+        double lo = sc[SC_MIN_TIMEOUT] >= x ? sc[SC_MIN_TIMEOUT] : x;       /* max(min_timeout_s, x) */
+        sc[SC_RTO_CACHE] = lo < sc[SC_TIMEOUT] ? lo : sc[SC_TIMEOUT];        /* min(timeout_s, .) */
+    }
+}
+
+static inline void copy_lanes(int32_t *q, const uint8_t *p, unsigned count) {
+    for (unsigned j = 0; j < count; j++) {
+        uint32_t v;
+        memcpy(&v, p + 4 * j, 4);
+        q[j] = (int32_t)__builtin_bswap32(v);
+    }
+}
+
+static inline int64_t on_wire(Loop *L) {
+    int64_t a = 0;
+    for (Py_ssize_t s = 0; s < L->W; s++) a += L->hseq[s] >= 0;
+    return a;
+}
+
+/* put the next chunk of slot s (chunk ci of the run, already in hci) on the wire:
+ * transport._start_one / _start_many's arming, rto as timers.first_rto */
+static inline void arm(Loop *L, int64_t s, int64_t ci, double now, double rto, int64_t *nsend) {
+    L->first[s] = now; L->txt[s] = now; L->rto[s] = rto; L->dl[s] = now + rto; L->retries[s] = 0;
+    L->hseq[s] = L->seq0 + ci;
+    L->txo[*nsend] = ci * PKT_SIZE;
+    L->txl[*nsend] = INA_HLEN + 4 * (int64_t)want_count(L, ci);
+    (*nsend)++;
+}
+
+static inline int append_rtt(PyObject *lat, double r) {
+    PyObject *f = PyFloat_FromDouble(r);
+    if (!f) return -1;
+    int e = PyList_Append(lat, f);
+    Py_DECREF(f);
+    return e;
+}
+
+/* 0: taken in, 2: not the run's (nothing changed), -1: Python error */
+static int do_burst(Loop *L, const uint8_t *rec, const int64_t *lens, Py_ssize_t n, Py_ssize_t vec_min,
+                    PyObject *clock, PyObject *lat, int64_t *nsend) {
+    int64_t *cnt = L->cnt;
+    double *sc = L->sc;
+    const int64_t W = L->W;
+    *nsend = 0;
+    if (!L->have_run || n > L->batch) return ST_OTHER;
+    Py_ssize_t k = 0, foreign = 0, dups = 0;
+    int other = 0;
+    if (n >= vec_min) {
+        /* _on_block_compiled: accept_block's verdicts, all against the burst's start */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const uint8_t *p = rec + i * RX_STRIDE;
+            unsigned s;
+            if (!valid_result(L, p, lens[i], &s)) { foreign++; continue; }
+            if (L->hseq[s] != (int64_t)get_be32(p + 8) || L->seen[s]) { dups++; continue; }
+            L->seen[s] = 1;
+            L->acc_slot[k] = s;
+            L->acc_row[k++] = i;
+            if (!ours(L, p, s)) other = 1;
+        }
+        for (Py_ssize_t j = 0; j < k; j++) L->seen[L->acc_slot[j]] = 0;
+        if (other) return ST_OTHER;
+        cnt[CNT_FOREIGN] += foreign;
+        cnt[CNT_DUPS] += dups;
+        if (!k) return 0;
+        double now;
+        if (read_clock(clock, &now) < 0) return -1;
+        sc[SC_LAST_RX] = now;
+        cnt[CNT_RESULTS] += k;
+        /* timers.answered_many */
+        int64_t fresh = 0;
+        double sent = -INFINITY;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            int64_t s = L->acc_slot[j];
+            if (append_rtt(lat, now - L->first[s]) < 0) return -1;
+            fresh += L->retries[s] == 0;
+        }
+        if (fresh) {
+            for (Py_ssize_t j = 0; j < k; j++) {
+                int64_t s = L->acc_slot[j];
+                if (L->retries[s] != 0) continue;
+                fold_rtt(sc, now - L->first[s]);
+                if (L->first[s] > sent) sent = L->first[s];
+            }
+            refresh_rto(sc);
+            sc[SC_PROBES] = 1; sc[SC_PROBE_AT] = -INFINITY;
+        } else {
+            sent = sc[SC_RACK];
+            double p = k < 16 ? sc[SC_PROBES] * (double)(1 << k) : (double)W;
+            sc[SC_PROBES] = p < (double)W ? p : (double)W;
+            sc[SC_PROBE_AT] = -INFINITY;
+        }
+        if (sent > sc[SC_RACK]) sc[SC_RACK] = sent;
+        /* receive._accept_many: values, exponent, then the slots' next chunks out */
+        int64_t e = -129;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            int64_t s = L->acc_slot[j];
+            const uint8_t *p = rec + L->acc_row[j] * RX_STRIDE;
+            L->dl[s] = INFINITY;
+            L->hseq[s] = -1;
+            copy_lanes(L->dst + (L->c0 + L->hci[s]) * LANES, p + INA_HLEN, LANES);
+            if ((int8_t)p[13] > e) e = (int8_t)p[13];
+        }
+        if (e > cnt[CNT_MAX_EXP]) cnt[CNT_MAX_EXP] = e;
+        cnt[CNT_REMAINING] -= k;
+        double rto = sc[SC_RTO_CACHE], base = sc[SC_FLOOR_BASE], frame = sc[SC_FLOOR_FRAME];
+        int64_t ahead = frame != 0 ? on_wire(L) : 0;
+        double min_rto = INFINITY;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            int64_t s = L->acc_slot[j], ci = L->hci[s] + W;
+            double r = rto;
+            if (frame != 0) {
+                double f = base + frame * (double)(ahead + j);
+                r = rto >= f ? rto : f;
+            }
+            if (r < min_rto) min_rto = r;
+            L->hci[s] = ci;
+            arm(L, s, ci, now, r, nsend);
+        }
+        double d = now + min_rto;
+        if (d < sc[SC_NEXT_DL]) sc[SC_NEXT_DL] = d;
+        cnt[CNT_SENT] += k;
+        return 0;
+    }
+    /* _on_packet, one datagram after the other (each result's verdict against the
+     * slot as the ones before left it): a slot answered twice in one burst goes to Python */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *p = rec + i * RX_STRIDE;
+        unsigned s;
+        if (lens[i] < INA_HLEN || !valid_result(L, p, lens[i], &s)) continue;
+        if (L->seen[s]) { other = 1; continue; }
+        if (L->hseq[s] != (int64_t)get_be32(p + 8)) continue;
+        if (!ours(L, p, s)) other = 1;
+        L->seen[s] = 1;
+        L->acc_slot[k++] = s;
+    }
+    for (Py_ssize_t j = 0; j < k; j++) L->seen[L->acc_slot[j]] = 0;
+    if (other) return ST_OTHER;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *p = rec + i * RX_STRIDE;
+        unsigned s;
+        if (lens[i] < INA_HLEN || !valid_result(L, p, lens[i], &s)) { cnt[CNT_FOREIGN]++; continue; }
+        if (L->hseq[s] != (int64_t)get_be32(p + 8)) { cnt[CNT_DUPS]++; continue; }
+        double now;
+        if (read_clock(clock, &now) < 0) return -1;
+        sc[SC_LAST_RX] = now;
+        L->hseq[s] = -1;
+        cnt[CNT_RESULTS]++;
+        /* timers.answered_one */
+        L->dl[s] = INFINITY;
+        double first = L->first[s];
+        if (append_rtt(lat, now - first) < 0) return -1;
+        if (L->retries[s] == 0) {
+            fold_rtt(sc, now - first);
+            refresh_rto(sc);
+            sc[SC_PROBES] = 1; sc[SC_PROBE_AT] = -INFINITY;
+            if (first > sc[SC_RACK]) sc[SC_RACK] = first;
+        } else {
+            double q = sc[SC_PROBES] * 2;
+            sc[SC_PROBES] = q < (double)W ? q : (double)W;
+            sc[SC_PROBE_AT] = -INFINITY;
+        }
+        /* _advance -> _start_one, then the values */
+        int64_t ci = L->hci[s], nci = ci + W;
+        double rto = sc[SC_RTO_CACHE], frame = sc[SC_FLOOR_FRAME];
+        if (frame != 0) {
+            double f = sc[SC_FLOOR_BASE] + frame * (double)on_wire(L);
+            rto = rto >= f ? rto : f;
+        }
+        L->hci[s] = nci;
+        arm(L, s, nci, now, rto, nsend);
+        if (now + rto < sc[SC_NEXT_DL]) sc[SC_NEXT_DL] = now + rto;
+        cnt[CNT_SENT]++;
+        copy_lanes(L->dst + (L->c0 + ci) * LANES, p + INA_HLEN, p[12]);
+        if ((int8_t)p[13] > cnt[CNT_MAX_EXP]) cnt[CNT_MAX_EXP] = (int8_t)p[13];
+        cnt[CNT_REMAINING]--;
+    }
+    return 0;
+}
+
+static PyObject *loop_burst(Loop *L, PyObject *args) {
+    PyObject *ro, *lo_, *clock, *lat;
+    Py_ssize_t n, vec_min;
+    if (!PyArg_ParseTuple(args, "OOnnOO!", &ro, &lo_, &n, &vec_min, &clock, &PyList_Type, &lat)) return NULL;
+    Py_buffer r, l;
+    if (get_buf(ro, &r, 0, "rec") < 0) return NULL;
+    if (get_buf(lo_, &l, 0, "lens") < 0) { PyBuffer_Release(&r); return NULL; }
+    PyObject *res = NULL;
+    if (n < 0 || r.len < n * RX_STRIDE || l.itemsize != 8 || l.len / 8 < n) {
+        PyErr_SetString(PyExc_ValueError, "_hostpath.Loop.burst: rec n x 320 bytes, int64 lens >= n");
+    } else {
+        int64_t nsend = 0;
+        int st = do_burst(L, (const uint8_t *)r.buf, (const int64_t *)l.buf, n, vec_min, clock, lat, &nsend);
+        if (st >= 0) res = Py_BuildValue("iL", st, (long long)nsend);
+    }
+    PyBuffer_Release(&r); PyBuffer_Release(&l);
+    return res;
+}
+
+/* sendmmsg of the burst's sends; _mmsg.MmsgUdp.send's error handling */
+static int send_burst(Loop *L, int64_t nsend) {
+    for (int64_t j = 0; j < nsend; j++) {
+        L->siov[j].iov_base = L->pkts + L->txo[j];
+        L->siov[j].iov_len = (size_t)L->txl[j];
+    }
+    int64_t done = 0;
+    while (done < nsend) {
+        int r = sendmmsg(L->fd, L->sh + done, (unsigned)(nsend - done), 0);
+        if (r <= 0) {
+            int e = r < 0 ? errno : 0;
+            if (e == EINTR) continue;
+            if (e == EBADF) { PyErr_SetFromErrno(PyExc_OSError); return -1; }
+            r = 1;                               /* a refused datagram: a loss the timers cover */
+            L->cnt[CNT_SEND_ERRORS]++;
+        }
+        done += r;
+    }
+    return 0;
+}
+
+static PyObject *loop_run(Loop *L, PyObject *args) {
+    double stop_at;
+    int keep;
+    Py_ssize_t max_pkts, vec_min;
+    PyObject *lat;
+    Py_ssize_t coalesce;
+    if (!PyArg_ParseTuple(args, "dpnnO!n", &stop_at, &keep, &max_pkts, &vec_min, &PyList_Type, &lat, &coalesce))
+        return NULL;
+    if (L->fd < 0) { PyErr_SetString(PyExc_ValueError, "_hostpath.Loop.run: no socket"); return NULL; }
+    Py_ssize_t total = 0;
+    int napped = 0;
+    double t_empty = mono_now();
+    for (;;) {
+        int n = recvmmsg(L->fd, L->rh, (unsigned)L->batch, MSG_DONTWAIT, NULL);
+        if (n < 0) {
+            int e = errno;
+            if (e != EAGAIN && e != EWOULDBLOCK && e != EINTR && e != ECONNREFUSED) {
+                PyErr_SetFromErrno(PyExc_OSError);
+                return NULL;
+            }
+            n = 0;
+        }
+        if (n > 0) {
+            for (int i = 0; i < n; i++) L->lens[i] = L->rh[i].msg_len;
+            int64_t nsend = 0;
+            int st = do_burst(L, L->rec, L->lens, n, vec_min, Py_None, lat, &nsend);
+            if (st < 0) return NULL;
+            if (st == ST_OTHER) return Py_BuildValue("ind", ST_OTHER, (Py_ssize_t)n, t_empty);
+            if (nsend && send_burst(L, nsend) < 0) return NULL;
+            L->cnt[CNT_BURSTS]++;
+            napped = 0;
+            total += n;
+            if (total >= max_pkts) return Py_BuildValue("ind", ST_BUDGET, total, t_empty);
+            if (keep && mono_now() >= L->sc[SC_NEXT_DL])      /* a flow that never pauses */
+                return Py_BuildValue("ind", ST_TIMER, total, t_empty);
+            continue;
+        }
+        double t = t_empty = mono_now();
+        if (!keep) return Py_BuildValue("ind", ST_IDLE, total, t_empty);
+        double next = L->sc[SC_NEXT_DL];
+        if (t >= next) return Py_BuildValue("ind", ST_TIMER, total, t_empty);
+        if (t >= stop_at) return Py_BuildValue("ind", ST_IDLE, total, t_empty);
+        double until = next < stop_at ? next : stop_at, w = until - t;
+        /* Coalescing: with many chunks on the wire, answers trickle in a few at a
+         * time, and waking for each few costs a context switch and three system
+         * calls; nap for about `coalesce` answers' time (the window's answers arrive
+         * over one round trip) and take them as one burst. At most 1 ms, never past
+         * a timer, once per empty socket (a nap that found nothing: ppoll). */
+        if (coalesce > 0 && !napped && !isnan(L->sc[SC_SRTT])) {
+            int64_t fly = on_wire(L);
+            if (fly >= 2 * coalesce) {
+                double x = L->sc[SC_SRTT] * (double)coalesce / (double)fly;
+                if (x > 1e-3) x = 1e-3;
+                if (x > w) x = w;
+                if (x > 20e-6) {
+                    struct timespec nap = {0, (long)(x * 1e9)};
+                    napped = 1;
+                    L->cnt[CNT_NAPS]++;
+                    Py_BEGIN_ALLOW_THREADS
+                    nanosleep(&nap, NULL);
+                    Py_END_ALLOW_THREADS
+                    if (PyErr_CheckSignals() < 0) return NULL;
+                    continue;
+                }
+            }
+        }
+        napped = 0;
+        struct timespec ts = {(time_t)w, (long)((w - (double)(time_t)w) * 1e9)};
+        struct pollfd pfd = {L->fd, POLLIN, 0};
+        int pr;
+        L->cnt[CNT_SLEEPS]++;
+        Py_BEGIN_ALLOW_THREADS
+        pr = ppoll(&pfd, 1, &ts, NULL);
+        Py_END_ALLOW_THREADS
+        if (pr < 0 && errno != EINTR) { PyErr_SetFromErrno(PyExc_OSError); return NULL; }
+        if (PyErr_CheckSignals() < 0) return NULL;
+    }
+}
+
+static PyMethodDef loop_methods[] = {
+    {"set_run", (PyCFunction)loop_set_run, METH_VARARGS, "the run whose results the loop takes in"},
+    {"clear_run", (PyCFunction)loop_clear_run_py, METH_NOARGS, "no run: every burst goes to Python"},
+    {"burst", (PyCFunction)loop_burst, METH_VARARGS, "one received burst"},
+    {"run", (PyCFunction)loop_run, METH_VARARGS, "receive/accept/send on the socket"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LoopType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hosts.ina._hostpath.Loop",
+    .tp_basicsize = sizeof(Loop),
+    .tp_dealloc = (destructor)loop_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "the INA worker's steady-state receive/send loop",
+    .tp_methods = loop_methods,
+    .tp_init = (initproc)loop_init,
+    .tp_new = PyType_GenericNew,
+};
+
 static PyObject *constants(PyObject *self, PyObject *noargs) {
-    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i}", "INA_HLEN", INA_HLEN, "MAX_VALUES_PER_PACKET", LANES,
-                         "RX_STRIDE", RX_STRIDE, "INA_VERSION", INA_VERSION, "FLAG_RESULT", FLAG_RESULT);
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "INA_HLEN", INA_HLEN, "MAX_VALUES_PER_PACKET", LANES,
+                         "RX_STRIDE", RX_STRIDE, "INA_VERSION", INA_VERSION, "FLAG_RESULT", FLAG_RESULT,
+                         "LOOP_SC", SC_N, "LOOP_CNT", CNT_N);
 }
 
 static PyMethodDef methods[] = {
@@ -308,4 +851,13 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hostpath", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__hostpath(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__hostpath(void) {
+    if (PyType_Ready(&LoopType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&LoopType);
+    if (PyModule_AddObject(m, "Loop", (PyObject *)&LoopType) < 0) {
+        Py_DECREF(&LoopType); Py_DECREF(m); return NULL;
+    }
+    return m;
+}

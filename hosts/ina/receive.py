@@ -8,10 +8,13 @@ _VEC_MIN or more are parsed and applied with numpy at once.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from hosts.ina.chunks import _I32, LANES, RX_DTYPE, RX_STRIDE, Seg
 from hosts.ina.handles import InaError
+from hosts.ina.hostloop import OTHER
 from testbed import wire
 
 _H = wire.HEADER_STRUCT
@@ -20,8 +23,13 @@ _VEC_MIN = 6          # results in one burst from which the vectorized path is u
 
 
 class ResultIntake:
-    def _receive(self, timeout: float) -> int:
-        """Wait up to `timeout` for results, then take in up to DRAIN of them."""
+    def _receive(self, timeout: float, keep: bool = False) -> int:
+        """Wait up to `timeout` for results, then take in up to DRAIN of them.
+        keep (wait's call): the compiled loop on a socket goes on taking bursts
+        in until `timeout` passes or a timer is due (hosts/ina/hostloop.py)."""
+        lp = self._loop
+        if lp is not None and self._hot is not None and lp.fd >= 0:
+            return self._receive_loop(lp, timeout, keep)
         n = 0
         rb = self._rx_block
         if rb is not None:
@@ -31,11 +39,9 @@ class ResultIntake:
                 if not k:
                     break
                 n += k
-                if k < _VEC_MIN:
-                    for i in range(k):
-                        self._on_packet(rec[i:i + 1].tobytes()[:int(lens[i])])
-                else:
-                    self._on_block(rec, lens)
+                if self._hot is not None and lp is not None and self._loop_burst(lp, rec, lens, k):
+                    continue
+                self._on_burst(rec, lens, k)
             if self._held.any():
                 self._release(self._clock())
             return n
@@ -48,19 +54,77 @@ class ResultIntake:
                 break
             b = recv(0.0)
         n = len(bufs)
-        if n < _VEC_MIN:
+        if n < _VEC_MIN and (self._hot is None or lp is None):
             for b in bufs:
                 self._on_packet(b)
-        else:
+        elif n:
             rec = np.zeros(n, RX_DTYPE)
             raw = rec.view(np.uint8).reshape(n, RX_STRIDE)
             for i, b in enumerate(bufs):
                 m = min(len(b), RX_STRIDE)
                 raw[i, :m] = np.frombuffer(b, np.uint8, m)
-            self._on_block(rec, np.fromiter(map(len, bufs), np.int64, n))
+            lens = np.fromiter(map(len, bufs), np.int64, n)
+            if self._hot is None or lp is None or not self._loop_burst(lp, rec, lens, n):
+                if n < _VEC_MIN:
+                    for b in bufs:
+                        self._on_packet(b)
+                else:
+                    self._on_block(rec, lens)
         if self._held.any():
             self._release(self._clock())
         return n
+
+    def _on_burst(self, rec: np.ndarray, lens: np.ndarray, k: int) -> None:
+        """A received burst, the Python path: one datagram at a time when small."""
+        if k < _VEC_MIN:
+            for i in range(k):
+                self._on_packet(rec[i:i + 1].tobytes()[:int(lens[i])])
+        else:
+            self._on_block(rec, lens)
+
+    # -- the compiled loop (hosts/ina/hostloop.py) ------------------------------------------
+    def _loop_burst(self, lp, rec: np.ndarray, lens: np.ndarray, k: int) -> bool:
+        """One burst through Loop.burst, its sends through the io; False: not the
+        hot run's, left for the Python path (nothing changed)."""
+        seg = self._hot
+        h = seg.handle
+        lp.bind(seg)
+        lp.push(h)
+        try:
+            st, ns = lp.c.burst(rec, np.ascontiguousarray(lens, np.int64), k, _VEC_MIN, lp.clock,
+                                self.stats.latencies_s)
+        finally:
+            lp.pull(h, self.stats)
+        if st:
+            return False
+        if ns:
+            if self._tx_many is not None:
+                self._tx_many(seg.addr, lp.txo[:ns], lp.txl[:ns])
+            else:
+                send, buf = self.io.send, seg.buf
+                for o, ln in zip(lp.txo[:ns].tolist(), lp.txl[:ns].tolist()):
+                    send(buf[o:o + ln].tobytes())
+        return True
+
+    def _receive_loop(self, lp, timeout: float, keep: bool) -> int:
+        """Loop.run on the socket; a burst that is not the hot run's goes through
+        the Python path, then back to the caller (it may have completed a handle)."""
+        h = self._hot.handle
+        lp.bind(self._hot)
+        lp.push(h)
+        try:
+            st, k, _ = lp.c.run(time.monotonic() + timeout, keep, DRAIN if not keep else 16 * DRAIN,
+                                _VEC_MIN, self.stats.latencies_s, lp.coalesce)
+        finally:
+            errors = lp.pull(h, self.stats)
+            if errors:
+                self.io.count_send_errors(errors)
+        lp.returns[st] += 1
+        if st == OTHER:
+            self._on_burst(lp.rec, lp.lens[:k], k)
+            if self._held.any():
+                self._release(self._clock())
+        return k
 
     def _on_packet(self, buf: bytes) -> None:
         if len(buf) < wire.INA_HLEN:

@@ -43,7 +43,11 @@ sendmmsg when the io has `send_many`/`recv_block` (UdpIo on Linux). One-chunk
 vectors (P4SGD micro-batches) take a scalar path (struct, one sendto).
 Where `make setup` built hosts/ina/_hostpath.c, quantizing, packet building and
 burst result handling run compiled (hosts/ina/hostpath.py; `impl`, stats.impl),
-the numpy code above being their reference.
+the numpy code above being their reference; so does the steady state of the
+newest bulk run (`_hot`): its results taken in, their slots' next chunks armed
+and sent, and on a UdpIo the recvmmsg/sendmmsg and the wait itself, by one C
+call per loop pass (hosts/ina/hostloop.py) that hands anything else (another
+run's results, a run's last window, a due timer) back to the Python code here.
 
 Values. float input + op "sum": fixed point with a shared scale (see
 hosts/ina/fixed_point.py): by default one MAX round per tensor agrees on the
@@ -83,6 +87,7 @@ from hosts.ina.chunks import (FRAME_BYTES, LANES, PKT_DTYPE, PKT_SIZE, RX_DTYPE,
                               as_int32_bits, build_packets, chunk_exponents, exponent_packet,
                               result_values)
 from hosts.ina.cwnd import CongestionWindow
+from hosts.ina.hostloop import HostLoop
 from hosts.ina.handles import OPS, InaError, InaHandle, InaIo, InaStats, InaTimeoutError
 from hosts.ina.in_process import Impair, InProcessIo, InProcessSwitch, drive
 from hosts.ina.timers import RetransmitTimers, timeout_error
@@ -143,6 +148,11 @@ class InaClient(receive.ResultIntake):
         self._cc = CongestionWindow(window, adaptive=congestion_window)
         self.timers.on_clean_answers = self._cc.on_answers
         self._held = np.zeros(window, bool)
+        # The steady-state loop in C (hosts/ina/hostloop.py) for the bulk run `_hot`,
+        # where the packet loops are compiled and the window is not adaptive.
+        self._hot: Seg | None = None
+        self._loop = (HostLoop(self._hp, self) if self._hp is not None and not congestion_window
+                      else None)
 
     # the timer settings as the client's (expect_delay may raise them)
     timeout_s = property(lambda self: self.timers.timeout_s)
@@ -234,7 +244,7 @@ class InaClient(receive.ResultIntake):
                     raise TimeoutError(f"INA job {self.job_id}: handle {handle.id} not complete "
                                        f"after {timeout} s (wait timeout; the transport is still retrying)")
                 wait_s = min(wait_s, end - now)
-            self._receive(wait_s)
+            self._receive(wait_s, True)
         self._raise_fatal()
         if handle.error is not None:
             raise handle.error
@@ -295,10 +305,13 @@ class InaClient(receive.ResultIntake):
             self._start_many(seg, ss, self.win.hci[ss], now)
 
     def _start_one(self, seg: Seg, s: int, ci: int, now: float, admitted: bool = False) -> None:
-        if not admitted and self._cc.room(self.win.in_flight) < 1:
+        # the room check counts the window (O(window)): only an adaptive window needs it
+        if not admitted and self._cc.adaptive and self._cc.room(self.win.in_flight) < 1:
             self._held[s] = True
             return
         self._held[s] = False          # also when _start_seg starts a held slot first
+        if seg.n > self.window:
+            self._hot = seg
         hseq = self.win.hseq
         self.timers.arm_one(s, now, self.timers.first_rto(hseq))
         hseq[s] = seg.seq0 + ci
@@ -317,7 +330,9 @@ class InaClient(receive.ResultIntake):
     def _start_many(self, seg: Seg, ss: np.ndarray, cis: np.ndarray, now: float) -> None:
         """Put chunks cis of `seg` (heads of slots ss, not on the wire) on the wire."""
         k = len(ss)
-        room = self._cc.room(self.win.in_flight)
+        if seg.n > self.window:
+            self._hot = seg           # the bulk run the compiled loop takes results for
+        room = self._cc.room(self.win.in_flight) if self._cc.adaptive else k
         if room < k:                  # the oldest go, the rest wait in _held
             order = np.argsort((seg.seq0 + cis - self.win.next_seq) % self.seq_space, kind="stable")
             self._held[ss[order[max(room, 0):]]] = True
@@ -407,6 +422,10 @@ class InaClient(receive.ResultIntake):
                 elif not self._warned_saturation:
                     self._warned_saturation = True
                     log.warning("%s (counted in stats.saturated_results; warning once)", msg)
+        if self._hot is not None and self._hot.handle is h:
+            self._hot = None
+            if self._loop is not None:
+                self._loop.unbind()       # lets go of the handle's rows
         h.ints = h.ints2d = None
         h.segs = []
         h.completed_at = now

@@ -51,6 +51,17 @@ class UdpIo:
     def send_errors(self) -> int:
         return self._send_errors + (self._mm.send_errors if self._mm is not None else 0)
 
+    def loop_socket(self) -> tuple[int, bytes] | None:
+        """(fd, the switch's sockaddr_in) for the compiled loop (hosts/ina/hostloop.py),
+        which then reads and writes the socket itself; None without recvmmsg/sendmmsg."""
+        if self._mm is None:
+            return None
+        return self.sock.fileno(), bytes(self._mm._name)[:16]
+
+    def count_send_errors(self, n: int) -> None:
+        """Datagrams the compiled loop's sendmmsg could not send (losses, as send's)."""
+        self._send_errors += n
+
     def send(self, payload: bytes) -> None:
         try:
             self.sock.sendto(payload, self.switch)

@@ -32,6 +32,9 @@ class InaParams(BaseModel):
     scale_exp: Optional[int] = Field(None, ge=-64, le=64, description=(
         "Fixed-point scale 2^k shared by all workers; null agrees on one per tensor (one extra "
         "MAX round trip), a fixed k saves that round trip for latency-bound small vectors."))
+    impl: Optional[Literal["compiled", "python"]] = Field(None, description=(
+        "The workers' packet and receive/send loops: compiled (hosts/ina/_hostpath.c, built by "
+        "make setup) or python (the numpy reference); null: compiled where built."))
 
 
 @register_workload
