@@ -150,6 +150,20 @@ static PyObject *RxRing_ready(RxRing *self, PyObject *unused) {
     return PyBool_FromLong(self->map && slot_ready(self));
 }
 
+/* Frames waiting, from the head on (tests: know that the kernel delivered them). */
+static PyObject *RxRing_pending(RxRing *self, PyObject *unused) {
+    unsigned n = 0;
+    if (self->map) {
+        unsigned i = self->head;
+        while (n < self->frame_nr
+               && (__atomic_load_n(&slot(self, i)->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER)) {
+            n++;
+            i = i + 1 == self->frame_nr ? 0 : i + 1;
+        }
+    }
+    return PyLong_FromUnsignedLong(n);
+}
+
 static PyObject *RxRing_close(RxRing *self, PyObject *unused) {
     if (self->map) {
         munmap(self->map, self->map_len);
@@ -169,6 +183,7 @@ static PyObject *RxRing_get_frames(RxRing *self, void *c) {
 static PyMethodDef RxRing_methods[] = {
     {"recv", (PyCFunction)RxRing_recv, METH_O, "recv(max_frames) -> (list[bytes], nbytes)"},
     {"ready", (PyCFunction)RxRing_ready, METH_NOARGS, "a frame waits in the ring"},
+    {"pending", (PyCFunction)RxRing_pending, METH_NOARGS, "frames waiting in the ring"},
     {"close", (PyCFunction)RxRing_close, METH_NOARGS, "unmap the ring (the socket stays open)"},
     {NULL}};
 
