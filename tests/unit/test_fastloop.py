@@ -62,9 +62,9 @@ def test_the_l2_table_follows_every_change():
 @needs_pktio
 def test_engine_refuses_bad_input_with_its_reason():
     E = dataplane._pktio.Engine
-    with pytest.raises(TypeError, match=r"\(port_no, RxRing, fd\)"):
-        E([(1, object(), 3)])
-    e = E([])
+    with pytest.raises(TypeError, match=r"\(port_no, RxRing, ifindex\)"):
+        E([(1, object(), 3)], -1)
+    e = E([], -1)
     with pytest.raises(ValueError, match="sorted by MAC"):
         e.set_l2(struct.pack("=QqQq", 5, 1, 4, 2), True, [1, 2])
     with pytest.raises(ValueError, match=r"\(u64, i64\) pairs"):
@@ -79,6 +79,6 @@ def test_engine_refuses_bad_input_with_its_reason():
 
 @needs_pktio
 def test_engine_refuses_what_is_not_a_ring_program():
-    e = dataplane._pktio.Engine([])
+    e = dataplane._pktio.Engine([], -1)
     with pytest.raises(ValueError):            # not a ring_program capsule
         e.run(1, object(), object(), ())

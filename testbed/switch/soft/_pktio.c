@@ -29,6 +29,8 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <arpa/inet.h>
+#include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <stdint.h>
 #include <string.h>
@@ -288,15 +290,19 @@ static PyObject *send_frames(PyObject *mod, PyObject *args) {
 
 /* --- Engine: the switch loop's per-frame work, compiled ----------------------
  *
- * Engine(ports): ports = [(port_no, RxRing, fd)], the switch's ring ports.
+ * Engine(ports, tx_fd): ports = [(port_no, RxRing, ifindex)], the switch's
+ *   ring ports; tx_fd: one AF_PACKET socket, not bound, that sends for all of
+ *   them (each message names its interface), so one loop pass makes one
+ *   sendmmsg whatever the number of ports. (Measured against a sendmmsg per
+ *   port: bench/switch_ringpath.py, results/bench/ring_fastpath.md.)
  * run(max_per_ring, program, api, args): for each ring in order, up to
  *   max_per_ring frames, read in place in their slots (no bytes object): a
  *   program (a RING_PROGRAM_CAPSULE `api`, e.g. the INA datapath) sees each
  *   frame first; the frames it does not take, and every frame when program is
  *   None, go through the L2 table (the forward program: dst MAC -> port,
  *   hairpin dropped, a miss flooded or dropped). What leaves is copied into a
- *   per-port send buffer, sent with one sendmmsg per port at the end (or when
- *   the buffer fills). Returns the frames read, or (frames read, [(port_no,
+ *   send buffer, sent with one sendmmsg at the end (or when the buffer fills),
+ *   in arrival order. Returns the frames read, or (frames read, [(port_no,
  *   errno)]) when a send found a port gone (the Python side decides down or not).
  * set_l2(table, flood, flood_ports): table = bytes of (u64 MAC, i64 port)
  *   pairs sorted by MAC (the MAC as a big-endian number); flood_ports = the
@@ -308,20 +314,16 @@ static PyObject *send_frames(PyObject *mod, PyObject *args) {
  *   report them.
  */
 #define PORT_INDEX 4096            /* port numbers the engine maps directly */
-#define STAGE_BYTES (512u << 10)   /* per port send buffer */
+#define STAGE_BYTES (1u << 20)     /* the send buffer */
 
 enum { F_HITS, F_MISSES, F_FLOODED, F_FLOOD_COPIES, F_DROPPED_MISS, F_HAIRPIN, N_FWD };
 
 typedef struct {
     long no;
-    int fd, down, gone_errno;
+    int down, gone_errno;
+    struct sockaddr_ll to;               /* its interface, for the shared send socket */
     RxRing *ring;                        /* owned reference */
     long long rx, rx_bytes, tx, tx_bytes, tx_dropped;
-    uint8_t *buf;
-    size_t used;
-    unsigned n;
-    struct iovec iov[MAX_SEND];
-    struct mmsghdr msgs[MAX_SEND];
 } EPort;
 
 typedef struct {
@@ -338,13 +340,18 @@ typedef struct {
     long long fwd[N_FWD];
     long long bad_port;                  /* frames to a port number the switch lacks */
     int gone;                            /* a port-gone errno is waiting for Python */
+    int tx_fd;
+    uint8_t *buf;                        /* staged frames, STAGE_BYTES */
+    size_t used;
+    unsigned n;
+    int16_t msg_port[MAX_SEND];          /* ports[] index of each staged message */
+    struct iovec iov[MAX_SEND];
+    struct mmsghdr msgs[MAX_SEND];
 } Engine;
 
 static void Engine_free_ports(Engine *e) {
-    for (int i = 0; i < e->nports; i++) {
+    for (int i = 0; i < e->nports; i++)
         Py_XDECREF(e->ports[i].ring);
-        free(e->ports[i].buf);
-    }
     free(e->ports);
     e->ports = NULL;
     e->nports = 0;
@@ -355,14 +362,19 @@ static void Engine_dealloc(Engine *e) {
     free(e->macs);
     free(e->mac_port);
     free(e->flood_ports);
+    free(e->buf);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
 static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
     PyObject *seq;
-    if (!PyArg_ParseTuple(args, "O", &seq)) return -1;
+    int tx_fd;
+    if (!PyArg_ParseTuple(args, "Oi", &seq, &tx_fd)) return -1;
     if (e->ports) { PyErr_SetString(PyExc_RuntimeError, "Engine already initialised"); return -1; }
-    PyObject *fast = PySequence_Fast(seq, "Engine(ports): ports must be a sequence of (port_no, RxRing, fd)");
+    e->buf = malloc(STAGE_BYTES);
+    if (!e->buf) { PyErr_NoMemory(); return -1; }
+    e->tx_fd = tx_fd;
+    PyObject *fast = PySequence_Fast(seq, "Engine(ports, tx_fd): ports must be a sequence of (port_no, RxRing, ifindex)");
     if (!fast) return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
     for (int i = 0; i < PORT_INDEX; i++) e->index[i] = -1;
@@ -371,19 +383,20 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
     for (Py_ssize_t i = 0; i < n; i++) {
         long no;
         PyObject *ring;
-        int fd;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "lO!i;Engine: each port is (port_no, RxRing, fd)",
-                              &no, &RxRingType, &ring, &fd))
+        int ifindex;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "lO!i;Engine: each port is (port_no, RxRing, ifindex)",
+                              &no, &RxRingType, &ring, &ifindex))
             goto fail;
         if (no < 0 || no >= PORT_INDEX || e->index[no] >= 0) {
             PyErr_Format(PyExc_ValueError, "Engine: port number %ld repeated or outside 0..%d", no, PORT_INDEX - 1);
             goto fail;
         }
         EPort *p = &e->ports[i];
-        p->buf = malloc(STAGE_BYTES);
-        if (!p->buf) { PyErr_NoMemory(); goto fail; }
         p->no = no;
-        p->fd = fd;
+        /* As a socket bound to the interface with ETH_P_ALL sends (the mmsg path). */
+        p->to.sll_family = AF_PACKET;
+        p->to.sll_protocol = htons(ETH_P_ALL);
+        p->to.sll_ifindex = ifindex;
         Py_INCREF(ring);
         p->ring = (RxRing *)ring;
         e->nports = (int)i + 1;
@@ -444,17 +457,20 @@ static inline int port_gone_errno(int err) {
     return err == ENETDOWN || err == ENXIO || err == ENODEV || err == EBADF;
 }
 
-/* One port's staged frames out, as dataplane.AfPacketPort._send_mmsg does it:
- * a full socket buffer waits once (5 ms), then tail-drops; a port gone drops
- * the rest and is reported; any other error drops that one frame. */
-static void flush_port(Engine *e, EPort *p) {
-    unsigned pos = 0, n = p->n;
+/* The staged frames out, as dataplane.AfPacketPort._send_mmsg does it per
+ * port: a full socket buffer waits once (5 ms), then tail-drops; a port gone
+ * drops that frame and is reported; any other error drops that one frame. */
+static void flush(Engine *e) {
+    unsigned pos = 0, n = e->n;
     int waited = 0;
     while (pos < n) {
-        int r = sendmmsg(p->fd, p->msgs + pos, n - pos, MSG_DONTWAIT);
+        int r = sendmmsg(e->tx_fd, e->msgs + pos, n - pos, MSG_DONTWAIT);
         if (r > 0) {
-            for (unsigned i = pos; i < pos + (unsigned)r; i++) p->tx_bytes += p->iov[i].iov_len;
-            p->tx += r;
+            for (unsigned i = pos; i < pos + (unsigned)r; i++) {
+                EPort *p = &e->ports[e->msg_port[i]];
+                p->tx++;
+                p->tx_bytes += e->iov[i].iov_len;
+            }
             pos += r;
             continue;
         }
@@ -462,24 +478,26 @@ static void flush_port(Engine *e, EPort *p) {
         if (err == EINTR) continue;
         if (err == EAGAIN && !waited) {
             waited = 1;
-            struct pollfd pf = {.fd = p->fd, .events = POLLOUT};
+            struct pollfd pf = {.fd = e->tx_fd, .events = POLLOUT};
             Py_BEGIN_ALLOW_THREADS
             poll(&pf, 1, 5);
             Py_END_ALLOW_THREADS
             continue;
         }
+        if (err == EAGAIN) {
+            for (unsigned i = pos; i < n; i++) e->ports[e->msg_port[i]].tx_dropped++;
+            break;
+        }
+        EPort *p = &e->ports[e->msg_port[pos]];
         if (port_gone_errno(err)) {
             p->gone_errno = err;
             e->gone = 1;
-            p->tx_dropped += n - pos;
-            break;
         }
-        if (err == EAGAIN) { p->tx_dropped += n - pos; break; }
-        p->tx_dropped++;            /* ENOBUFS, EMSGSIZE, ...: this frame */
+        p->tx_dropped++;            /* ENOBUFS, EMSGSIZE, a port gone, ...: this frame */
         pos++;
     }
-    p->n = 0;
-    p->used = 0;
+    e->n = 0;
+    e->used = 0;
 }
 
 static int engine_emit(void *ctx, long port, const uint8_t *prefix, Py_ssize_t pl,
@@ -490,16 +508,20 @@ static int engine_emit(void *ctx, long port, const uint8_t *prefix, Py_ssize_t p
     if (p->down) { p->tx_dropped++; return 0; }
     size_t need = (size_t)pl + (size_t)plen;
     if (need > STAGE_BYTES) { p->tx_dropped++; return 0; }
-    if (p->n == MAX_SEND || p->used + need > STAGE_BYTES) flush_port(e, p);
-    uint8_t *dst = p->buf + p->used;
+    if (e->n == MAX_SEND || e->used + need > STAGE_BYTES) flush(e);
+    uint8_t *dst = e->buf + e->used;
     if (pl) memcpy(dst, prefix, pl);
     memcpy(dst + pl, payload, plen);
-    p->iov[p->n].iov_base = dst;
-    p->iov[p->n].iov_len = need;
-    p->msgs[p->n].msg_hdr.msg_iov = &p->iov[p->n];
-    p->msgs[p->n].msg_hdr.msg_iovlen = 1;
-    p->used += need;
-    p->n++;
+    unsigned k = e->n;
+    e->iov[k].iov_base = dst;
+    e->iov[k].iov_len = need;
+    e->msgs[k].msg_hdr.msg_iov = &e->iov[k];
+    e->msgs[k].msg_hdr.msg_iovlen = 1;
+    e->msgs[k].msg_hdr.msg_name = &p->to;
+    e->msgs[k].msg_hdr.msg_namelen = sizeof p->to;
+    e->msg_port[k] = (int16_t)(p - e->ports);
+    e->used += need;
+    e->n++;
     return 0;
 }
 
@@ -576,8 +598,7 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
         }
     }
     /* Staged frames leave even when a program failed (they were decided). */
-    for (int i = 0; i < e->nports; i++)
-        if (e->ports[i].n) flush_port(e, &e->ports[i]);
+    if (e->n) flush(e);
     if (failed) return NULL;
     if (!e->gone) return PyLong_FromLongLong(got);
     e->gone = 0;

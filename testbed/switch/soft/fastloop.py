@@ -4,7 +4,8 @@
 receive ring in place, runs the program on each frame (the compiled INA
 datapath through its `ring_program` capsule, or the forward program's L2
 table in C) and sends what leaves with one sendmmsg per port. No Python object
-is made per frame.
+is made per frame. One unbound AF_PACKET socket sends for every port (each
+message names its interface): one sendmmsg per pass, not one per port.
 
 It runs a batch only when nothing Python-side has to see the frames: no
 pcaps, no active impairments or dilation, nothing in the delay queues, and a
@@ -19,6 +20,7 @@ one batch (the same frames; order differs only across those kinds).
 """
 from __future__ import annotations
 
+import socket
 import struct
 import threading
 from dataclasses import dataclass
@@ -63,8 +65,17 @@ class RingLoop:
 
     def __init__(self, ports: dict[int, Any]):
         self.ports = dict(ports)
-        self.engine = dataplane._pktio.Engine(
-            [(no, io.ring, io.fileno()) for no, io in self.ports.items()])
+        # Protocol 0 and never bound: it receives nothing, only sends.
+        self.tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        try:
+            dataplane._set_buf(self.tx, dataplane.SO_SNDBUFFORCE, socket.SO_SNDBUF,
+                               (8 << 20) * max(1, len(self.ports)))  # as much as a socket per port
+            self.engine = dataplane._pktio.Engine(
+                [(no, io.ring, socket.if_nametoindex(io.name)) for no, io in self.ports.items()],
+                self.tx.fileno())
+        except BaseException:
+            self.tx.close()
+            raise
         self._l2_for: tuple[int, int] | None = None    # (id(forwarder), forwarder.version)
         self._forwarder: ForwardingPipeline | None = None
         self.bad_port_drops = 0
@@ -113,3 +124,8 @@ class RingLoop:
             fw._flood_copies += copies
             fw._dropped_miss += dropped_miss
             fw._dropped_hairpin += hairpin
+
+    def close(self) -> None:
+        """Fold the counts, close the send socket (the ports stay open)."""
+        self.fold()
+        self.tx.close()

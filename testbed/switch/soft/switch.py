@@ -300,7 +300,7 @@ class SoftSwitch:
                             ring_objs = [io.ring for io in rings.values()]
                             ready.remove(no)
                             if fastpath:
-                                self.ring_loop.fold()
+                                self.ring_loop.close()
                                 self.ring_loop = RingLoop(rings)
                 got_any = False
                 # The compiled path, when nothing Python-side must see these frames.
@@ -458,6 +458,9 @@ class SoftSwitch:
             for w in (*self.pcap_in.values(), *self.pcap_out.values()):
                 w.close()
             st = self.stats(final=True)
+        if getattr(self, "ring_loop", None) is not None:
+            self.ring_loop.close()
+            self.ring_loop = None
         for io in self.ports.values():
             try:
                 io.close()
