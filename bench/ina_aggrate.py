@@ -29,7 +29,7 @@ NAME = "ina_aggrate"
 FULL = {"size": 1 << 20, "iterations": 3, "workers": [2, 4, 8], "repeats": 1}
 QUICK = {"size": 1 << 16, "iterations": 2, "workers": [2, 4], "repeats": 1}
 IMPLS = ["compiled", "reference"]           # switch.options.pipeline_impl
-IO_IMPLS = ["mmap_ring", "mmsg"]            # switch.options.io_impl
+IO_IMPLS = ["ring_fastpath", "mmap_ring", "mmsg"]   # switch.options.io_impl
 
 
 def scenario(p: dict) -> str:
@@ -66,6 +66,8 @@ def table(res: dict) -> str:
         L.append(f"N={n}: mmap_ring/mmsg input rate x{ratio} (pipeline compiled)")
     for n, ratio in res.get("host_ratios", {}).items():
         L.append(f"N={n}: workers compiled/python input rate x{ratio}")
+    for n, ratio in res.get("fast_ratios", {}).items():
+        L.append(f"N={n}: ring_fastpath/mmap_ring input rate x{ratio} (pipeline compiled)")
     return "\n".join(L)
 
 
@@ -95,6 +97,7 @@ def run(out_dir: str | Path, quick: bool = False, repeats: int | None = None,
         st = run_data.switch_stats(r["label"])
         r["switch_pipeline_impl"] = st.get("pipeline_impl")
         r["switch_io_impl"] = st.get("io_impl")
+        r["switch_packet_path"] = st.get("packet_path")   # frames per path: compiled / python
     res["rows"] = rows
 
     def best(n: int, impl: str, io: str, host: str | None = None) -> float | None:
@@ -115,6 +118,9 @@ def run(out_dir: str | Path, quick: bool = False, repeats: int | None = None,
                       for h in ("compiled", "python"))
             if hc and hp:
                 res.setdefault("host_ratios", {})[n] = round(hc / hp, 2)
+        fast = best(n, "compiled", "ring_fastpath")
+        if fast and ring:
+            res.setdefault("fast_ratios", {})[n] = round(fast / ring, 2)
     res["command"] = res["run"]["command"]
     res["table"] = table(res)
     return save(res)

@@ -139,10 +139,13 @@ def _host_setup(h) -> None:
 # process and its autogroup), since the bridge's forwarding runs in softirq,
 # ahead of every process, while the soft switch competes with the hosts.
 PAIRS = {"bridge": ("s1", "h1", "h2"), "soft": ("s2", "h3", "h4"), "soft_prio": ("s3", "h5", "h6"),
-         "soft_mmsg": ("s4", "h7", "h8"), "soft_prio_mmsg": ("s5", "h9", "h10")}
-# The soft kinds' io_impl (switch.options.io_impl): the *_mmsg ones are the recvmmsg path.
+         "soft_mmsg": ("s4", "h7", "h8"), "soft_prio_mmsg": ("s5", "h9", "h10"),
+         "soft_fast": ("s6", "h11", "h12"), "soft_prio_fast": ("s7", "h13", "h14")}
+# The soft kinds' io_impl (switch.options.io_impl): *_fast = ring_fastpath (the compiled
+# loop, no Python per frame), plain = mmap_ring (the Python loop over the rings),
+# *_mmsg = recvmmsg/sendmmsg.
 IO_IMPL = {"soft": "mmap_ring", "soft_prio": "mmap_ring", "soft_mmsg": "mmsg",
-           "soft_prio_mmsg": "mmsg"}
+           "soft_prio_mmsg": "mmsg", "soft_fast": "ring_fastpath", "soft_prio_fast": "ring_fastpath"}
 PRIO_NICE = -10
 
 
@@ -355,7 +358,8 @@ def print_table(res: dict) -> None:
     print(f"switch_forwarding: {res['frame_bytes']}-byte frames, {res['duration_s_per_rate']}s "
           f"per rate x {res['repeats']} repeats, {res['cpus']} CPUs, load avg "
           f"{res['loadavg_start'][0]:.1f} -> {res['loadavg_end'][0]:.1f} (means over repeats; "
-          f"soft_prio* = nice {res['prio_nice']}; soft* = io_impl mmap_ring, *_mmsg = mmsg)")
+          f"soft_prio* = nice {res['prio_nice']}; soft* = io_impl mmap_ring, *_mmsg = mmsg, "
+          f"*_fast = ring_fastpath)")
     head = f"{'rate':>6} |" + "".join(f" {k + ' pps':>14} {'loss%':>6} |" for k in kinds)
     head += "".join(f" {k + '/bridge':>16}" for k in soft)
     head += "".join(f" {k + ' us/pkt':>16}" for k in soft)

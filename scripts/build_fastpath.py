@@ -27,6 +27,9 @@ EXTENSIONS = [
     # the numpy reference does (bit-identical results, tests/unit/test_ina_hostpath.py).
     (ROOT / "hosts" / "ina" / "_hostpath.c", ["-ffp-contract=off"]),
 ]
+# Headers a source includes (a change rebuilds it): the ring loop's program interface.
+RING_PROGRAM_H = ROOT / "testbed" / "switch" / "soft" / "ring_program.h"
+HEADERS = {SRC: [RING_PROGRAM_H], ROOT / "testbed" / "switch" / "soft" / "_pktio.c": [RING_PROGRAM_H]}
 # -O3: the lane loops (byte swap + add/or/max of 64 int32) vectorize.
 CFLAGS = ["-O3", "-fPIC", "-shared", "-std=c11", "-Wall", "-Wextra", "-Werror",
           "-Wno-missing-field-initializers", "-Wno-unused-parameter"]
@@ -57,7 +60,8 @@ def main() -> int:
 
 def build(src: Path, extra: list[str]) -> int:
     out = target(src)
-    if out.exists() and out.stat().st_mtime >= src.stat().st_mtime and "--force" not in sys.argv:
+    newest = max(p.stat().st_mtime for p in [src, *HEADERS.get(src, [])])
+    if out.exists() and out.stat().st_mtime >= newest and "--force" not in sys.argv:
         print(f"build_fastpath: {out.relative_to(ROOT)} up to date")
         return 0
     cmd = command(out, src, extra)

@@ -415,7 +415,7 @@ def switch_problems(sw: Switch) -> list[tuple[Loc, str]]:
         io_impl = opts.get("io_impl")
         if io_impl is not None and io_impl not in IO_IMPLS:
             problems.append((("switch", "options", "io_impl"),
-                             f"must be one of {', '.join(IO_IMPLS)} (absent: mmap_ring "
+                             f"must be one of {', '.join(IO_IMPLS)} (absent: ring_fastpath "
                              f"when `make setup` built it), got {io_impl!r}"))
         checks = {"batch": (1, MAX_BATCH), "nice": NICE_RANGE, "io_spin_us": (0, MAX_IO_SPIN_US)}
         for key, (lo, hi) in checks.items():

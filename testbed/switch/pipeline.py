@@ -56,6 +56,9 @@ class ForwardingPipeline:
     def __init__(self, forwarding: dict[bytes, int] | None = None,
                  ports: Iterable[int] = (), flood: bool = True):
         self.forward: dict[bytes, int] = {}
+        # Bumped on every table or port change: the soft switch's compiled loop
+        # (soft/fastloop.py) copies the table into C when it changes.
+        self.version = 0
         self.ports = sorted(set(int(p) for p in ports))
         self.flood = bool(flood)
         for mac, port in (forwarding or {}).items():
@@ -75,13 +78,16 @@ class ForwardingPipeline:
             raise ValueError(f"forward entry {format_mac(parse_mac(mac))} -> port {port}: "
                              f"no such port (ports: {self.ports})")
         self.forward[parse_mac(mac)] = port
+        self.version += 1
 
     def delete_entry(self, mac: str | bytes) -> None:
         self.forward.pop(parse_mac(mac), None)
+        self.version += 1
 
     def set_ports(self, ports: Iterable[int]) -> None:
         self.ports = sorted(set(int(p) for p in ports))
         self._flood_cache = {}
+        self.version += 1
 
     def _flood_ports(self, in_port: int) -> tuple[int, ...]:
         out = self._flood_cache.get(in_port)

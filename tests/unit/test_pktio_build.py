@@ -19,7 +19,8 @@ pytestmark = pytest.mark.unit
 
 
 def test_io_impl_default_and_fallback(monkeypatch, caplog):
-    assert dataplane.resolve_io_impl(None) == "mmap_ring"
+    assert dataplane.resolve_io_impl(None) == "ring_fastpath"
+    assert dataplane.resolve_io_impl("mmap_ring") == "mmap_ring"
     assert dataplane.resolve_io_impl("mmsg") == "mmsg"
     monkeypatch.setattr(dataplane, "_pktio", None)
     monkeypatch.setattr(dataplane, "PKTIO_IMPORT_ERROR", "No module named '_pktio'")
@@ -28,6 +29,8 @@ def test_io_impl_default_and_fallback(monkeypatch, caplog):
     assert "packet-ring I/O not built" in caplog.text
     with pytest.raises(ValueError, match="io_impl: mmap_ring is not built .*make setup"):
         dataplane.resolve_io_impl("mmap_ring")
+    with pytest.raises(ValueError, match="io_impl: ring_fastpath is not built .*make setup"):
+        dataplane.resolve_io_impl("ring_fastpath")
 
 
 def test_ring_frame_size_holds_the_largest_frame():
@@ -40,13 +43,13 @@ def test_ring_frame_size_holds_the_largest_frame():
 
 def test_bad_io_options_are_refused_before_anything_starts():
     base = {"name": "s1", "ports": {"1": "a"}, "stats_path": "x", "ready_path": "y"}
-    with pytest.raises(ConfigError, match="io_impl: 'xdp' is not one of mmap_ring, mmsg"):
+    with pytest.raises(ConfigError, match="io_impl: 'xdp' is not one of ring_fastpath, mmap_ring, mmsg"):
         SwitchConfig.from_dict({**base, "io_impl": "xdp"})
     with pytest.raises(ConfigError, match=r"io_spin_us: must be an integer in 0\.\.1000"):
         SwitchConfig.from_dict({**base, "io_spin_us": -1})
     assert SwitchConfig.from_dict({**base, "io_impl": "mmsg", "io_spin_us": 0}).io_impl == "mmsg"
     text = "name: t\nswitch: {options: {io_impl: rings}}\nworkload: {kind: allreduce, algorithm: ring}\n"
-    with pytest.raises(ScenarioError, match=r"switch\.options\.io_impl: must be one of mmap_ring, mmsg"):
+    with pytest.raises(ScenarioError, match=r"switch\.options\.io_impl: must be one of ring_fastpath, mmap_ring, mmsg"):
         load_scenario_text(text, "s.yaml")
     text = "name: t\nswitch: {options: {io_spin_us: 5000}}\nworkload: {kind: allreduce, algorithm: ring}\n"
     with pytest.raises(ScenarioError, match=r"switch\.options\.io_spin_us: must be an integer in 0\.\.1000"):

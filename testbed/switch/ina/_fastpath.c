@@ -19,11 +19,17 @@
  *         memoised in `cache` (a dict the caller clears when the tables change).
  *   unicast_prefix(frame, count) -> bytes: Egress.unicast_prefix (retransmits only).
  * Datapath.classify(frames) -> bytes: per frame CLASS_MALFORMED/FORWARD/CONTRIB.
+ * ring_program: a capsule (../soft/ring_program.h) with the same per-frame
+ *   pipeline for the soft switch's compiled ring loop (_pktio.Engine), which
+ *   hands it frames in place in the receive ring and sends what it emits; no
+ *   Python object per frame. Both entry points run `dp_frame`.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "../soft/ring_program.h"
 
 /* wire.py's constants (the one place of the wire format; checked against it
  * at import by fastpath.py through `constants()`). */
@@ -250,27 +256,6 @@ static inline int aggregate(Datapath *d, Py_ssize_t g, int v, int wid, uint32_t 
     return ABSORB;
 }
 
-/* Append (port, prefix + payload) to `out`. */
-static int emit(PyObject *out, PyObject *port, PyObject *prefix, const uint8_t *payload,
-                Py_ssize_t plen) {
-    if (!PyBytes_Check(prefix)) {
-        PyErr_SetString(PyExc_TypeError, "egress prefix must be bytes");
-        return -1;
-    }
-    Py_ssize_t pl = PyBytes_GET_SIZE(prefix);
-    PyObject *b = PyBytes_FromStringAndSize(NULL, pl + plen);
-    if (!b) return -1;
-    char *dst = PyBytes_AS_STRING(b);
-    memcpy(dst, PyBytes_AS_STRING(prefix), pl);
-    memcpy(dst + pl, payload, plen);
-    PyObject *t = PyTuple_Pack(2, port, b);
-    Py_DECREF(b);
-    if (!t) return -1;
-    int r = PyList_Append(out, t);
-    Py_DECREF(t);
-    return r;
-}
-
 /* The replica list of (group, sport, count), memoised in `cache` (key: one int). */
 static PyObject *replicas_of(PyObject *cache, PyObject *replicas, int64_t grp, int sport, int cnt) {
     PyObject *key = PyLong_FromLongLong((grp << 24) | ((int64_t)sport << 8) | cnt);
@@ -288,10 +273,118 @@ static PyObject *replicas_of(PyObject *cache, PyObject *replicas, int64_t grp, i
     return lst;
 }
 
+/* The Egress callbacks one call works with: Egress.replicas, its memo dict
+ * Egress.replicas_by_key (replaced when the tables change, so passed per call)
+ * and Egress.unicast_prefix. */
+typedef struct {
+    PyObject *replicas, *cache, *unicast;
+} EgressCalls;
+
+static int prefix_bytes(PyObject *prefix, const uint8_t **p, Py_ssize_t *n) {
+    if (!PyBytes_Check(prefix)) {
+        PyErr_SetString(PyExc_TypeError, "egress prefix must be bytes");
+        return -1;
+    }
+    *p = (const uint8_t *)PyBytes_AS_STRING(prefix);
+    *n = PyBytes_GET_SIZE(prefix);
+    return 0;
+}
+
+/* One frame through the whole pipeline (the body of both entry points:
+ * Datapath.process over a list of frames, and the soft switch's ring loop
+ * through the capsule). Frames are read in place; what leaves goes through
+ * `emit`. Returns 0 handled, 1 a frame for Forward, -1 a Python error.
+ * `dropped`: the drop simulator dropped this frame (only for contributions). */
+static int dp_frame(Datapath *d, const EgressCalls *eg, RingProgramMemo *memo, const uint8_t *f,
+                    Py_ssize_t len, long port, int dropped, ring_emit_fn emit, void *ctx) {
+    int cls = classify(f, len);
+    if (cls == CLASS_MALFORMED) { d->malformed[0]++; return 0; }
+    if (cls == CLASS_FORWARD) return 1;
+    if (dropped) return 0;
+    const uint8_t *h = f + INA_OFFSET;
+    int job = h[3], wid = h[7], slot = (h[4] << 8) | h[5];
+    if (!admit(d, job, wid, slot, port)) return 0;
+    Py_ssize_t g = (Py_ssize_t)d->slot_base[job] + slot;
+    if (g < 0 || g >= d->num_slots) {
+        PyErr_Format(PyExc_IndexError, "job %d slot %d: aggregator slot %zd outside 0..%zd",
+                     job, slot, g, d->num_slots - 1);
+        return -1;
+    }
+    int cnt = h[12], res_exp = 0;
+    int32_t res[LANES];
+    int verdict = aggregate(d, g, h[6], wid, be32(h + 8), h[1], cnt, (int8_t)h[13],
+                            f + VALUES_OFFSET, d->num_workers[job], res, &res_exp);
+    if (verdict == ABSORB) return 0;
+    if (verdict == DUPLICATE) { d->ctr[C_DUPS][job]++; return 0; }
+    /* The result: the contribution's header with RESULT set, RETX cleared and
+     * the slot's exponent, then the values (Egress; pipeline._emit). */
+    uint8_t payload[INA_HLEN + 4 * LANES];
+    memcpy(payload, h, INA_HLEN);
+    payload[2] = (h[2] & ~FLAG_RETX & 0xFF) | FLAG_RESULT;
+    payload[13] = (uint8_t)(int8_t)res_exp;
+    for (int l = 0; l < cnt; l++) put_be32(payload + INA_HLEN + 4 * l, (uint32_t)res[l]);
+    Py_ssize_t plen = INA_HLEN + 4 * cnt;
+    int sport = (f[36] << 8) | f[37];
+    const uint8_t *pre;
+    Py_ssize_t prelen;
+    if (verdict == UNICAST) {
+        d->ctr[C_RETX][job]++;
+        PyObject *fb = PyBytes_FromStringAndSize((const char *)f, len);
+        if (!fb) return -1;
+        PyObject *pre_o = PyObject_CallFunction(eg->unicast, "Oi", fb, cnt);
+        Py_DECREF(fb);
+        if (!pre_o) return -1;
+        int r = prefix_bytes(pre_o, &pre, &prelen);
+        if (r == 0) r = emit(ctx, port, pre, prelen, payload, plen);
+        Py_DECREF(pre_o);
+        return r < 0 ? -1 : 0;
+    }
+    d->ctr[C_RESULTS][job]++;
+    /* The common case: every result of a batch goes to the same group with the
+     * same sport and count; remember the last replica list (owned by the cache). */
+    int64_t grp = d->mcast_grp[job];
+    int64_t key = (grp << 24) | ((int64_t)sport << 8) | cnt;
+    if (key != memo->key || !memo->value) {
+        memo->value = replicas_of(eg->cache, eg->replicas, grp, sport, cnt);
+        if (!memo->value) { memo->key = -1; return -1; }
+        memo->key = key;
+    }
+    PyObject *reps = memo->value;
+    Py_ssize_t nr = PyList_GET_SIZE(reps);
+    for (Py_ssize_t r = 0; r < nr; r++) {
+        PyObject *rep = PyList_GET_ITEM(reps, r);
+        if (!PyTuple_Check(rep) || PyTuple_GET_SIZE(rep) != 2) {
+            PyErr_SetString(PyExc_TypeError, "replicas() must give (port, prefix) pairs");
+            return -1;
+        }
+        long rport = PyLong_AsLong(PyTuple_GET_ITEM(rep, 0));
+        if (rport == -1 && PyErr_Occurred()) return -1;
+        if (prefix_bytes(PyTuple_GET_ITEM(rep, 1), &pre, &prelen) < 0) return -1;
+        if (emit(ctx, rport, pre, prelen, payload, plen) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Datapath.process's emit: append (port, prefix + payload) to a list. */
+static int emit_to_list(void *ctx, long port, const uint8_t *prefix, Py_ssize_t pl,
+                        const uint8_t *payload, Py_ssize_t plen) {
+    PyObject *b = PyBytes_FromStringAndSize(NULL, pl + plen);
+    if (!b) return -1;
+    char *dst = PyBytes_AS_STRING(b);
+    memcpy(dst, prefix, pl);
+    memcpy(dst + pl, payload, plen);
+    PyObject *t = Py_BuildValue("(lN)", port, b);
+    if (!t) return -1;
+    int r = PyList_Append((PyObject *)ctx, t);
+    Py_DECREF(t);
+    return r;
+}
+
 static PyObject *Datapath_process(Datapath *d, PyObject *args) {
-    PyObject *frames, *in_ports, *drop, *replicas, *cache, *unicast;
+    PyObject *frames, *in_ports, *drop;
+    EgressCalls eg;
     if (!PyArg_ParseTuple(args, "O!O!OOO!O", &PyList_Type, &frames, &PyList_Type, &in_ports,
-                          &drop, &replicas, &PyDict_Type, &cache, &unicast))
+                          &drop, &eg.replicas, &PyDict_Type, &eg.cache, &eg.unicast))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(frames);
     if (PyList_GET_SIZE(in_ports) != n) {
@@ -309,92 +402,21 @@ static PyObject *Datapath_process(Datapath *d, PyObject *args) {
     }
     PyObject *out = PyList_New(0), *fwd = PyList_New(0);
     if (!out || !fwd) goto fail;
-    /* The common case: every result of a batch goes to the same group with the
-     * same sport and count; remember the last replica list (owned by `cache`). */
-    int64_t last_key = -1;
-    PyObject *last_reps = NULL;
-    int32_t res[LANES];
-    uint8_t payload[INA_HLEN + 4 * LANES];
+    RingProgramMemo memo = {-1, NULL};
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *fo = PyList_GET_ITEM(frames, i);
         const uint8_t *f;
         Py_ssize_t len;
         Py_buffer view;
-        if (frame_bytes(fo, &f, &len, &view) < 0) goto fail;
-        int cls = classify(f, len);
-        if (cls != CLASS_CONTRIB) {
-            if (view.obj) PyBuffer_Release(&view);
-            if (cls == CLASS_MALFORMED) {
-                d->malformed[0]++;
-            } else {
-                PyObject *ix = PyLong_FromSsize_t(i);
-                if (!ix || PyList_Append(fwd, ix) < 0) { Py_XDECREF(ix); goto fail; }
-                Py_DECREF(ix);
-            }
-            continue;
-        }
-        PyObject *port_o = PyList_GET_ITEM(in_ports, i);
-        long port = PyLong_AsLong(port_o);
-        if (port == -1 && PyErr_Occurred()) { if (view.obj) PyBuffer_Release(&view); goto fail; }
-        if (dropped && dropped[i]) { if (view.obj) PyBuffer_Release(&view); continue; }
-        const uint8_t *h = f + INA_OFFSET;
-        int job = h[3], wid = h[7], slot = (h[4] << 8) | h[5];
-        if (!admit(d, job, wid, slot, port)) { if (view.obj) PyBuffer_Release(&view); continue; }
-        Py_ssize_t g = (Py_ssize_t)d->slot_base[job] + slot;
-        if (g < 0 || g >= d->num_slots) {
-            if (view.obj) PyBuffer_Release(&view);
-            PyErr_Format(PyExc_IndexError, "job %d slot %d: aggregator slot %zd outside 0..%zd",
-                         job, slot, g, d->num_slots - 1);
-            goto fail;
-        }
-        int cnt = h[12], res_exp = 0;
-        int verdict = aggregate(d, g, h[6], wid, be32(h + 8), h[1], cnt, (int8_t)h[13],
-                                f + VALUES_OFFSET, d->num_workers[job], res, &res_exp);
-        if (verdict == ABSORB) { if (view.obj) PyBuffer_Release(&view); continue; }
-        if (verdict == DUPLICATE) {
-            d->ctr[C_DUPS][job]++;
-            if (view.obj) PyBuffer_Release(&view);
-            continue;
-        }
-        /* The result: the contribution's header with RESULT set, RETX cleared and
-         * the slot's exponent, then the values (Egress; pipeline._emit). */
-        memcpy(payload, h, INA_HLEN);
-        payload[2] = (h[2] & ~FLAG_RETX & 0xFF) | FLAG_RESULT;
-        payload[13] = (uint8_t)(int8_t)res_exp;
-        for (int l = 0; l < cnt; l++) put_be32(payload + INA_HLEN + 4 * l, (uint32_t)res[l]);
-        Py_ssize_t plen = INA_HLEN + 4 * cnt;
-        int sport = (f[36] << 8) | f[37];
-        if (verdict == UNICAST) {
-            d->ctr[C_RETX][job]++;
-            PyObject *fb = PyBytes_FromStringAndSize((const char *)f, len);
-            if (view.obj) PyBuffer_Release(&view);
-            if (!fb) goto fail;
-            PyObject *pre = PyObject_CallFunction(unicast, "Oi", fb, cnt);
-            Py_DECREF(fb);
-            if (!pre) goto fail;
-            int r = emit(out, port_o, pre, payload, plen);
-            Py_DECREF(pre);
-            if (r < 0) goto fail;
-            continue;
-        }
+        if (frame_bytes(PyList_GET_ITEM(frames, i), &f, &len, &view) < 0) goto fail;
+        long port = PyLong_AsLong(PyList_GET_ITEM(in_ports, i));
+        int r = (port == -1 && PyErr_Occurred()) ? -1
+              : dp_frame(d, &eg, &memo, f, len, port, dropped && dropped[i], emit_to_list, out);
         if (view.obj) PyBuffer_Release(&view);
-        d->ctr[C_RESULTS][job]++;
-        int64_t grp = d->mcast_grp[job];
-        int64_t key = (grp << 24) | ((int64_t)sport << 8) | cnt;
-        if (key != last_key) {
-            last_reps = replicas_of(cache, replicas, grp, sport, cnt);
-            if (!last_reps) goto fail;
-            last_key = key;
-        }
-        Py_ssize_t nr = PyList_GET_SIZE(last_reps);
-        for (Py_ssize_t r = 0; r < nr; r++) {
-            PyObject *rep = PyList_GET_ITEM(last_reps, r);
-            if (!PyTuple_Check(rep) || PyTuple_GET_SIZE(rep) != 2) {
-                PyErr_SetString(PyExc_TypeError, "replicas() must give (port, prefix) pairs");
-                goto fail;
-            }
-            if (emit(out, PyTuple_GET_ITEM(rep, 0), PyTuple_GET_ITEM(rep, 1), payload, plen) < 0)
-                goto fail;
+        if (r < 0) goto fail;
+        if (r == 1) {
+            PyObject *ix = PyLong_FromSsize_t(i);
+            if (!ix || PyList_Append(fwd, ix) < 0) { Py_XDECREF(ix); goto fail; }
+            Py_DECREF(ix);
         }
     }
     PyObject *ret = PyTuple_Pack(2, out, fwd);
@@ -407,6 +429,22 @@ fail:
     return NULL;
 }
 
+/* The capsule's entry: `args` is (replicas, cache, unicast_prefix) as for process. */
+static int ring_frame(PyObject *program, PyObject *args, RingProgramMemo *memo, const uint8_t *f,
+                      Py_ssize_t len, long in_port, ring_emit_fn emit, void *ctx) {
+    EgressCalls eg;
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != 3
+        || !PyDict_Check(PyTuple_GET_ITEM(args, 1))) {
+        PyErr_SetString(PyExc_TypeError, "ring program args must be (replicas, cache dict, unicast_prefix)");
+        return -1;
+    }
+    eg.replicas = PyTuple_GET_ITEM(args, 0);
+    eg.cache = PyTuple_GET_ITEM(args, 1);
+    eg.unicast = PyTuple_GET_ITEM(args, 2);
+    return dp_frame((Datapath *)program, &eg, memo, f, len, in_port, 0, emit, ctx);
+}
+
+static const RingProgramAPI ring_api = {RING_PROGRAM_ABI, ring_frame};
 static PyObject *Datapath_classify(Datapath *d, PyObject *args) {
     PyObject *frames;
     if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &frames)) return NULL;
@@ -471,6 +509,13 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     Py_INCREF(&DatapathType);
     if (PyModule_AddObject(m, "Datapath", (PyObject *)&DatapathType) < 0) {
         Py_DECREF(&DatapathType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    /* For the soft switch's ring loop (_pktio.Engine): the per-frame entry. */
+    PyObject *cap = PyCapsule_New((void *)&ring_api, RING_PROGRAM_CAPSULE, NULL);
+    if (!cap || PyModule_AddObject(m, "ring_program", cap) < 0) {
+        Py_XDECREF(cap);
         Py_DECREF(m);
         return NULL;
     }

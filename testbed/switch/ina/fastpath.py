@@ -82,6 +82,19 @@ class CompiledInaPipeline(InaPipeline):
                                                   [in_ports[i] for i in fwd], now))
         return out
 
+    def ring_program(self) -> tuple | None:
+        """The soft switch's compiled ring loop (soft/fastloop.py) runs this
+        pipeline's frames through `_fastpath.ring_program` (the same per-frame
+        C function as process_batch), with the L2 table of `Forward` for the
+        frames that are not contributions: (forwarder, datapath, capsule, args,
+        lock). None while a drop simulator is armed: its draws are numpy's, made
+        per batch in Python, so those batches take process_batch."""
+        if self.drop_simulator.armed() or self.egress_drop_simulator.armed():
+            return None
+        egress = self.egress
+        return (self.forward.forwarder, self._datapath, _fastpath.ring_program,
+                (egress.replicas, egress.replicas_by_key, egress.unicast_prefix), self._lock)
+
     def _drops(self, frames: list, in_ports: list) -> bytes:
         """One DropSimulator decision per contribution, in arrival order, as the
         reference makes them (it draws only for contributions)."""

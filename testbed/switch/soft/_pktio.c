@@ -21,11 +21,16 @@
  *   in epoll).
  * send_frames(fd, frames, start, count): one sendmmsg of frames[start:start+count]
  *   (bytes-like), non-blocking; returns how many the kernel took, or -errno.
+ * Engine(ports): the loop's per-frame work in C over the rings (io_impl
+ *   ring_fastpath; see its comment below and testbed/switch/soft/fastloop.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <errno.h>
+#include <poll.h>
+#include <arpa/inet.h>
+#include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <stdint.h>
 #include <string.h>
@@ -33,6 +38,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "ring_program.h"
 
 #define MAX_SEND 1024
 
@@ -145,6 +152,20 @@ static PyObject *RxRing_ready(RxRing *self, PyObject *unused) {
     return PyBool_FromLong(self->map && slot_ready(self));
 }
 
+/* Frames waiting, from the head on (tests: know that the kernel delivered them). */
+static PyObject *RxRing_pending(RxRing *self, PyObject *unused) {
+    unsigned n = 0;
+    if (self->map) {
+        unsigned i = self->head;
+        while (n < self->frame_nr
+               && (__atomic_load_n(&slot(self, i)->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER)) {
+            n++;
+            i = i + 1 == self->frame_nr ? 0 : i + 1;
+        }
+    }
+    return PyLong_FromUnsignedLong(n);
+}
+
 static PyObject *RxRing_close(RxRing *self, PyObject *unused) {
     if (self->map) {
         munmap(self->map, self->map_len);
@@ -164,6 +185,7 @@ static PyObject *RxRing_get_frames(RxRing *self, void *c) {
 static PyMethodDef RxRing_methods[] = {
     {"recv", (PyCFunction)RxRing_recv, METH_O, "recv(max_frames) -> (list[bytes], nbytes)"},
     {"ready", (PyCFunction)RxRing_ready, METH_NOARGS, "a frame waits in the ring"},
+    {"pending", (PyCFunction)RxRing_pending, METH_NOARGS, "frames waiting in the ring"},
     {"close", (PyCFunction)RxRing_close, METH_NOARGS, "unmap the ring (the socket stays open)"},
     {NULL}};
 
@@ -266,6 +288,388 @@ static PyObject *send_frames(PyObject *mod, PyObject *args) {
     return PyLong_FromLong(r >= 0 ? r : -e);
 }
 
+/* --- Engine: the switch loop's per-frame work, compiled ----------------------
+ *
+ * Engine(ports, tx_fd): ports = [(port_no, RxRing, ifindex)], the switch's
+ *   ring ports; tx_fd: one AF_PACKET socket, not bound, that sends for all of
+ *   them (each message names its interface), so one loop pass makes one
+ *   sendmmsg whatever the number of ports. (Measured against a sendmmsg per
+ *   port: bench/switch_ringpath.py, results/bench/ring_fastpath.md.)
+ * run(max_per_ring, program, api, args): for each ring in order, up to
+ *   max_per_ring frames, read in place in their slots (no bytes object): a
+ *   program (a RING_PROGRAM_CAPSULE `api`, e.g. the INA datapath) sees each
+ *   frame first; the frames it does not take, and every frame when program is
+ *   None, go through the L2 table (the forward program: dst MAC -> port,
+ *   hairpin dropped, a miss flooded or dropped). What leaves is copied into a
+ *   send buffer, sent with one sendmmsg at the end (or when the buffer fills),
+ *   in arrival order. Returns the frames read, or (frames read, [(port_no,
+ *   errno)]) when a send found a port gone (the Python side decides down or not).
+ * set_l2(table, flood, flood_ports): table = bytes of (u64 MAC, i64 port)
+ *   pairs sorted by MAC (the MAC as a big-endian number); flood_ports = the
+ *   forward program's ports.
+ * set_down(port_no): frames to it are counted as tx_dropped from now on.
+ * take_counters() -> ({port_no: (rx, rx_bytes, tx, tx_bytes, tx_dropped)},
+ *   (hits, misses, flooded, flood_copies, dropped_miss, hairpin), bad_port):
+ *   the counts since the last call (then zeroed), for the Python objects that
+ *   report them.
+ */
+#define PORT_INDEX 4096            /* port numbers the engine maps directly */
+#define STAGE_BYTES (1u << 20)     /* the send buffer */
+
+enum { F_HITS, F_MISSES, F_FLOODED, F_FLOOD_COPIES, F_DROPPED_MISS, F_HAIRPIN, N_FWD };
+
+typedef struct {
+    long no;
+    int down, gone_errno;
+    struct sockaddr_ll to;               /* its interface, for the shared send socket */
+    RxRing *ring;                        /* owned reference */
+    long long rx, rx_bytes, tx, tx_bytes, tx_dropped;
+} EPort;
+
+typedef struct {
+    PyObject_HEAD
+    int nports;
+    EPort *ports;
+    int16_t index[PORT_INDEX];           /* port number -> ports[], -1 none */
+    uint64_t *macs;
+    long *mac_port;
+    Py_ssize_t nmac;
+    int flood;
+    long *flood_ports;
+    Py_ssize_t nflood;
+    long long fwd[N_FWD];
+    long long bad_port;                  /* frames to a port number the switch lacks */
+    int gone;                            /* a port-gone errno is waiting for Python */
+    int tx_fd;
+    uint8_t *buf;                        /* staged frames, STAGE_BYTES */
+    size_t used;
+    unsigned n;
+    int16_t msg_port[MAX_SEND];          /* ports[] index of each staged message */
+    struct iovec iov[MAX_SEND];
+    struct mmsghdr msgs[MAX_SEND];
+} Engine;
+
+static void Engine_free_ports(Engine *e) {
+    for (int i = 0; i < e->nports; i++)
+        Py_XDECREF(e->ports[i].ring);
+    free(e->ports);
+    e->ports = NULL;
+    e->nports = 0;
+}
+
+static void Engine_dealloc(Engine *e) {
+    Engine_free_ports(e);
+    free(e->macs);
+    free(e->mac_port);
+    free(e->flood_ports);
+    free(e->buf);
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
+    PyObject *seq;
+    int tx_fd;
+    if (!PyArg_ParseTuple(args, "Oi", &seq, &tx_fd)) return -1;
+    if (e->ports) { PyErr_SetString(PyExc_RuntimeError, "Engine already initialised"); return -1; }
+    e->buf = malloc(STAGE_BYTES);
+    if (!e->buf) { PyErr_NoMemory(); return -1; }
+    e->tx_fd = tx_fd;
+    PyObject *fast = PySequence_Fast(seq, "Engine(ports, tx_fd): ports must be a sequence of (port_no, RxRing, ifindex)");
+    if (!fast) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    for (int i = 0; i < PORT_INDEX; i++) e->index[i] = -1;
+    e->ports = calloc(n ? n : 1, sizeof(EPort));
+    if (!e->ports) { Py_DECREF(fast); PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long no;
+        PyObject *ring;
+        int ifindex;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "lO!i;Engine: each port is (port_no, RxRing, ifindex)",
+                              &no, &RxRingType, &ring, &ifindex))
+            goto fail;
+        if (no < 0 || no >= PORT_INDEX || e->index[no] >= 0) {
+            PyErr_Format(PyExc_ValueError, "Engine: port number %ld repeated or outside 0..%d", no, PORT_INDEX - 1);
+            goto fail;
+        }
+        EPort *p = &e->ports[i];
+        p->no = no;
+        /* As a socket bound to the interface with ETH_P_ALL sends (the mmsg path). */
+        p->to.sll_family = AF_PACKET;
+        p->to.sll_protocol = htons(ETH_P_ALL);
+        p->to.sll_ifindex = ifindex;
+        Py_INCREF(ring);
+        p->ring = (RxRing *)ring;
+        e->nports = (int)i + 1;
+        e->index[no] = (int16_t)i;
+    }
+    Py_DECREF(fast);
+    return 0;
+fail:
+    Py_DECREF(fast);
+    Engine_free_ports(e);
+    return -1;
+}
+
+static PyObject *Engine_set_l2(Engine *e, PyObject *args) {
+    Py_buffer t;
+    int flood;
+    PyObject *fl;
+    if (!PyArg_ParseTuple(args, "y*pO", &t, &flood, &fl)) return NULL;
+    PyObject *fast = PySequence_Fast(fl, "set_l2: flood_ports must be a sequence of ints");
+    if (!fast) { PyBuffer_Release(&t); return NULL; }
+    Py_ssize_t n = t.len / 16, nf = PySequence_Fast_GET_SIZE(fast);
+    uint64_t *macs = malloc((n ? n : 1) * sizeof *macs);
+    long *mp = malloc((n ? n : 1) * sizeof *mp), *fp = malloc((nf ? nf : 1) * sizeof *fp);
+    if (!macs || !mp || !fp) { PyErr_NoMemory(); goto fail; }
+    if (t.len % 16) { PyErr_SetString(PyExc_ValueError, "set_l2: table must be (u64, i64) pairs"); goto fail; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t pair[2];
+        memcpy(pair, (const uint8_t *)t.buf + 16 * i, 16);
+        macs[i] = (uint64_t)pair[0];
+        mp[i] = (long)pair[1];
+        if (i && macs[i] <= macs[i - 1]) {
+            PyErr_SetString(PyExc_ValueError, "set_l2: table must be sorted by MAC, no repeats");
+            goto fail;
+        }
+    }
+    for (Py_ssize_t i = 0; i < nf; i++) {
+        fp[i] = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (fp[i] == -1 && PyErr_Occurred()) goto fail;
+    }
+    free(e->macs); free(e->mac_port); free(e->flood_ports);
+    e->macs = macs; e->mac_port = mp; e->nmac = n;
+    e->flood_ports = fp; e->nflood = nf; e->flood = flood;
+    PyBuffer_Release(&t);
+    Py_DECREF(fast);
+    Py_RETURN_NONE;
+fail:
+    free(macs); free(mp); free(fp);
+    PyBuffer_Release(&t);
+    Py_DECREF(fast);
+    return NULL;
+}
+
+static inline EPort *engine_port(Engine *e, long no) {
+    return no >= 0 && no < PORT_INDEX && e->index[no] >= 0 ? &e->ports[e->index[no]] : NULL;
+}
+
+static inline int port_gone_errno(int err) {
+    return err == ENETDOWN || err == ENXIO || err == ENODEV || err == EBADF;
+}
+
+/* The staged frames out, as dataplane.AfPacketPort._send_mmsg does it per
+ * port: a full socket buffer waits once (5 ms), then tail-drops; a port gone
+ * drops that frame and is reported; any other error drops that one frame. */
+static void flush(Engine *e) {
+    unsigned pos = 0, n = e->n;
+    int waited = 0;
+    while (pos < n) {
+        int r = sendmmsg(e->tx_fd, e->msgs + pos, n - pos, MSG_DONTWAIT);
+        if (r > 0) {
+            for (unsigned i = pos; i < pos + (unsigned)r; i++) {
+                EPort *p = &e->ports[e->msg_port[i]];
+                p->tx++;
+                p->tx_bytes += e->iov[i].iov_len;
+            }
+            pos += r;
+            continue;
+        }
+        int err = r < 0 ? errno : EAGAIN;
+        if (err == EINTR) continue;
+        if (err == EAGAIN && !waited) {
+            waited = 1;
+            struct pollfd pf = {.fd = e->tx_fd, .events = POLLOUT};
+            Py_BEGIN_ALLOW_THREADS
+            poll(&pf, 1, 5);
+            Py_END_ALLOW_THREADS
+            continue;
+        }
+        if (err == EAGAIN) {
+            for (unsigned i = pos; i < n; i++) e->ports[e->msg_port[i]].tx_dropped++;
+            break;
+        }
+        EPort *p = &e->ports[e->msg_port[pos]];
+        if (port_gone_errno(err)) {
+            p->gone_errno = err;
+            e->gone = 1;
+        }
+        p->tx_dropped++;            /* ENOBUFS, EMSGSIZE, a port gone, ...: this frame */
+        pos++;
+    }
+    e->n = 0;
+    e->used = 0;
+}
+
+static int engine_emit(void *ctx, long port, const uint8_t *prefix, Py_ssize_t pl,
+                       const uint8_t *payload, Py_ssize_t plen) {
+    Engine *e = ctx;
+    EPort *p = engine_port(e, port);
+    if (!p) { e->bad_port++; return 0; }
+    if (p->down) { p->tx_dropped++; return 0; }
+    size_t need = (size_t)pl + (size_t)plen;
+    if (need > STAGE_BYTES) { p->tx_dropped++; return 0; }
+    if (e->n == MAX_SEND || e->used + need > STAGE_BYTES) flush(e);
+    uint8_t *dst = e->buf + e->used;
+    if (pl) memcpy(dst, prefix, pl);
+    memcpy(dst + pl, payload, plen);
+    unsigned k = e->n;
+    e->iov[k].iov_base = dst;
+    e->iov[k].iov_len = need;
+    e->msgs[k].msg_hdr.msg_iov = &e->iov[k];
+    e->msgs[k].msg_hdr.msg_iovlen = 1;
+    e->msgs[k].msg_hdr.msg_name = &p->to;
+    e->msgs[k].msg_hdr.msg_namelen = sizeof p->to;
+    e->msg_port[k] = (int16_t)(p - e->ports);
+    e->used += need;
+    e->n++;
+    return 0;
+}
+
+/* The forward program (pipeline.ForwardingPipeline.process_batch), one frame. */
+static int l2_forward(Engine *e, const uint8_t *f, Py_ssize_t len, long in_port) {
+    long out = -1;
+    if (len >= 6) {
+        uint64_t key = 0;
+        for (int i = 0; i < 6; i++) key = key << 8 | f[i];
+        Py_ssize_t lo = 0, hi = e->nmac;
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi) / 2;
+            if (e->macs[mid] < key) lo = mid + 1; else hi = mid;
+        }
+        if (lo < e->nmac && e->macs[lo] == key) out = e->mac_port[lo];
+    }
+    if (out >= 0) {
+        e->fwd[F_HITS]++;
+        if (out == in_port) { e->fwd[F_HAIRPIN]++; return 0; }
+        return engine_emit(e, out, NULL, 0, f, len);
+    }
+    e->fwd[F_MISSES]++;
+    if (!e->flood) { e->fwd[F_DROPPED_MISS]++; return 0; }
+    e->fwd[F_FLOODED]++;
+    for (Py_ssize_t i = 0; i < e->nflood; i++) {
+        if (e->flood_ports[i] == in_port) continue;
+        e->fwd[F_FLOOD_COPIES]++;
+        if (engine_emit(e, e->flood_ports[i], NULL, 0, f, len) < 0) return -1;
+    }
+    return 0;
+}
+
+static PyObject *Engine_run(Engine *e, PyObject *args) {
+    long max;
+    PyObject *program, *api_o, *pargs;
+    if (!PyArg_ParseTuple(args, "lOOO", &max, &program, &api_o, &pargs)) return NULL;
+    const RingProgramAPI *api = NULL;
+    if (program != Py_None) {
+        api = PyCapsule_GetPointer(api_o, RING_PROGRAM_CAPSULE);
+        if (!api) return NULL;
+        if (api->abi != RING_PROGRAM_ABI) {
+            PyErr_Format(PyExc_ImportError, "ring program ABI %d, this switch speaks %d: rebuild (make setup)",
+                         api->abi, RING_PROGRAM_ABI);
+            return NULL;
+        }
+    }
+    RingProgramMemo memo = {-1, NULL};
+    long long got = 0;
+    int failed = 0;
+    for (int i = 0; i < e->nports && !failed; i++) {
+        EPort *p = &e->ports[i];
+        RxRing *r = p->ring;
+        if (!r->map) continue;
+        for (long k = 0; k < max; ) {
+            struct tpacket2_hdr *h = slot(r, r->head);
+            if (!(__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER)) break;
+            if (h->tp_snaplen < h->tp_len) {
+                r->truncated++;       /* as RxRing.recv: dropped, counted */
+            } else {
+                const uint8_t *f = (const uint8_t *)h + h->tp_mac;
+                Py_ssize_t len = h->tp_snaplen;
+                p->rx++;
+                p->rx_bytes += len;
+                k++;
+                got++;
+                int res = api ? api->frame(program, pargs, &memo, f, len, p->no, engine_emit, e) : 1;
+                if (res == 1) res = l2_forward(e, f, len, p->no);
+                if (res < 0) failed = 1;
+            }
+            /* Everything it sends is copied out: the slot goes back at once. */
+            __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+            r->head = r->head + 1 == r->frame_nr ? 0 : r->head + 1;
+            if (failed) break;
+        }
+    }
+    /* Staged frames leave even when a program failed (they were decided). */
+    if (e->n) flush(e);
+    if (failed) return NULL;
+    if (!e->gone) return PyLong_FromLongLong(got);
+    e->gone = 0;
+    PyObject *ev = PyList_New(0);
+    if (!ev) return NULL;
+    for (int i = 0; i < e->nports; i++) {
+        EPort *p = &e->ports[i];
+        if (!p->gone_errno) continue;
+        PyObject *t = Py_BuildValue("(li)", p->no, p->gone_errno);
+        p->gone_errno = 0;
+        if (!t || PyList_Append(ev, t) < 0) { Py_XDECREF(t); Py_DECREF(ev); return NULL; }
+        Py_DECREF(t);
+    }
+    return Py_BuildValue("(LN)", got, ev);
+}
+
+static PyObject *Engine_set_down(Engine *e, PyObject *arg) {
+    long no = PyLong_AsLong(arg);
+    if (no == -1 && PyErr_Occurred()) return NULL;
+    EPort *p = engine_port(e, no);
+    if (!p) return PyErr_Format(PyExc_KeyError, "set_down: no port %ld", no);
+    p->down = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Engine_take_counters(Engine *e, PyObject *unused) {
+    PyObject *ports = PyDict_New();
+    if (!ports) return NULL;
+    for (int i = 0; i < e->nports; i++) {
+        EPort *p = &e->ports[i];
+        PyObject *k = PyLong_FromLong(p->no);
+        PyObject *v = Py_BuildValue("(LLLLL)", p->rx, p->rx_bytes, p->tx, p->tx_bytes, p->tx_dropped);
+        if (!k || !v || PyDict_SetItem(ports, k, v) < 0) {
+            Py_XDECREF(k); Py_XDECREF(v); Py_DECREF(ports);
+            return NULL;
+        }
+        Py_DECREF(k);
+        Py_DECREF(v);
+        p->rx = p->rx_bytes = p->tx = p->tx_bytes = p->tx_dropped = 0;
+    }
+    PyObject *ret = Py_BuildValue("(N(LLLLLL)L)", ports, e->fwd[0], e->fwd[1], e->fwd[2], e->fwd[3],
+                                  e->fwd[4], e->fwd[5], e->bad_port);
+    if (ret) {
+        memset(e->fwd, 0, sizeof e->fwd);
+        e->bad_port = 0;
+    }
+    return ret;
+}
+
+static PyMethodDef Engine_methods[] = {
+    {"run", (PyCFunction)Engine_run, METH_VARARGS,
+     "run(max_per_ring, program, api, args) -> frames read, or (frames read, [(port, errno)])"},
+    {"set_l2", (PyCFunction)Engine_set_l2, METH_VARARGS,
+     "set_l2(table, flood, flood_ports): the forward program's table"},
+    {"set_down", (PyCFunction)Engine_set_down, METH_O, "set_down(port_no): drop what goes to it"},
+    {"take_counters", (PyCFunction)Engine_take_counters, METH_NOARGS,
+     "take_counters() -> ({port: (rx, rx_bytes, tx, tx_bytes, tx_dropped)}, forward counters, bad_port)"},
+    {NULL}};
+
+static PyTypeObject EngineType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "testbed.switch.soft._pktio.Engine",
+    .tp_basicsize = sizeof(Engine),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The soft switch loop's per-frame work over its receive rings, compiled.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Engine_init,
+    .tp_dealloc = (destructor)Engine_dealloc,
+    .tp_methods = Engine_methods,
+};
+
 static PyMethodDef module_methods[] = {
     {"wait_any", wait_any, METH_VARARGS, "wait_any(rings, spin_ns) -> bool: a frame is ready"},
     {"send_frames", send_frames, METH_VARARGS,
@@ -277,7 +681,7 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_pktio",
                                        -1, module_methods};
 
 PyMODINIT_FUNC PyInit__pktio(void) {
-    if (PyType_Ready(&RxRingType) < 0)
+    if (PyType_Ready(&RxRingType) < 0 || PyType_Ready(&EngineType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
@@ -285,6 +689,12 @@ PyMODINIT_FUNC PyInit__pktio(void) {
     Py_INCREF(&RxRingType);
     if (PyModule_AddObject(m, "RxRing", (PyObject *)&RxRingType) < 0) {
         Py_DECREF(&RxRingType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&EngineType);
+    if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0) {
+        Py_DECREF(&EngineType);
         Py_DECREF(m);
         return NULL;
     }

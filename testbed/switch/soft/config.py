@@ -18,8 +18,10 @@ KNOWN_KEYS = ("name", "ports", "forwarding", "flood", "impairments", "seed", "pc
               "io_spin_us", "inter_switch_ports")
 # How the "ina" pipeline runs (testbed/switch/ina/fastpath.py); absent = compiled when built.
 PIPELINE_IMPLS = ("compiled", "reference")
-# How AF_PACKET ports receive (dataplane.py); absent = mmap_ring when built.
-IO_IMPLS = ("mmap_ring", "mmsg")
+# How AF_PACKET ports move frames (dataplane.py, fastloop.py); absent = ring_fastpath
+# when built: the receive rings read by the compiled loop (fastloop.py) whenever
+# no Python-side feature needs the frames, else by the Python loop as mmap_ring.
+IO_IMPLS = ("ring_fastpath", "mmap_ring", "mmsg")
 # mmap_ring: how long the loop busy-polls the rings for the next frame before
 # sleeping in epoll (only right after a batch: idle ports cost nothing).
 DEFAULT_IO_SPIN_US = 20
@@ -49,7 +51,7 @@ class SwitchConfig:
     batch: int = DEFAULT_BATCH
     pipeline: str = "forward"
     p4runtime_addr: str | None = None
-    io_impl: str | None = None   # None: mmap_ring when built, else mmsg
+    io_impl: str | None = None   # None: ring_fastpath when built, else mmsg
     io_spin_us: int = DEFAULT_IO_SPIN_US
     # Ports cabled to another switch (a tree): the delay line charges a frame L0 once
     # per path, not per switch (dilation.py, "Trees"). Set by the network builder.
@@ -170,7 +172,7 @@ class SwitchConfig:
         io_impl = d.get("io_impl")
         if io_impl is not None and io_impl not in IO_IMPLS:
             err("io_impl", f"{io_impl!r} is not one of {', '.join(IO_IMPLS)} "
-                           f"(or absent: mmap_ring when built)")
+                           f"(or absent: ring_fastpath when built)")
         spin = d.get("io_spin_us", DEFAULT_IO_SPIN_US)
         if not isinstance(spin, int) or isinstance(spin, bool) or not 0 <= spin <= MAX_IO_SPIN_US:
             err("io_spin_us", f"must be an integer in 0..{MAX_IO_SPIN_US}, got {spin!r}")

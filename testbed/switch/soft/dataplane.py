@@ -1,7 +1,9 @@
 """Packet I/O for the soft switch: one `PortIO` per switch port.
 
 - `AfPacketPort`: an AF_PACKET/SOCK_RAW socket bound to one interface, in one
-  of three modes (the switch's `io_impl` picks the first two):
+  of three modes (the switch's `io_impl` picks the first two; io_impl
+  "ring_fastpath" opens "mmap_ring" ports, which fastloop.py's compiled loop
+  reads directly when it can):
   "mmap_ring": receives from a PACKET_MMAP ring and sends with sendmmsg, both
   in C (_pktio.c, built by `make setup`; no system call per received batch);
   "mmsg": recvmmsg/sendmmsg through ctypes (no compiled code needed);
@@ -38,6 +40,10 @@ PACKET_IGNORE_OUTGOING = 23  # not exported by Python's socket module
 SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
 
+# io_impls whose ports receive through a PACKET_MMAP ring: ring_fastpath is
+# mmap_ring ports read by the compiled loop (fastloop.py) when it can.
+RING_IMPLS = ("ring_fastpath", "mmap_ring")
+
 # Receive ring per port: as much as the 8 MiB socket buffer of the mmsg path.
 RING_BYTES = 8 << 20
 
@@ -48,10 +54,10 @@ def ring_available() -> bool:
 
 
 def resolve_io_impl(requested: str | None) -> str:
-    """The switch's io_impl: as asked, or mmap_ring when built, else mmsg (logged;
-    the switch stats say which ran). Asking for mmap_ring unbuilt is an error."""
-    if requested == "mmap_ring" and _pktio is None:
-        raise ValueError(f"io_impl: mmap_ring is not built ({PKTIO_IMPORT_ERROR}); run `make setup` "
+    """The switch's io_impl: as asked, or ring_fastpath when built, else mmsg
+    (logged; the switch stats say which ran). Asking for a ring unbuilt is an error."""
+    if requested in RING_IMPLS and _pktio is None:
+        raise ValueError(f"io_impl: {requested} is not built ({PKTIO_IMPORT_ERROR}); run `make setup` "
                          f"(scripts/build_fastpath.py) or use io_impl: mmsg")
     if requested is not None:
         return requested
@@ -60,7 +66,7 @@ def resolve_io_impl(requested: str | None) -> str:
             "packet-ring I/O not built (%s): ports use recvmmsg/sendmmsg; run `make setup`",
             PKTIO_IMPORT_ERROR)
         return "mmsg"
-    return "mmap_ring"
+    return "ring_fastpath"
 
 
 def _ring_frame_size(mtu: int) -> int:
@@ -232,10 +238,11 @@ class AfPacketPort:
         self.name = intf
         self.batch = batch
         mode = mode or resolve_io_impl(None)
-        if mode not in ("mmap_ring", "mmsg", "drain"):
-            raise ValueError(f"unknown I/O mode {mode!r} (mmap_ring|mmsg|drain)")
-        if mode == "mmap_ring":
+        if mode not in ("ring_fastpath", "mmap_ring", "mmsg", "drain"):
+            raise ValueError(f"unknown I/O mode {mode!r} (ring_fastpath|mmap_ring|mmsg|drain)")
+        if mode in RING_IMPLS:
             resolve_io_impl(mode)  # raises, naming the fix, when not built
+            mode = "mmap_ring"     # the port itself: a ring (the loop decides who reads it)
         if mode == "mmsg" and not HAVE_MMSG:
             mode = "drain"
         self.mode = mode
@@ -310,6 +317,14 @@ class AfPacketPort:
             self.down_events += 1
             return
         raise self._gone(OSError(e, os.strerror(e)))
+
+    def note_send_error(self, err: int) -> None:
+        """A send found the interface down or gone (the compiled loop's report;
+        _send_mmsg decides the same way)."""
+        if err == errno.EBADF or not self._exists():
+            self.down = True
+        else:
+            self.down_events += 1
 
     def recv_batch(self, max_frames: int) -> list[bytes]:
         if self.ring is not None:
@@ -544,7 +559,7 @@ def _hostport(s: str, spec: str) -> tuple[str, int]:
 
 
 def open_port(spec: str, batch: int = 64, io_impl: str | None = None) -> PortIO:
-    """An interface name -> AfPacketPort (io_impl: mmap_ring|mmsg, None = the
+    """An interface name -> AfPacketPort (io_impl: ring_fastpath|mmap_ring|mmsg, None = the
     default); 'udp:...' -> UdpPortIO."""
     if spec.startswith("udp:"):
         return UdpPortIO(spec, batch)

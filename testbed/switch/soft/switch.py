@@ -7,7 +7,11 @@ One loop iteration:
   impairments -> one pipeline.process_batch for all ports -> group by output
   port -> egress impairments -> (delay queues) -> sendmmsg per port -> pcap out.
 
-Everything per batch; per frame the loop only does list appends. A control
+Everything per batch; per frame the loop only does list appends. With io_impl
+ring_fastpath (the default when built), an iteration with no pcaps,
+impairments, dilation or queued frames instead makes one call into the
+compiled loop (fastloop.py): rings -> program -> sendmmsg, no Python per frame;
+the stats' packet_path counts batches and frames per path. A control
 plane thread (P4Runtime server) programs the switch through `pipeline` and
 `tables()`; swapping `switch.pipeline` takes effect at the next batch.
 """
@@ -35,6 +39,7 @@ from testbed.switch.soft.config import SwitchConfig
 from testbed.switch.soft import dataplane
 from testbed.switch.soft.config import IO_IMPLS
 from testbed.switch.soft.dataplane import PortDown, PortIO, open_port, resolve_io_impl
+from testbed.switch.soft.fastloop import RingLoop, ring_program
 from testbed.switch.soft.dilation import POLL_S as DILATION_POLL_S
 from testbed.switch.soft.dilation import UDP_MODE_HEADER_BYTES, DilationControl
 from testbed.switch.soft.impairments import DelayQueue, PortImpairment
@@ -126,6 +131,14 @@ class SoftSwitch:
         modes = {getattr(io, "mode", None) for io in self.ports.values()}
         # What the ports really run (the stats' io_impl): None for UDP or mixed ports.
         self.io_impl = modes.pop() if len(modes) == 1 and modes <= set(IO_IMPLS) else None
+        # ring_fastpath: the compiled loop (fastloop.py) reads the rings whenever it can.
+        self.fastpath = io_impl == "ring_fastpath" and self.io_impl == "mmap_ring"
+        if self.fastpath:
+            self.io_impl = "ring_fastpath"
+        self.ring_loop: RingLoop | None = None
+        # Batches (loop iterations with frames) and frames per packet path.
+        self.path_batches = {"compiled": 0, "python": 0}
+        self.path_frames = {"compiled": 0, "python": 0}
         self.io_spin_ns = config.io_spin_us * 1000
         self.ingress: dict[int, PortImpairment] = {}
         self.egress: dict[int, PortImpairment] = {}
@@ -231,6 +244,10 @@ class SoftSwitch:
         wait_any = dataplane._pktio.wait_any if rings else None
         spin_ns = self.io_spin_ns
         got_any = False
+        fastpath = self.fastpath
+        if fastpath:
+            self.ring_loop = RingLoop(rings)
+        path_batches, path_frames = self.path_batches, self.path_frames
         err_mask = select.EPOLLERR | select.EPOLLHUP
         try:
             while not self._stop:
@@ -282,7 +299,24 @@ class SoftSwitch:
                             del rings[no]
                             ring_objs = [io.ring for io in rings.values()]
                             ready.remove(no)
+                            if fastpath:
+                                self.ring_loop.close()
+                                self.ring_loop = RingLoop(rings)
                 got_any = False
+                # The compiled path, when nothing Python-side must see these frames.
+                prog = (ring_program(self.pipeline)
+                        if fastpath and not frames and not iq and not eq and line is None and not act_in
+                        and not act_eg and not pcap_in and not pcap_out else None)
+                if prog is not None:
+                    n = self.ring_loop.run(batch, prog)
+                    if n:
+                        got_any = True
+                        self.rx_batches += 1
+                        if n > self.max_rx_batch:
+                            self.max_rx_batch = n
+                        path_batches["compiled"] += 1
+                        path_frames["compiled"] += n
+                    ready = [no for no in ready if no not in rings]
                 for no in ready:
                     io = ports[no]
                     try:
@@ -315,6 +349,8 @@ class SoftSwitch:
                     for no, f in eq.pop_due(now):  # already impaired: straight out
                         out_by_port[no].append(f)
                 if frames:
+                    path_batches["python"] += 1
+                    path_frames["python"] += len(frames)
                     new_by_port: defaultdict[int, list[bytes]] = defaultdict(list)
                     for no, f in self.pipeline.process_batch(frames, in_ports, now):
                         new_by_port[no].append(f)
@@ -363,6 +399,8 @@ class SoftSwitch:
 
     # -- stats / teardown ------------------------------------------------------------
     def stats(self, final: bool = False) -> dict:
+        if self.ring_loop is not None:
+            self.ring_loop.fold()     # the compiled loop's counts into ports and program
         ru = resource.getrusage(resource.RUSAGE_SELF)
         sched_run, sched_wait = _schedstat()
         ports = {}
@@ -385,7 +423,10 @@ class SoftSwitch:
             "pipeline": {"name": self.pipeline_name, "counters": self.pipeline.counters()},
             # "compiled" | "reference" for the ina program (None: a pipeline with one implementation)
             "pipeline_impl": getattr(self.pipeline, "pipeline_impl", None),
-            "drops": {"bad_output_port": self.bad_port_drops,
+            # which packet path ran (io_impl ring_fastpath: compiled when it could)
+            "packet_path": {"batches": dict(self.path_batches), "frames": dict(self.path_frames)},
+            "drops": {"bad_output_port": self.bad_port_drops + (
+                          self.ring_loop.bad_port_drops if self.ring_loop is not None else 0),
                       "delay_queue_at_exit": self.dropped_at_exit},
             "network_dilation": self.dilation.stats(),
             "delay_queue": {"ingress_pending": len(self.ingress_queue),
@@ -417,6 +458,9 @@ class SoftSwitch:
             for w in (*self.pcap_in.values(), *self.pcap_out.values()):
                 w.close()
             st = self.stats(final=True)
+        if getattr(self, "ring_loop", None) is not None:
+            self.ring_loop.close()
+            self.ring_loop = None
         for io in self.ports.values():
             try:
                 io.close()

@@ -1,0 +1,131 @@
+"""The soft switch's compiled packet path (io_impl "ring_fastpath").
+
+`RingLoop` wraps `_pktio.Engine`: one C call per loop iteration reads every
+receive ring in place, runs the program on each frame (the compiled INA
+datapath through its `ring_program` capsule, or the forward program's L2
+table in C) and sends what leaves with one sendmmsg per port. No Python object
+is made per frame. One unbound AF_PACKET socket sends for every port (each
+message names its interface): one sendmmsg per pass, not one per port.
+
+It runs a batch only when nothing Python-side has to see the frames: no
+pcaps, no active impairments or dilation, nothing in the delay queues, and a
+program that offers a ring entry (`ring_program(pipeline)`; the INA program
+declines while its drop simulators are armed). Otherwise the switch loop runs
+that batch on the Python path (the reference); the stats count batches and
+frames per path, so a run says which path did the work.
+
+Frame order: the compiled path sends in arrival order per output port; the
+Python path's pipelines list INA results, then L2 hits, then flood copies of
+one batch (the same frames; order differs only across those kinds).
+"""
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from testbed.switch.pipeline import ForwardingPipeline
+from testbed.switch.soft import dataplane
+
+
+@dataclass
+class RingProgram:
+    """What Engine.run needs from a pipeline for one batch."""
+    forwarder: ForwardingPipeline       # its L2 table handles what the program does not
+    program: Any = None                 # e.g. the INA Datapath; None: L2 only
+    api: Any = None                     # its RING_PROGRAM_CAPSULE
+    args: Any = None                    # passed to the program per frame
+    lock: threading.Lock | None = None  # the pipeline's table lock, held for the batch
+
+
+def ring_program(pipeline) -> RingProgram | None:
+    """The pipeline's ring entry for this batch, or None (the Python path).
+    Only the exact forward program is mirrored (a subclass may change it);
+    another program offers `ring_program()` -> None or the RingProgram fields
+    as a tuple (so that programs need not import the switch)."""
+    if type(pipeline) is ForwardingPipeline:
+        return RingProgram(pipeline)
+    hook = getattr(pipeline, "ring_program", None)
+    t = hook() if hook is not None else None
+    return RingProgram(*t) if t is not None else None
+
+
+def _l2_table(fwd: ForwardingPipeline) -> bytes:
+    """The forward table as Engine.set_l2 reads it: (u64 MAC, i64 port) sorted."""
+    rows = sorted((int.from_bytes(mac, "big"), port) for mac, port in fwd.forward.items()
+                  if len(mac) == 6)
+    return b"".join(struct.pack("=Qq", m, p) for m, p in rows)
+
+
+class RingLoop:
+    """The compiled loop over a switch's ring ports (all of them AfPacketPorts
+    with a receive ring)."""
+
+    def __init__(self, ports: dict[int, Any]):
+        self.ports = dict(ports)
+        # Protocol 0 and never bound: it receives nothing, only sends.
+        self.tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        try:
+            dataplane._set_buf(self.tx, dataplane.SO_SNDBUFFORCE, socket.SO_SNDBUF,
+                               (8 << 20) * max(1, len(self.ports)))  # as much as a socket per port
+            self.engine = dataplane._pktio.Engine(
+                [(no, io.ring, socket.if_nametoindex(io.name)) for no, io in self.ports.items()],
+                self.tx.fileno())
+        except BaseException:
+            self.tx.close()
+            raise
+        self._l2_for: tuple[int, int] | None = None    # (id(forwarder), forwarder.version)
+        self._forwarder: ForwardingPipeline | None = None
+        self.bad_port_drops = 0
+
+    def run(self, max_per_ring: int, prog: RingProgram) -> int:
+        """One pass over the rings; returns the frames read."""
+        fwd = prog.forwarder
+        key = (id(fwd), fwd.version)
+        if key != self._l2_for:
+            if self._forwarder is not None and self._forwarder is not fwd:
+                self.fold()          # counters so far belong to the previous program
+            self.engine.set_l2(_l2_table(fwd), fwd.flood, fwd.ports)
+            self._l2_for, self._forwarder = key, fwd
+        if prog.lock is not None:
+            with prog.lock:
+                r = self.engine.run(max_per_ring, prog.program, prog.api, prog.args)
+        else:
+            r = self.engine.run(max_per_ring, prog.program, prog.api, prog.args)
+        if type(r) is tuple:
+            r, gone = r
+            for no, err in gone:
+                io = self.ports[no]
+                io.note_send_error(err)
+                if io.down:
+                    self.engine.set_down(no)
+        return r
+
+    def fold(self) -> None:
+        """Move the engine's counts into the objects that report them: the
+        ports (rx/tx), the forward program, bad_port_drops."""
+        per_port, f, bad = self.engine.take_counters()
+        for no, (rx, rxb, tx, txb, txd) in per_port.items():
+            io = self.ports[no]
+            io.rx += rx
+            io.rx_bytes += rxb
+            io.tx += tx
+            io.tx_bytes += txb
+            io.tx_dropped += txd
+        self.bad_port_drops += bad
+        fw = self._forwarder
+        if fw is not None and any(f):
+            hits, misses, flooded, copies, dropped_miss, hairpin = f
+            fw._hits += hits
+            fw._misses += misses
+            fw._flooded += flooded
+            fw._flood_copies += copies
+            fw._dropped_miss += dropped_miss
+            fw._dropped_hairpin += hairpin
+
+    def close(self) -> None:
+        """Fold the counts, close the send socket (the ports stay open)."""
+        self.fold()
+        self.tx.close()

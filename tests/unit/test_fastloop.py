@@ -1,0 +1,84 @@
+"""The compiled ring loop's Python side (testbed/switch/soft/fastloop.py) and the
+checks of _pktio.Engine that need no interface: which pipelines get the
+compiled path, when they decline, and bad input named before anything runs.
+(The frames themselves: tests/mininet/test_ring_fastpath.py.)"""
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from testbed.switch.ina import CompiledInaPipeline, InaPipeline
+from testbed.switch.pipeline import ForwardingPipeline
+from testbed.switch.soft import dataplane, fastloop
+
+import ina_harness as H
+
+pytestmark = pytest.mark.unit
+
+needs_pktio = pytest.mark.skipif(not dataplane.ring_available(), reason="_pktio not built (make setup)")
+
+
+class Wrapped(ForwardingPipeline):
+    def process_batch(self, frames, in_ports, now):      # a program that changes forwarding
+        return []
+
+
+def test_which_pipelines_take_the_compiled_path():
+    fwd = ForwardingPipeline({b"\x02" * 6: 1}, [1, 2])
+    prog = fastloop.ring_program(fwd)
+    assert prog.forwarder is fwd and prog.program is None
+    assert fastloop.ring_program(Wrapped()) is None          # only the exact forward program
+    cfg = H.pipeline_config(H.job_config(1, 2))
+    assert fastloop.ring_program(InaPipeline(cfg)) is None   # the reference stays Python
+    fast = CompiledInaPipeline(cfg)
+    prog = fastloop.ring_program(fast)
+    assert prog.program is fast._datapath and prog.forwarder is fast.forward.forwarder
+    assert prog.lock is fast._lock
+    # Armed drop simulators draw numpy randoms per batch: those batches go to Python.
+    armed = CompiledInaPipeline({**cfg, "drop_probabilities": {1: 0.5}})
+    assert fastloop.ring_program(armed) is None
+    armed = CompiledInaPipeline({**cfg, "egress_drop_probabilities": {2: 0.1}})
+    assert fastloop.ring_program(armed) is None
+
+
+def test_the_l2_table_follows_every_change():
+    fwd = ForwardingPipeline({}, [1, 2, 3])
+    v = fwd.version
+    fwd.add_entry("02:00:00:00:00:02", 2)
+    fwd.add_entry("02:00:00:00:00:01", 1)
+    assert fwd.version > v
+    table = fastloop._l2_table(fwd)
+    assert [struct.unpack_from("=Qq", table, i) for i in (0, 16)] == [(0x020000000001, 1),
+                                                                      (0x020000000002, 2)]
+    v = fwd.version
+    fwd.delete_entry("02:00:00:00:00:01")
+    assert fwd.version > v and len(fastloop._l2_table(fwd)) == 16
+    v = fwd.version
+    fwd.set_ports([1, 2])
+    assert fwd.version > v
+
+
+@needs_pktio
+def test_engine_refuses_bad_input_with_its_reason():
+    E = dataplane._pktio.Engine
+    with pytest.raises(TypeError, match=r"\(port_no, RxRing, ifindex\)"):
+        E([(1, object(), 3)], -1)
+    e = E([], -1)
+    with pytest.raises(ValueError, match="sorted by MAC"):
+        e.set_l2(struct.pack("=QqQq", 5, 1, 4, 2), True, [1, 2])
+    with pytest.raises(ValueError, match=r"\(u64, i64\) pairs"):
+        e.set_l2(b"x" * 17, True, [])
+    e.set_l2(struct.pack("=Qq", 5, 1), True, [1, 2])
+    assert e.run(64, None, None, None) == 0                  # no rings: nothing read
+    with pytest.raises(KeyError, match="no port 7"):
+        e.set_down(7)
+    ports, fwd, bad = e.take_counters()
+    assert ports == {} and fwd == (0,) * 6 and bad == 0
+
+
+@needs_pktio
+def test_engine_refuses_what_is_not_a_ring_program():
+    e = dataplane._pktio.Engine([], -1)
+    with pytest.raises(ValueError):            # not a ring_program capsule
+        e.run(1, object(), object(), ())
