@@ -729,9 +729,13 @@ static PyObject *Engine_set_down(Engine *e, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
-static PyObject *Engine_set_pcap(Engine *e, PyObject *arg) {
+static void pcap_off(Engine *e) {
     for (int i = 0; i < e->nports; i++) e->ports[i].snap_in = e->ports[i].snap_out = 0;
     e->pcap = 0;
+}
+
+static PyObject *Engine_set_pcap(Engine *e, PyObject *arg) {
+    pcap_off(e);
     if (arg == Py_None) Py_RETURN_NONE;
     if (!PyDict_Check(arg)) {
         PyErr_SetString(PyExc_TypeError, "set_pcap: {port_no: (snaplen_in, snaplen_out)} or None");
@@ -741,18 +745,21 @@ static PyObject *Engine_set_pcap(Engine *e, PyObject *arg) {
     Py_ssize_t pos = 0;
     while (PyDict_Next(arg, &pos, &k, &v)) {
         long no = PyLong_AsLong(k);
-        if (no == -1 && PyErr_Occurred()) return NULL;
+        if (no == -1 && PyErr_Occurred()) goto fail;
         unsigned si, so;
         if (!PyArg_ParseTuple(v, "II;set_pcap: each value is (snaplen_in, snaplen_out)", &si, &so))
-            return NULL;
+            goto fail;
         EPort *p = engine_port(e, no);
-        if (!p) return PyErr_Format(PyExc_KeyError, "set_pcap: no port %ld", no);
-        if (!si || !so) return PyErr_Format(PyExc_ValueError, "set_pcap: port %ld: snaplen 0", no);
+        if (!p) { PyErr_Format(PyExc_KeyError, "set_pcap: no port %ld", no); goto fail; }
+        if (!si || !so) { PyErr_Format(PyExc_ValueError, "set_pcap: port %ld: snaplen 0", no); goto fail; }
         p->snap_in = si;
         p->snap_out = so;
         e->pcap = 1;
     }
     Py_RETURN_NONE;
+fail:
+    pcap_off(e);                         /* all or nothing */
+    return NULL;
 }
 
 static PyObject *Engine_take_pcap(Engine *e, PyObject *unused) {

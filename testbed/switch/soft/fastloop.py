@@ -74,6 +74,9 @@ class RingLoop:
         # PcapWriters of the ring ports (pcap.py), the one writer of each file.
         self.pcap_in = {no: w for no, w in (pcap_in or {}).items() if no in self.ports}
         self.pcap_out = {no: w for no, w in (pcap_out or {}).items() if no in self.ports}
+        if set(self.pcap_in) != set(self.pcap_out):
+            raise ValueError("RingLoop: pcap_in and pcap_out must cover the same ports, "
+                             f"got {sorted(self.pcap_in)} and {sorted(self.pcap_out)}")
         # Protocol 0 and never bound: it receives nothing, only sends.
         self.tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
@@ -82,9 +85,6 @@ class RingLoop:
             self.engine = dataplane._pktio.Engine(
                 [(no, io.ring, socket.if_nametoindex(io.name)) for no, io in self.ports.items()],
                 self.tx.fileno())
-            if set(self.pcap_in) != set(self.pcap_out):
-                raise ValueError("RingLoop: pcap_in and pcap_out must cover the same ports, "
-                                 f"got {sorted(self.pcap_in)} and {sorted(self.pcap_out)}")
             if self.pcap_in:
                 self.engine.set_pcap({no: (w.snaplen, self.pcap_out[no].snaplen)
                                       for no, w in self.pcap_in.items()})
