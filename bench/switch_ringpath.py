@@ -15,7 +15,11 @@ iteration reads `batch` frames per port, so small values stand in for the
 small batches real traffic produces.
 
     .venv/bin/python -m bench.switch_ringpath [--paths python,rings] [--batches 4,16,64]
-        [--workers 4] [--frames 2000] [--program ina|forward] [--profile] [--out FILE]
+        [--workers 4] [--frames 2000] [--program ina|forward] [--pcaps off,on]
+        [--profile] [--out FILE]
+
+--pcaps on: the switch writes its per-port pcaps (as `switch.capture` does in
+scenario runs), in the work directory.
 
 Nothing here asserts a timing.
 """
@@ -75,12 +79,14 @@ def _frames(program: str, n_workers: int, per_worker: int) -> list[list[bytes]]:
     return out
 
 
-def _config(program: str, n: int, batch: int, path: str, work: Path) -> dict:
+def _config(program: str, n: int, batch: int, path: str, work: Path, pcap: bool = False) -> dict:
     ports = {str(i + 1): f"s1p{i + 1}" for i in range(n)}
     raw = {"name": "s1", "ports": ports, "io_impl": IO_IMPL[path], "pipeline": program,
            "batch": batch, "seed": 1, "flood": True,
            "forwarding": [{"dst_mac": _mac(i), "port": i + 1} for i in range(n)],
            "stats_path": str(work / "stats.json"), "ready_path": str(work / "ready")}
+    if pcap:
+        raw["pcap_dir"] = str(work / "pcap")
     if program == "ina":
         raw.update(pipeline_impl="compiled", switch_mac=SWITCH_MAC, switch_ip=SWITCH_IP,
                    jobs=[{"job_id": 1, "slot_base": 0, "slot_count": WINDOW,
@@ -90,7 +96,7 @@ def _config(program: str, n: int, batch: int, path: str, work: Path) -> dict:
 
 
 def one(program: str, n: int, per_worker: int, batch: int, path: str, profile: bool,
-        work: Path) -> dict:
+        work: Path, pcap: bool = False) -> dict:
     from testbed.switch.soft.config import SwitchConfig
     from testbed.switch.soft.node import OFFLOADS_OFF
     from testbed.switch.soft.switch import SoftSwitch
@@ -101,7 +107,7 @@ def one(program: str, n: int, per_worker: int, batch: int, path: str, profile: b
             _sh(f"ethtool -K {intf} {OFFLOADS_OFF} || true")
             _sh(f"ip link set {intf} up")
     try:
-        sw = SoftSwitch(SwitchConfig.from_dict(_config(program, n, batch, path, work)))
+        sw = SoftSwitch(SwitchConfig.from_dict(_config(program, n, batch, path, work, pcap)))
         frames = _frames(program, n, per_worker)
         for i, fl in enumerate(frames):
             tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
@@ -135,7 +141,7 @@ def one(program: str, n: int, per_worker: int, batch: int, path: str, profile: b
         st = sw.close()
         rx = sum(p["rx"] for p in st["ports"].values())
         tx = sum(p["tx"] for p in st["ports"].values())
-        res = {"program": program, "workers": n, "batch": batch, "path": path,
+        res = {"program": program, "workers": n, "batch": batch, "path": path, "pcap": pcap,
                "frames_in": rx, "frames_out": tx, "loop_cpu_s": cpu[0],
                "us_per_packet": round(cpu[0] / max(rx, 1) * 1e6, 3),
                "kernel_drops": sum(p["rx_kernel_drops"] for p in st["ports"].values()),
@@ -166,11 +172,12 @@ def inner(a: argparse.Namespace) -> list[dict]:
     rows = []
     for rep in range(a.repeats):
         for batch in [int(x) for x in a.batches.split(",")]:
-            for path in a.paths.split(","):   # alternate: same machine state for both
-                r = one(a.program, a.workers, a.frames, batch, path, a.profile, work)
+            for path, pcap in [(p, c) for c in a.pcaps.split(",") for p in a.paths.split(",")]:
+                # alternate: same machine state for all
+                r = one(a.program, a.workers, a.frames, batch, path, a.profile, work, pcap == "on")
                 r["repeat"] = rep
                 rows.append(r)
-                print(f"{a.program} N={a.workers} batch={batch:>3} {path:>6}: "
+                print(f"{a.program} N={a.workers} batch={batch:>3} {path:>6} pcap {pcap}: "
                       f"{r['us_per_packet']:.2f} us/pkt ({r['frames_in']} in, "
                       f"{r['frames_out']} out, path {r['switch_ring_path']})", flush=True)
     return rows
@@ -184,11 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=2000, help="per worker (ring: 4096 slots)")
     ap.add_argument("--program", default="ina", choices=["ina", "forward"])
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--pcaps", default="off", help="off, on or off,on: the switch writes pcaps")
     ap.add_argument("--profile", action="store_true", help="cProfile the loop thread")
     ap.add_argument("--out", default=None, help="JSON file")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--work", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if not set(a.pcaps.split(",")) <= {"off", "on"}:
+        ap.error(f"--pcaps {a.pcaps!r}: a comma list of off, on")
     if a.inner:
         json.dump(inner(a), sys.stdout)
         return 0
@@ -208,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
            "command": "python -m bench.switch_ringpath " + " ".join(argv or sys.argv[1:]),
            "rows": rows}
     for r in rows:
-        print(f"{r['program']} N={r['workers']} batch={r['batch']:>3} {r['path']:>6}: "
+        print(f"{r['program']} N={r['workers']} batch={r['batch']:>3} {r['path']:>6} "
+              f"pcap {'on' if r.get('pcap') else 'off'}: "
               f"{r['us_per_packet']:.2f} us/pkt  in {r['frames_in']} out {r['frames_out']} "
               f"kdrops {r['kernel_drops']} ring_path={r['switch_ring_path']}")
         for row in r.get("profile", []):

@@ -16,6 +16,15 @@ Python pipelines list L2 hits before flood copies within a batch, the compiled
 loop keeps arrival order); all registers and counters; the stats say which
 path ran.
 
+Pcaps on in every run (snaplen 256, so that longer frames are cut): each
+port's `_in.pcap` must hold exactly the frames sent to it, in order, and its
+`_out.pcap` exactly the frames its capture socket got, in order (lengths and
+bytes up to the snaplen; timestamps non-decreasing per file, within the run's
+wall time). Every sequence runs a second time on the Python path (io_impl
+mmap_ring, the reference): its pcaps must hold the same frames, `_in` in the
+same order, `_out` compared as the frames are (INA results in order, the rest
+as a multiset).
+
 Sequences: the forward program's (known, unknown, broadcast and hairpin
 destinations, flooding on and off: its counters compared too); the differential test's hostile frames (tests/unit/
 test_fastpath_differential.py: every refusal, truncation, duplicates; frames
@@ -28,6 +37,7 @@ path's output must still equal the reference's.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -47,6 +57,7 @@ pytestmark = pytest.mark.mininet
 
 N_SEQ = int(os.environ.get("FASTPATH_EXAMPLES", "0") or 0) // 10 or 12
 PACKET_IGNORE_OUTGOING = 23
+SNAP = 256   # pcap snaplen in these runs: INA and forwarded frames are longer
 
 
 def _sh(cmd: str) -> None:
@@ -121,18 +132,61 @@ def port_order(frames, ports):
     return [frames[i] for i in order], [ports[i] for i in order]
 
 
+def read_pcap(path: Path) -> tuple[list[tuple[bytes, int]], bool, list[tuple[int, int]]]:
+    """([(captured bytes, original length)], timestamps non-decreasing, [(sec, usec)])."""
+    from scapy.utils import RawPcapReader
+    recs, ts = [], []
+    with RawPcapReader(str(path)) as r:
+        assert r.snaplen == SNAP and r.linktype == 1, path
+        for data, meta in r:
+            recs.append((data, meta.wirelen))
+            ts.append((meta.sec, meta.usec))
+    mono = all(a <= b for a, b in zip(ts, ts[1:]))
+    return recs, mono, ts
+
+
+def pcap_check(pdir: Path, nports, frames, ports, got, t0: float, t1: float) -> tuple[dict, list[str]]:
+    """The run's pcaps against the wire: (per port compact records, errors)."""
+    errors, summary = [], {}
+    cut = lambda f: (f[:SNAP], len(f))  # noqa: E731
+    for p in nports:
+        rin, mono_in, ts_in = read_pcap(pdir / f"s{p}_in.pcap")
+        rout, mono_out, ts_out = read_pcap(pdir / f"s{p}_out.pcap")
+        if rin != [cut(f) for f, fp in zip(frames, ports) if fp == p]:
+            errors.append(f"s{p}_in.pcap: not the frames sent to port {p} in order "
+                          f"({len(rin)} records)")
+        if rout != [cut(f) for f in got[p]]:
+            errors.append(f"s{p}_out.pcap: not the frames port {p} sent in order "
+                          f"({len(rout)} records, {len(got[p])} captured)")
+        if not (mono_in and mono_out):
+            errors.append(f"s{p}: pcap timestamps go back")
+        if any(not (int(t0) <= s <= t1 + 1) for s, _ in ts_in + ts_out):
+            errors.append(f"s{p}: a pcap timestamp outside the run's wall time")
+        h = lambda d: hashlib.blake2b(d, digest_size=8).hexdigest()  # noqa: E731
+        summary[p] = {"in": [(h(d), n) for d, n in rin], "out": [(h(d), n, d[6:12].hex()) for d, n in rout]}
+    return summary, errors
+
+
 def one(cfg: dict, frames, ports, work: Path, io_impl: str = "ring_fastpath",
         program: str = "ina") -> dict:
     from testbed.switch.ina import InaPipeline
     from testbed.switch.pipeline import make_pipeline
     from testbed.switch.soft.config import SwitchConfig
+    from testbed.switch.soft.pcap import PcapWriter
     from testbed.switch.soft.switch import SoftSwitch
 
     nports = sorted(int(p) for p in cfg["ports"])
     raw = {**cfg, "name": "s1", "ports": {str(p): f"s{p}" for p in nports}, "io_impl": io_impl,
            "pipeline": program, "pipeline_impl": "compiled", "batch": 1024,
-           "stats_path": str(work / "stats.json"), "ready_path": str(work / "ready")}
+           "stats_path": str(work / "stats.json"), "ready_path": str(work / "ready"),
+           "pcap_dir": str(work / f"pcap-{io_impl}")}
+    t0 = time.time()
     sw = SoftSwitch(SwitchConfig.from_dict(raw))
+    # The switch's writers, reopened with a small snaplen (the loop uses these dicts).
+    for d in (sw.pcap_in, sw.pcap_out):
+        for p, w in d.items():
+            w.close()
+            d[p] = PcapWriter(w.path, snaplen=SNAP)
     caps = {}
     for p in nports:
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
@@ -182,8 +236,10 @@ def one(cfg: dict, frames, ports, work: Path, io_impl: str = "ring_fastpath",
     sw.request_stop()
     loop.join(timeout=30)
     st = sw.close()
+    t1 = time.time()
     for s in caps.values():
         s.close()
+    pcap, pcap_errors = pcap_check(Path(raw["pcap_dir"]), nports, frames, ports, got, t0, t1)
     mac = bytes.fromhex(cfg.get("switch_mac", "00:00:00:00:00:00").replace(":", ""))
     import test_fastpath_differential as D  # noqa: PLC0415 - tests/unit, on sys.path
     state_error = None
@@ -196,8 +252,9 @@ def one(cfg: dict, frames, ports, work: Path, io_impl: str = "ring_fastpath",
         state_error = f"{e!r}"
     split = lambda fl: ([f.hex() for f in fl if f[6:12] == mac],  # noqa: E731
                         sorted(f.hex() for f in fl if f[6:12] != mac))
-    return {"sent": sent, "delivered": delivered, "packet_path": st["packet_path"],
+    return {"sent": sent, "delivered": delivered, "mac": mac.hex(), "packet_path": st["packet_path"],
             "io_impl": st["io_impl"], "state_error": state_error,
+            "pcap": pcap, "pcap_errors": pcap_errors,
             "want": {p: split([f for q, f in want if q == p]) for p in nports},
             "got": {p: split(got[p]) for p in nports}}
 
@@ -212,12 +269,16 @@ def inner(work: Path, n_seq: int) -> dict:
             _sh(f"ethtool -K {intf} {OFFLOADS_OFF} || true")
             _sh(f"ip link set {intf} up")
     out = {"hostile": [], "schedule": [], "forward": [], "egress_drop": None}
+    out["reference"] = {"hostile": [], "schedule": [], "forward": []}
     for seed in range(n_seq):
-        out["forward"].append(one(*forward_sequence(seed), work, program="forward"))
-        out["hostile"].append(one(*hostile_sequence(seed), work))
         cfg, f, p = schedule_sequence(seed)
         cfg = {**cfg, "ports": {str(i): f"s{i}" for i in range(1, 7)}}
-        out["schedule"].append(one(cfg, f, p, work))
+        for kind, (c, fr, po, prog) in (("forward", (*forward_sequence(seed), "forward")),
+                                        ("hostile", (*hostile_sequence(seed), "ina")),
+                                        ("schedule", (cfg, f, p, "ina"))):
+            out[kind].append(one(c, fr, po, work, program=prog))
+            # The same sequence on the Python path (the reference), pcaps compared.
+            out["reference"][kind].append(one(c, fr, po, work, io_impl="mmap_ring", program=prog))
     cfg, f, p = hostile_sequence(999)
     out["egress_drop"] = one({**cfg, "egress_drop_probabilities": {1: 0.3, 2: 0.5}}, f, p, work)
     return out
@@ -242,7 +303,7 @@ def test_ring_fastpath_sends_what_the_reference_pipeline_sends(tmp_path):
                        env={**os.environ, "PYTHONPATH": str(REPO)})
     assert p.returncode == 0, p.stderr[-4000:]
     res = json.loads((tmp_path / "result.json").read_text())
-    total = 0
+    total = pcap_records = cut = 0
     for kind in ("hostile", "schedule", "forward"):
         for i, r in enumerate(res[kind]):
             where = f"{kind}[{i}]"
@@ -254,7 +315,20 @@ def test_ring_fastpath_sends_what_the_reference_pipeline_sends(tmp_path):
             assert r["packet_path"]["frames"] == {"compiled": n, "python": 0}, where
             assert r["state_error"] is None, (where, r["state_error"])
             assert r["got"] == r["want"], where
+            assert r["pcap_errors"] == [], (where, r["pcap_errors"])
+            ref = res["reference"][kind][i]
+            assert ref["packet_path"]["frames"] == {"compiled": 0, "python": n}, where
+            assert ref["got"] == ref["want"] and ref["pcap_errors"] == [], (where, ref["pcap_errors"])
+            for p, pc in r["pcap"].items():
+                rc = ref["pcap"][p]
+                assert pc["in"] == rc["in"], (where, p)
+                # The Python path lists a batch's INA results, L2 hits, flood copies
+                # in that order; the compiled path sends in arrival order.
+                assert _split_out(pc["out"], r["mac"]) == _split_out(rc["out"], r["mac"]), (where, p)
+                pcap_records += len(pc["in"]) + len(pc["out"])
+                cut += sum(1 for rec in pc["in"] + pc["out"] if rec[1] > SNAP)
     assert total > 1000
+    assert pcap_records >= 2 * total and cut > 100   # recorded, and some frames cut at SNAP
     # Results were compared, not only refusals: some sequence emitted some.
     assert any(w[0] for r in res["schedule"] for w in r["want"].values())
     assert any(w[1] for r in res["forward"] for w in r["want"].values())
@@ -264,6 +338,13 @@ def test_ring_fastpath_sends_what_the_reference_pipeline_sends(tmp_path):
     assert r["packet_path"]["frames"]["python"] == sum(r["sent"].values())
     assert r["state_error"] is None, r["state_error"]
     assert r["got"] == r["want"]
+    assert r["pcap_errors"] == [], r["pcap_errors"]
+
+
+def _split_out(records, mac: str):
+    """Out records as the frames are compared: INA results (source MAC = the
+    switch's) in order, the rest as a multiset."""
+    return ([x for x in records if x[2] == mac], sorted(x for x in records if x[2] != mac))
 
 
 if __name__ == "__main__":

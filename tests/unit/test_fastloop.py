@@ -82,3 +82,22 @@ def test_engine_refuses_what_is_not_a_ring_program():
     e = dataplane._pktio.Engine([], -1)
     with pytest.raises(ValueError):            # not a ring_program capsule
         e.run(1, object(), object(), ())
+
+
+@needs_pktio
+def test_engine_pcap_settings_refuse_bad_input():
+    e = dataplane._pktio.Engine([], -1)
+    with pytest.raises(KeyError, match="no port 7"):
+        e.set_pcap({7: (100, 100)})
+    with pytest.raises(TypeError, match=r"\{port_no: \(snaplen_in, snaplen_out\)\}"):
+        e.set_pcap([(7, 100)])
+    e.set_pcap(None)
+    assert e.take_pcap() == []
+    assert e.run(64, None, None, None, 1.5) == 0
+
+
+def test_ring_loop_wants_pcaps_of_both_directions_per_port(tmp_path):
+    from testbed.switch.soft.pcap import PcapWriter
+    with PcapWriter(tmp_path / "x.pcap") as w:
+        with pytest.raises(ValueError, match=r"pcap_in and pcap_out must cover the same ports"):
+            fastloop.RingLoop({1: object()}, {1: w}, {})   # refused before any socket opens

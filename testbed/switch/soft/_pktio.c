@@ -23,6 +23,8 @@
  *   (bytes-like), non-blocking; returns how many the kernel took, or -errno.
  * Engine(ports): the loop's per-frame work in C over the rings (io_impl
  *   ring_fastpath; see its comment below and testbed/switch/soft/fastloop.py).
+ * pcap_records(frames, ts, snaplen) -> bytes: the classic-pcap records the
+ *   Engine writes (pcap.py PcapWriter's format), for tests of that format.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -42,6 +44,74 @@
 #include "ring_program.h"
 
 #define MAX_SEND 1024
+
+/* --- pcap records (the format of testbed/switch/soft/pcap.py) ------------------ */
+
+typedef struct {
+    uint8_t *p;
+    size_t len, cap;
+    long long frames;
+} PcapBuf;
+
+static inline void put_le32(uint8_t *d, uint32_t v) {
+    d[0] = (uint8_t)v; d[1] = (uint8_t)(v >> 8); d[2] = (uint8_t)(v >> 16); d[3] = (uint8_t)(v >> 24);
+}
+
+/* The batch time as PcapWriter.write_batch splits it: int(ts), int((ts - sec) * 1e6). */
+static inline void pcap_split_ts(double ts, uint32_t *sec, uint32_t *usec) {
+    long long s = (long long)ts;
+    *sec = (uint32_t)s;
+    *usec = (uint32_t)(long long)((ts - (double)s) * 1e6);
+}
+
+/* One record: header (sec, usec, captured, original length), then at most snaplen bytes. */
+static int pcap_record(PcapBuf *b, const uint8_t *f, size_t len, uint32_t snap,
+                       uint32_t sec, uint32_t usec) {
+    size_t cap_len = len > snap ? snap : len;
+    size_t need = b->len + 16 + cap_len;
+    if (need > b->cap) {
+        size_t c = b->cap ? b->cap : (64u << 10);
+        while (c < need) c *= 2;
+        uint8_t *np = realloc(b->p, c);
+        if (!np) return -1;
+        b->p = np;
+        b->cap = c;
+    }
+    uint8_t *d = b->p + b->len;
+    put_le32(d, sec);
+    put_le32(d + 4, usec);
+    put_le32(d + 8, (uint32_t)cap_len);
+    put_le32(d + 12, (uint32_t)len);
+    memcpy(d + 16, f, cap_len);
+    b->len = need;
+    b->frames++;
+    return 0;
+}
+
+static PyObject *pcap_records(PyObject *mod, PyObject *args) {
+    PyObject *seq;
+    double ts;
+    unsigned snap;
+    if (!PyArg_ParseTuple(args, "OdI", &seq, &ts, &snap)) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "pcap_records: frames must be a sequence of bytes");
+    if (!fast) return NULL;
+    uint32_t sec, usec;
+    pcap_split_ts(ts, &sec, &usec);
+    PcapBuf b = {0};
+    PyObject *out = NULL;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
+        Py_buffer v;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, i), &v, PyBUF_SIMPLE) < 0) goto done;
+        int r = pcap_record(&b, v.buf, (size_t)v.len, snap, sec, usec);
+        PyBuffer_Release(&v);
+        if (r < 0) { PyErr_NoMemory(); goto done; }
+    }
+    out = PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.len);
+done:
+    free(b.p);
+    Py_DECREF(fast);
+    return out;
+}
 
 typedef struct {
     PyObject_HEAD
@@ -295,7 +365,7 @@ static PyObject *send_frames(PyObject *mod, PyObject *args) {
  *   them (each message names its interface), so one loop pass makes one
  *   sendmmsg whatever the number of ports. (Measured against a sendmmsg per
  *   port: bench/switch_ringpath.py, results/bench/ring_fastpath.md.)
- * run(max_per_ring, program, api, args): for each ring in order, up to
+ * run(max_per_ring, program, api, args[, ts]): for each ring in order, up to
  *   max_per_ring frames, read in place in their slots (no bytes object): a
  *   program (a RING_PROGRAM_CAPSULE `api`, e.g. the INA datapath) sees each
  *   frame first; the frames it does not take, and every frame when program is
@@ -312,6 +382,12 @@ static PyObject *send_frames(PyObject *mod, PyObject *args) {
  *   (hits, misses, flooded, flood_copies, dropped_miss, hairpin), bad_port):
  *   the counts since the last call (then zeroed), for the Python objects that
  *   report them.
+ * set_pcap({port_no: (snaplen_in, snaplen_out)} or None): record the frames
+ *   each port receives (as read) and sends (as the kernel took them) as pcap
+ *   records stamped with run()'s `ts`, into per-port buffers; take_pcap() ->
+ *   [(port_no, in_records, in_frames, out_records, out_frames)] hands them to
+ *   Python (pcap.PcapWriter.write_records, the one writer of each file), so
+ *   that batches of either path land in a file in the order they ran.
  */
 #define PORT_INDEX 4096            /* port numbers the engine maps directly */
 #define STAGE_BYTES (1u << 20)     /* the send buffer */
@@ -324,6 +400,8 @@ typedef struct {
     struct sockaddr_ll to;               /* its interface, for the shared send socket */
     RxRing *ring;                        /* owned reference */
     long long rx, rx_bytes, tx, tx_bytes, tx_dropped;
+    uint32_t snap_in, snap_out;          /* pcap snaplens; 0: this port is not recorded */
+    PcapBuf pcap_in, pcap_out;           /* records not yet taken by Python */
 } EPort;
 
 typedef struct {
@@ -340,6 +418,9 @@ typedef struct {
     long long fwd[N_FWD];
     long long bad_port;                  /* frames to a port number the switch lacks */
     int gone;                            /* a port-gone errno is waiting for Python */
+    int pcap;                            /* some port is recorded (set_pcap) */
+    int pcap_nomem;                      /* a record did not fit in memory: run() raises */
+    uint32_t ts_sec, ts_usec;            /* this run's pcap timestamp */
     int tx_fd;
     uint8_t *buf;                        /* staged frames, STAGE_BYTES */
     size_t used;
@@ -350,8 +431,11 @@ typedef struct {
 } Engine;
 
 static void Engine_free_ports(Engine *e) {
-    for (int i = 0; i < e->nports; i++)
+    for (int i = 0; i < e->nports; i++) {
         Py_XDECREF(e->ports[i].ring);
+        free(e->ports[i].pcap_in.p);
+        free(e->ports[i].pcap_out.p);
+    }
     free(e->ports);
     e->ports = NULL;
     e->nports = 0;
@@ -470,6 +554,10 @@ static void flush(Engine *e) {
                 EPort *p = &e->ports[e->msg_port[i]];
                 p->tx++;
                 p->tx_bytes += e->iov[i].iov_len;
+                /* pcap out: as sent (the Python path records what send_batch took) */
+                if (p->snap_out && pcap_record(&p->pcap_out, e->iov[i].iov_base, e->iov[i].iov_len,
+                                               p->snap_out, e->ts_sec, e->ts_usec) < 0)
+                    e->pcap_nomem = 1;
             }
             pos += r;
             continue;
@@ -556,8 +644,17 @@ static int l2_forward(Engine *e, const uint8_t *f, Py_ssize_t len, long in_port)
 
 static PyObject *Engine_run(Engine *e, PyObject *args) {
     long max;
-    PyObject *program, *api_o, *pargs;
-    if (!PyArg_ParseTuple(args, "lOOO", &max, &program, &api_o, &pargs)) return NULL;
+    PyObject *program, *api_o, *pargs, *ts_o = Py_None;
+    if (!PyArg_ParseTuple(args, "lOOO|O", &max, &program, &api_o, &pargs, &ts_o)) return NULL;
+    if (e->pcap) {
+        if (ts_o == Py_None) {
+            PyErr_SetString(PyExc_ValueError, "run: pcaps are on (set_pcap): pass the batch time ts");
+            return NULL;
+        }
+        double ts = PyFloat_AsDouble(ts_o);
+        if (ts == -1.0 && PyErr_Occurred()) return NULL;
+        pcap_split_ts(ts, &e->ts_sec, &e->ts_usec);
+    }
     const RingProgramAPI *api = NULL;
     if (program != Py_None) {
         api = PyCapsule_GetPointer(api_o, RING_PROGRAM_CAPSULE);
@@ -583,6 +680,10 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
             } else {
                 const uint8_t *f = (const uint8_t *)h + h->tp_mac;
                 Py_ssize_t len = h->tp_snaplen;
+                /* pcap in: as received, before the program sees it */
+                if (p->snap_in && pcap_record(&p->pcap_in, f, (size_t)len, p->snap_in,
+                                              e->ts_sec, e->ts_usec) < 0)
+                    e->pcap_nomem = 1;
                 p->rx++;
                 p->rx_bytes += len;
                 k++;
@@ -600,6 +701,10 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
     /* Staged frames leave even when a program failed (they were decided). */
     if (e->n) flush(e);
     if (failed) return NULL;
+    if (e->pcap_nomem) {
+        e->pcap_nomem = 0;
+        return PyErr_NoMemory();
+    }
     if (!e->gone) return PyLong_FromLongLong(got);
     e->gone = 0;
     PyObject *ev = PyList_New(0);
@@ -622,6 +727,59 @@ static PyObject *Engine_set_down(Engine *e, PyObject *arg) {
     if (!p) return PyErr_Format(PyExc_KeyError, "set_down: no port %ld", no);
     p->down = 1;
     Py_RETURN_NONE;
+}
+
+static void pcap_off(Engine *e) {
+    for (int i = 0; i < e->nports; i++) e->ports[i].snap_in = e->ports[i].snap_out = 0;
+    e->pcap = 0;
+}
+
+static PyObject *Engine_set_pcap(Engine *e, PyObject *arg) {
+    pcap_off(e);
+    if (arg == Py_None) Py_RETURN_NONE;
+    if (!PyDict_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "set_pcap: {port_no: (snaplen_in, snaplen_out)} or None");
+        return NULL;
+    }
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(arg, &pos, &k, &v)) {
+        long no = PyLong_AsLong(k);
+        if (no == -1 && PyErr_Occurred()) goto fail;
+        unsigned si, so;
+        if (!PyArg_ParseTuple(v, "II;set_pcap: each value is (snaplen_in, snaplen_out)", &si, &so))
+            goto fail;
+        EPort *p = engine_port(e, no);
+        if (!p) { PyErr_Format(PyExc_KeyError, "set_pcap: no port %ld", no); goto fail; }
+        if (!si || !so) { PyErr_Format(PyExc_ValueError, "set_pcap: port %ld: snaplen 0", no); goto fail; }
+        p->snap_in = si;
+        p->snap_out = so;
+        e->pcap = 1;
+    }
+    Py_RETURN_NONE;
+fail:
+    pcap_off(e);                         /* all or nothing */
+    return NULL;
+}
+
+static PyObject *Engine_take_pcap(Engine *e, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (int i = 0; i < e->nports; i++) {
+        EPort *p = &e->ports[i];
+        if (!p->pcap_in.len && !p->pcap_out.len) continue;
+        /* "" for a buffer never filled: y# makes None of a NULL pointer */
+        PyObject *t = Py_BuildValue("(ly#Ly#L)", p->no,
+                                    p->pcap_in.p ? (const char *)p->pcap_in.p : "",
+                                    (Py_ssize_t)p->pcap_in.len, p->pcap_in.frames,
+                                    p->pcap_out.p ? (const char *)p->pcap_out.p : "",
+                                    (Py_ssize_t)p->pcap_out.len, p->pcap_out.frames);
+        if (!t || PyList_Append(out, t) < 0) { Py_XDECREF(t); Py_DECREF(out); return NULL; }
+        Py_DECREF(t);
+        p->pcap_in.len = p->pcap_out.len = 0;
+        p->pcap_in.frames = p->pcap_out.frames = 0;
+    }
+    return out;
 }
 
 static PyObject *Engine_take_counters(Engine *e, PyObject *unused) {
@@ -650,7 +808,11 @@ static PyObject *Engine_take_counters(Engine *e, PyObject *unused) {
 
 static PyMethodDef Engine_methods[] = {
     {"run", (PyCFunction)Engine_run, METH_VARARGS,
-     "run(max_per_ring, program, api, args) -> frames read, or (frames read, [(port, errno)])"},
+     "run(max_per_ring, program, api, args[, ts]) -> frames read, or (frames read, [(port, errno)])"},
+    {"set_pcap", (PyCFunction)Engine_set_pcap, METH_O,
+     "set_pcap({port_no: (snaplen_in, snaplen_out)} or None): record frames as pcap records"},
+    {"take_pcap", (PyCFunction)Engine_take_pcap, METH_NOARGS,
+     "take_pcap() -> [(port_no, in_records, in_frames, out_records, out_frames)] since the last call"},
     {"set_l2", (PyCFunction)Engine_set_l2, METH_VARARGS,
      "set_l2(table, flood, flood_ports): the forward program's table"},
     {"set_down", (PyCFunction)Engine_set_down, METH_O, "set_down(port_no): drop what goes to it"},
@@ -672,6 +834,8 @@ static PyTypeObject EngineType = {
 
 static PyMethodDef module_methods[] = {
     {"wait_any", wait_any, METH_VARARGS, "wait_any(rings, spin_ns) -> bool: a frame is ready"},
+    {"pcap_records", pcap_records, METH_VARARGS,
+     "pcap_records(frames, ts, snaplen) -> bytes: the pcap records the Engine writes"},
     {"send_frames", send_frames, METH_VARARGS,
      "send_frames(fd, frames, start, count) -> sent or -errno (one sendmmsg, MSG_DONTWAIT)"},
     {NULL}};

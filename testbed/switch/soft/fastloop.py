@@ -7,8 +7,13 @@ table in C) and sends what leaves with one sendmmsg per port. No Python object
 is made per frame. One unbound AF_PACKET socket sends for every port (each
 message names its interface): one sendmmsg per pass, not one per port.
 
+Pcaps: the engine formats the records of what each port receives and sends
+(stamped with the batch time the loop passes in) and `run` hands them to the
+port's PcapWriters at once, so a file gets each batch's records in the order
+the batches ran, whichever path ran them.
+
 It runs a batch only when nothing Python-side has to see the frames: no
-pcaps, no active impairments or dilation, nothing in the delay queues, and a
+active impairments or dilation, nothing in the delay queues, and a
 program that offers a ring entry (`ring_program(pipeline)`; the INA program
 declines while its drop simulators are armed). Otherwise the switch loop runs
 that batch on the Python path (the reference); the stats count batches and
@@ -63,8 +68,15 @@ class RingLoop:
     """The compiled loop over a switch's ring ports (all of them AfPacketPorts
     with a receive ring)."""
 
-    def __init__(self, ports: dict[int, Any]):
+    def __init__(self, ports: dict[int, Any], pcap_in: dict[int, Any] | None = None,
+                 pcap_out: dict[int, Any] | None = None):
         self.ports = dict(ports)
+        # PcapWriters of the ring ports (pcap.py), the one writer of each file.
+        self.pcap_in = {no: w for no, w in (pcap_in or {}).items() if no in self.ports}
+        self.pcap_out = {no: w for no, w in (pcap_out or {}).items() if no in self.ports}
+        if set(self.pcap_in) != set(self.pcap_out):
+            raise ValueError("RingLoop: pcap_in and pcap_out must cover the same ports, "
+                             f"got {sorted(self.pcap_in)} and {sorted(self.pcap_out)}")
         # Protocol 0 and never bound: it receives nothing, only sends.
         self.tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
@@ -73,6 +85,9 @@ class RingLoop:
             self.engine = dataplane._pktio.Engine(
                 [(no, io.ring, socket.if_nametoindex(io.name)) for no, io in self.ports.items()],
                 self.tx.fileno())
+            if self.pcap_in:
+                self.engine.set_pcap({no: (w.snaplen, self.pcap_out[no].snaplen)
+                                      for no, w in self.pcap_in.items()})
         except BaseException:
             self.tx.close()
             raise
@@ -80,8 +95,9 @@ class RingLoop:
         self._forwarder: ForwardingPipeline | None = None
         self.bad_port_drops = 0
 
-    def run(self, max_per_ring: int, prog: RingProgram) -> int:
-        """One pass over the rings; returns the frames read."""
+    def run(self, max_per_ring: int, prog: RingProgram, ts: float | None = None) -> int:
+        """One pass over the rings; returns the frames read. ts: the batch time
+        for pcap records (the switch's wall clock, as its Python path stamps)."""
         fwd = prog.forwarder
         key = (id(fwd), fwd.version)
         if key != self._l2_for:
@@ -91,9 +107,9 @@ class RingLoop:
             self._l2_for, self._forwarder = key, fwd
         if prog.lock is not None:
             with prog.lock:
-                r = self.engine.run(max_per_ring, prog.program, prog.api, prog.args)
+                r = self.engine.run(max_per_ring, prog.program, prog.api, prog.args, ts)
         else:
-            r = self.engine.run(max_per_ring, prog.program, prog.api, prog.args)
+            r = self.engine.run(max_per_ring, prog.program, prog.api, prog.args, ts)
         if type(r) is tuple:
             r, gone = r
             for no, err in gone:
@@ -101,6 +117,11 @@ class RingLoop:
                 io.note_send_error(err)
                 if io.down:
                     self.engine.set_down(no)
+        if r and self.pcap_in:
+            # This batch's records, before any later batch of either path writes.
+            for no, rin, nin, rout, nout in self.engine.take_pcap():
+                self.pcap_in[no].write_records(rin, nin)
+                self.pcap_out[no].write_records(rout, nout)
         return r
 
     def fold(self) -> None:

@@ -2,7 +2,8 @@
 
 Written by hand rather than with scapy because the switch records every frame
 on its hot path: one struct.pack per frame into an in-memory buffer, written
-to disk in large chunks.
+to disk in large chunks. The switch's compiled loop formats the same records
+in C (_pktio.c pcap_record) and hands them to write_records.
 """
 from __future__ import annotations
 
@@ -50,6 +51,18 @@ class PcapWriter:
             n += ln
         self.frames += len(frames)
         self._pending += n + 16 * len(frames)
+        if self._pending >= self.flush_bytes:
+            self.flush()
+
+    def write_records(self, records: bytes, frames: int) -> None:
+        """Append records formatted elsewhere in this file's format (the
+        compiled loop's, _pktio.Engine.take_pcap): this writer stays the one
+        writer of the file, so batches of both paths keep their order."""
+        if not frames:
+            return
+        self._buf.append(records)
+        self.frames += frames
+        self._pending += len(records)
         if self._pending >= self.flush_bytes:
             self.flush()
 

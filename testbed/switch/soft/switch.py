@@ -8,9 +8,10 @@ One loop iteration:
   port -> egress impairments -> (delay queues) -> sendmmsg per port -> pcap out.
 
 Everything per batch; per frame the loop only does list appends. With io_impl
-ring_fastpath (the default when built), an iteration with no pcaps,
-impairments, dilation or queued frames instead makes one call into the
-compiled loop (fastloop.py): rings -> program -> sendmmsg, no Python per frame;
+ring_fastpath (the default when built), an iteration with no impairments,
+dilation or queued frames instead makes one call into the compiled loop
+(fastloop.py): rings -> program -> sendmmsg, no Python per frame (it formats
+the pcap records too, handed to the same PcapWriters);
 the stats' packet_path counts batches and frames per path. A control
 plane thread (P4Runtime server) programs the switch through `pipeline` and
 `tables()`; swapping `switch.pipeline` takes effect at the next batch.
@@ -246,7 +247,7 @@ class SoftSwitch:
         got_any = False
         fastpath = self.fastpath
         if fastpath:
-            self.ring_loop = RingLoop(rings)
+            self.ring_loop = RingLoop(rings, pcap_in, pcap_out)
         path_batches, path_frames = self.path_batches, self.path_frames
         err_mask = select.EPOLLERR | select.EPOLLHUP
         try:
@@ -301,14 +302,14 @@ class SoftSwitch:
                             ready.remove(no)
                             if fastpath:
                                 self.ring_loop.close()
-                                self.ring_loop = RingLoop(rings)
+                                self.ring_loop = RingLoop(rings, pcap_in, pcap_out)
                 got_any = False
                 # The compiled path, when nothing Python-side must see these frames.
                 prog = (ring_program(self.pipeline)
                         if fastpath and not frames and not iq and not eq and line is None and not act_in
-                        and not act_eg and not pcap_in and not pcap_out else None)
+                        and not act_eg else None)
                 if prog is not None:
-                    n = self.ring_loop.run(batch, prog)
+                    n = self.ring_loop.run(batch, prog, now + epoch)
                     if n:
                         got_any = True
                         self.rx_batches += 1
