@@ -191,11 +191,14 @@ class RetransmitTimers:
             self.rto_cache = min(self.timeout_s, max(self.min_timeout_s, srtt + 4 * var))
 
     # -- expiry --------------------------------------------------------------------
-    def expired(self, now: float, seq_age: np.ndarray | None = None) -> list[int]:
+    def expired(self, now: float, seq_age: np.ndarray | None = None,
+                limit: int | None = None) -> list[int]:
         """Slots whose timer expired and whose chunk looks lost, to resend now;
         expired chunks that do not look lost are re-armed here. seq_age[s]: how
         old slot s's chunk is in sequence order (smaller: older), which decides
         the silent probe (below); without it, the first send time does.
+        limit: at most this many, oldest first; the rest wait a base timeout,
+        no retry counted (the congestion window's cap, hosts/ina/cwnd.py).
 
         Silence (no result at all for a chunk's timeout) is mostly a stall on a
         loaded machine, a peer worker or the switch descheduled, not the loss of
@@ -223,27 +226,31 @@ class RetransmitTimers:
                 dl[s] = now + max(self.rto_cache, rto / 2)
             else:
                 out.append(s)
-        if silent:
-            if now < self.probe_at:                  # this silence already got its probes
-                for s in silent:
-                    dl[s] = self.probe_at
-                return out
+        # oldest first: in sequence order, or by first send time without seq_age
+        oldest = ((lambda s: (seq_age.item(s), s)) if seq_age is not None
+                  else (lambda s: (self.first.item(s), s)))
+        if silent and now < self.probe_at:           # this silence already got its probes
+            for s in silent:
+                dl[s] = self.probe_at
+        elif silent:
             # the oldest chunks probe (always the same first one while the silence
             # lasts: its retries count towards max_retries, as TCP's RTO resends the
             # first unacked segment); the rest wait for the probe's backed-off timer.
             # Oldest in sequence order: the peers' held chunks wait for the oldest
             # ones (hosts/ina/cwnd.py); a whole window sent at one instant has equal
             # send times, and probing a newer chunk then deadlocked the job.
-            if seq_age is not None:
-                silent.sort(key=lambda s: (seq_age.item(s), s))
-            else:
-                silent.sort(key=lambda s: (self.first.item(s), s))
+            silent.sort(key=oldest)
             self.probe_at = now + min(float(self.rto[silent[0]]) * self.backoff,
                                       self.max_timeout_s)
             for s in silent[self.probes:]:
                 dl[s] = self.probe_at
             self.silent += min(len(silent), self.probes)
             out = sorted(out + silent[:self.probes])
+        if limit is not None and len(out) > limit:
+            order = sorted(out, key=oldest)
+            for s in order[limit:]:
+                dl[s] = now + self.rto_cache
+            out = sorted(order[:limit])
         return out
 
     def answered_resent(self, k: int = 1) -> None:

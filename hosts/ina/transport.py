@@ -452,16 +452,8 @@ class InaClient(receive.ResultIntake):
             return 0
         n = 0
         win = self.win
-        age = (win.hseq - win.next_seq) % self.seq_space
-        due = timers.expired(now, age)
-        cap = self._cc.resend_cap()
-        if cap is not None and len(due) > cap:      # oldest first; the rest wait (cwnd.py)
-            due.sort(key=lambda s: (age.item(s), s))
-            later = now + timers.rto_cache
-            for s in due[cap:]:
-                timers.dl[s] = later
-            due = sorted(due[:cap])
-        for s in due:
+        for s in timers.expired(now, (win.hseq - win.next_seq) % self.seq_space,
+                                self._cc.resend_cap()):
             seg = self.win.slots[s][0]
             ci = int(self.win.hci[s])
             retries = int(timers.retries[s])
