@@ -29,6 +29,12 @@ log = logging.getLogger("allreduce.switch")
 class SwitchAllreduce:
     def __init__(self, client: InaClient, world: int, timeout_s: float):
         self.client, self.world, self.timeout_s = client, world, timeout_s
+        # Every op waits for silent peers up to this collective's timeout: silence
+        # may be a peer still computing (a straggler; compute paced at a TDF of
+        # 10^4 on a slow switch such as BMv2 is tens of seconds), not a dead switch.
+        # LHC's straggler case on BMv2 (TDF 32000) was silent 30 s and its peers
+        # gave up after 14 s of probes (the client's max_retries).
+        client.patience_s = timeout_s
 
     @classmethod
     def connect(cls, *, rank: int, world: int, my_ip: str, ina: InaSettings, run: dict,
@@ -71,20 +77,11 @@ class SwitchAllreduce:
         """ndarray -> flat float32 ndarray; CPU tensor -> float32 tensor of x's shape."""
         a, back = as_array(x)
         buf = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
-        return back(self._run(lambda: self.client.wait(self.submit(buf), timeout=self.timeout_s),
+        return back(self._run(lambda: self.client.wait(self.client.submit(buf), timeout=self.timeout_s),
                               f"of {buf.size} values"))
 
-    def submit(self, vec, op: str = "sum"):
-        """The client's submit with patience up to this collective's timeout:
-        silence may be a peer that is still computing (a straggler; compute
-        paced at a TDF of 10^4 on a slow switch such as BMv2 is tens of seconds),
-        not a dead switch, so the op gives up at its own timeout, not at the
-        client's max_retries (LHC's straggler case on BMv2 did: a 3x straggler
-        at TDF 32000 was silent 30 s, the others gave up after 14 s of probes)."""
-        return self.client.submit(vec, op, patience_s=self.timeout_s)
-
     def barrier(self) -> None:
-        got = self._run(lambda: self.client.wait(self.submit(np.ones(1, np.int32)),
+        got = self._run(lambda: self.client.wait(self.client.submit(np.ones(1, np.int32)),
                                                  timeout=self.timeout_s), "barrier")
         if int(got[0]) != self.world:
             raise NetError(f"in-switch barrier counted {int(got[0])} workers, expected {self.world}: "

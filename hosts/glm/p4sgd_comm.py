@@ -60,9 +60,7 @@ class _SwitchAsync:
         self.kw = {} if scale_exp is None else {"scale_exp": scale_exp}
 
     def submit(self, vec):
-        # patience: a slow peer is not a dead switch (hosts/collectives/switch.py submit)
-        return self.client.submit(np.asarray(vec, dtype=np.float64), "sum", patience_s=self.timeout_s,
-                                  **self.kw)
+        return self.client.submit(np.asarray(vec, dtype=np.float64), "sum", **self.kw)
 
     def wait(self, handle):
         return self.client.wait(handle, timeout=self.timeout_s)

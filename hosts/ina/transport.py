@@ -146,6 +146,9 @@ class InaClient(receive.ResultIntake):
         # Chunks on the wire are capped by a congestion window (hosts/ina/cwnd.py): a slot
         # whose head is ready while the window is full is `_held` until answers make room.
         self._cc = CongestionWindow(window, adaptive=congestion_window)
+        # Default patience of submitted vectors (None: give up after max_retries);
+        # a collective sets its own op timeout (hosts/collectives/switch.py).
+        self.patience_s: float | None = None
         self.timers.on_clean_answers = self._cc.on_answers
         self._held = np.zeros(window, bool)
         # The steady-state loop in C (hosts/ina/hostloop.py) for the bulk run `_hot`,
@@ -168,8 +171,11 @@ class InaClient(receive.ResultIntake):
                patience_s: float | None = None) -> InaHandle:
         """Queue one vector; its chunks go out as their slots free up.
         patience_s: do not give up on these chunks before this long (e.g. a
-        first barrier while the other workers are still starting)."""
+        first barrier while the other workers are still starting); default:
+        the client's `patience_s`."""
         self._raise_fatal()
+        if patience_s is None:
+            patience_s = self.patience_s
         code = OPS.get(op)
         if code is None:
             raise ValueError(f"unknown op {op!r}; use one of {sorted(OPS)}")

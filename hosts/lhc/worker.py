@@ -172,7 +172,7 @@ def open_collective(cfg: LhcConfig):
 
 
 def _ina(coll, vec: np.ndarray, op: str, what: str) -> np.ndarray:
-    return coll._run(lambda: coll.client.wait(coll.submit(vec, op), timeout=coll.timeout_s), what)
+    return coll._run(lambda: coll.client.wait(coll.client.submit(vec, op), timeout=coll.timeout_s), what)
 
 
 def topk_select(acc: np.ndarray, k: int) -> np.ndarray:

@@ -33,7 +33,7 @@ def _late_peer(submit_early, late_by_s: float):
 
 def test_the_collective_waits_for_a_straggler_up_to_its_timeout():
     coll = lambda client: SwitchAllreduce(client, 2, timeout_s=60.0)   # noqa: E731
-    got = _late_peer(lambda c, x: coll(c).submit(x), late_by_s=30.0)
+    got = _late_peer(lambda c, x: coll(c).client.submit(x), late_by_s=30.0)
     np.testing.assert_allclose(got, np.arange(64) + 1.0)
 
 
