@@ -210,10 +210,6 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     cpu = None
     control = None
     counters: dict[str, Any] = {}
-    if getattr(getattr(net, "impairments", None), "drop_simulator", None) and not job_requests:
-        raise SkipPoint(f"impairment cannot be applied: {scn.switch.backend} applies link loss "
-                        f"through the P4 program's drop simulator, which drops only in-network "
-                        f"aggregation traffic, and this point has none; use switch.backend soft")
     if job_requests and "p4runtime" not in net.switch_info:
         raise SkipPoint(f"in-network aggregation needs the switch: --net {net_mode} has none "
                         f"between hosts; use --net mininet, or a host algorithm (ring/ps)")

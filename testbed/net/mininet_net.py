@@ -487,35 +487,31 @@ class MininetNetwork(Network):
 
     def _apply_nftables(self) -> None:
         for host, loss in self.impairments.nft_loss.items():
-            rc, out = self.run(host, ["nft", "-f", "-"], stdin=imp.nft_ruleset(loss))
-            if rc != 0:
-                raise imp.ImpairmentError(f"cannot apply loss_pct={loss:g} with nftables on {host}: "
-                                          f"nft failed: {out.strip()}; use links.mechanism switch")
-            # Read the rule back: what is recorded as applied is what the kernel has.
-            rc, out = self.run(host, ["nft", "-j", "list", "table", "inet", imp.NFT_TABLE])
-            why = imp.check_nft_loss(out, loss) if rc == 0 else f"nft list failed ({rc}): {out.strip()}"
-            if why:
-                raise imp.ImpairmentError(f"loss_pct={loss:g} with nftables on {host} was not applied: "
-                                          f"{why}; use links.mechanism switch")
+            self._load_nft(host, f"loss_pct={loss:g} with nftables on {host}", imp.nft_ruleset(loss),
+                           "inet", imp.NFT_TABLE, loss)
         for host, eg in self.impairments.nft_egress.items():
-            self._apply_nft_egress(host, eg["intf"], eg["loss_pct"])
+            intf, loss = eg["intf"], eg["loss_pct"]
+            what = f"loss_pct={loss:g} with nftables on {intf} egress"
+            # One frame per packet first (impairments.py says why), so nft sees every frame.
+            rc, out = self.run(host, ["sh", "-c", f"ip link set lo up && ip link set dev {intf} gso_max_segs 1 "
+                                                  f"&& ip -d link show dev {intf}"])
+            if rc != 0 or " gso_max_segs 1 " not in out:
+                raise imp.ImpairmentError(f"cannot apply {what}: could not make it send one frame per "
+                                          f"packet (ip link set gso_max_segs 1): {out.strip()[-300:]}; "
+                                          f"use links.mechanism switch (soft backend)")
+            self._load_nft(host, what, imp.nft_egress_ruleset(intf, loss), "netdev", imp.NFT_EGRESS_TABLE,
+                           loss, hint=" (the netdev egress hook needs Linux >= 5.16 with "
+                                      "CONFIG_NETFILTER_EGRESS)")
 
-    def _apply_nft_egress(self, host: str, intf: str, loss: float) -> None:
-        """Host->switch loss on the host's interface (impairments.py says why
-        this way); one frame per packet first, read back before it counts."""
-        what = f"loss_pct={loss:g} with nftables on {intf} egress"
-        rc, out = self.run(host, ["sh", "-c", f"ip link set lo up && ip link set dev {intf} gso_max_segs 1 "
-                                              f"&& ip -d link show dev {intf}"])
-        if rc != 0 or " gso_max_segs 1 " not in out:
-            raise imp.ImpairmentError(f"cannot apply {what}: could not make it send one frame per "
-                                      f"packet (ip link set gso_max_segs 1): {out.strip()[-300:]}; "
-                                      f"use links.mechanism switch (soft backend)")
-        rc, out = self.run(host, ["nft", "-f", "-"], stdin=imp.nft_egress_ruleset(intf, loss))
+    def _load_nft(self, host: str, what: str, ruleset: str, family: str, table: str, loss: float,
+                  hint: str = "") -> None:
+        """Load a loss ruleset in `host` and read it back: what is recorded as
+        applied is what the kernel has."""
+        rc, out = self.run(host, ["nft", "-f", "-"], stdin=ruleset)
         if rc != 0:
-            raise imp.ImpairmentError(f"cannot apply {what}: nft failed (the netdev egress hook needs "
-                                      f"Linux >= 5.16 with CONFIG_NETFILTER_EGRESS): {out.strip()}; "
-                                      f"use links.mechanism switch (soft backend)")
-        rc, out = self.run(host, ["nft", "-j", "list", "table", "netdev", imp.NFT_EGRESS_TABLE])
+            raise imp.ImpairmentError(f"cannot apply {what}: nft failed{hint}: {out.strip()}; "
+                                      f"use links.mechanism switch")
+        rc, out = self.run(host, ["nft", "-j", "list", "table", family, table])
         why = imp.check_nft_loss(out, loss) if rc == 0 else f"nft list failed ({rc}): {out.strip()}"
         if why:
             raise imp.ImpairmentError(f"{what} was not applied: {why}; use links.mechanism switch")
