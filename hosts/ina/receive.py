@@ -22,13 +22,25 @@ DRAIN = 256          # packets handled per receive burst before timers are check
 _VEC_MIN = 6          # results in one burst from which the vectorized path is used
 
 
+def _records(bufs: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """Datagrams -> (RX_DTYPE records, lengths), as recv_block hands them."""
+    n = len(bufs)
+    rec = np.zeros(n, RX_DTYPE)
+    raw = rec.view(np.uint8).reshape(n, RX_STRIDE)
+    for i, b in enumerate(bufs):
+        m = min(len(b), RX_STRIDE)
+        raw[i, :m] = np.frombuffer(b, np.uint8, m)
+    return rec, np.fromiter(map(len, bufs), np.int64, n)
+
+
 class ResultIntake:
     def _receive(self, timeout: float, keep: bool = False) -> int:
         """Wait up to `timeout` for results, then take in up to DRAIN of them.
         keep (wait's call): the compiled loop on a socket goes on taking bursts
         in until `timeout` passes or a timer is due (hosts/ina/hostloop.py)."""
         lp = self._loop
-        if lp is not None and self._hot is not None and lp.fd >= 0:
+        hot = lp is not None and self._hot is not None     # the compiled loop may take bursts
+        if hot and lp.fd >= 0:
             return self._receive_loop(lp, timeout, keep)
         n = 0
         rb = self._rx_block
@@ -39,9 +51,8 @@ class ResultIntake:
                 if not k:
                     break
                 n += k
-                if self._hot is not None and lp is not None and self._loop_burst(lp, rec, lens, k):
-                    continue
-                self._on_burst(rec, lens, k)
+                if not (hot and self._loop_burst(lp, rec, lens, k)):
+                    self._on_burst(rec, lens, k)
             if self._held.any():
                 self._release(self._clock())
             return n
@@ -54,22 +65,13 @@ class ResultIntake:
                 break
             b = recv(0.0)
         n = len(bufs)
-        if n < _VEC_MIN and (self._hot is None or lp is None):
-            for b in bufs:
-                self._on_packet(b)
-        elif n:
-            rec = np.zeros(n, RX_DTYPE)
-            raw = rec.view(np.uint8).reshape(n, RX_STRIDE)
-            for i, b in enumerate(bufs):
-                m = min(len(b), RX_STRIDE)
-                raw[i, :m] = np.frombuffer(b, np.uint8, m)
-            lens = np.fromiter(map(len, bufs), np.int64, n)
-            if self._hot is None or lp is None or not self._loop_burst(lp, rec, lens, n):
-                if n < _VEC_MIN:
-                    for b in bufs:
-                        self._on_packet(b)
-                else:
-                    self._on_block(rec, lens)
+        recs = _records(bufs) if n >= _VEC_MIN or (hot and n) else None
+        if not (hot and recs is not None and self._loop_burst(lp, *recs, n)):
+            if n < _VEC_MIN:
+                for b in bufs:
+                    self._on_packet(b)
+            else:
+                self._on_block(*recs)
         if self._held.any():
             self._release(self._clock())
         return n
