@@ -110,14 +110,19 @@ def encode_messages(durations: Sequence[float], compute_ratio: float | None,
     return v
 
 
-def decide_messages(summed: np.ndarray, n_ops: int, world: int, hw_op_s: float,
+def decide_messages(summed: np.ndarray, n_ops: int, world: int, hw_op_s: "float | Sequence[float]",
                     fallback: float) -> tuple[float, dict]:
     """`decide` for `encode_messages` vectors: TDF_net = median over every worker's round
-    trips of (measured / hw_op_s); TDF_cmp and the result as in `decide`."""
+    trips of (measured / its hardware time); TDF_cmp and the result as in `decide`.
+    hw_op_s: one hardware time for every message, or one per op index (the same on
+    every worker, e.g. ShadowSync's lookups of each embedding PS in turn)."""
     n = min(n_ops, MAX_OPS)
     s = np.asarray(summed, dtype=np.float64)
-    d = s[:n * world] * TIME_UNIT_S
-    tdf_net = float(np.median(d[d > 0]) / hw_op_s) if hw_op_s > 0 and np.any(d > 0) else None
+    d = (s[:n * world] * TIME_UNIT_S).reshape(world, n) if n else np.zeros((world, 0))
+    hw = np.broadcast_to(np.asarray(hw_op_s, dtype=np.float64)[:n] if np.ndim(hw_op_s) else
+                         np.asarray(hw_op_s, dtype=np.float64), (world, n))
+    ok = (d > 0) & (hw > 0)
+    tdf_net = float(np.median(d[ok] / hw[ok])) if np.any(ok) else None
     off = n * world
     return _decision(s, off, world, tdf_net, fallback)
 

@@ -11,8 +11,8 @@ run's Settings.identity()). Then requests, each one int64 header frame
   ELASTIC w float32 (the dense replica)           -> reply d = alpha (w - w~)   (sync PS)
   AGREE   v float64 (n) -> reply the SUM of every trainer's v for this round (embedding
           PS 0 only; time_scale auto: the trainers' calibration agreement,
-          hosts.common.calibration.encode/decide; trainers without an allreduce have
-          no other channel)
+          hosts.common.calibration.encode_messages/decide_messages; trainers
+          without an allreduce have no other channel)
   MEASURE n = 0: calibration is over for this client; the server traces its messages
           from here on (its trace, like the client's, is the measured run only)
   UNTRACE n = 0: the server stops tracing this client (the shadow's trace ends after

@@ -11,10 +11,11 @@ loaded worker). Worker 0's LOOKUPs are the network ops, each against its
 hardware time (`lookup_hw_s`: the workload evaluates the network model, which
 hosts cannot import: the ids' and the rows' message times). At the end of a
 round worker 0 agrees with the other trainers (AGREE on embedding PS 0: a SUM of
-hosts.common.calibration.encode's vectors; trainers without an allreduce have no
-other channel), Calibrator.after_round gives the next TDF (and, on the soft
-switch, dilates the network: rank 0 asks), and every process of the trainer
-reads it from shared memory.
+hosts.common.calibration.encode_messages vectors, each lookup a round trip of its
+own; trainers without an allreduce have no other channel),
+Calibrator.after_round gives the next TDF (and, on the soft switch, dilates the
+network: rank 0 asks), and every process of the trainer reads it from shared
+memory.
 
 After the last round the trace is the measured run only: worker 0 resets its
 trace and tells the servers MEASURE (they trace its messages from then on); the
@@ -69,8 +70,14 @@ class Round:
         spans = spans[:cal.MAX_OPS]
         hw = [self.lookup_hw[i % len(self.lookup_hw)] for i in range(len(spans))]
         ratio = max(self.shared.ratio) or None
-        summed = agree(cal.encode([a for a, _ in spans], [b for _, b in spans], ratio, self.rank, self.trainers))
-        measured, why = cal.decide(summed, len(spans), self.trainers, hw or 0.0, fallback=self.shared.tdf.value)
+        # Each trainer's lookups are its own round trips, not one collective across the
+        # trainers: their k-th lookups are not aligned in time, so the collective
+        # statistic (decide: last submit to completion) clipped most of them to zero and
+        # kept the first lookup of a round, a stall at times (TDF 590,000 in one CI run).
+        durations = [b - a for a, b in spans]
+        summed = agree(cal.encode_messages(durations, ratio, self.rank, self.trainers))
+        measured, why = cal.decide_messages(summed, len(spans), self.trainers, hw or 0.0,
+                                            fallback=self.shared.tdf.value)
         # The delay line's compensation is per crossing; a LOOKUP crosses it twice (the
         # ids, then the rows): compensating a whole round trip per message made every
         # message 0.6x its dilated time (measured on the 2-trainer quick run).

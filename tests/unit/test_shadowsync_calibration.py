@@ -75,3 +75,30 @@ def test_auto_on_the_measured_cpu_is_refused():
     from testbed.scenario.loader import ScenarioError  # noqa: PLC0415
     with pytest.raises(ScenarioError, match="time_scale auto needs a modeled device"):
         load_scenario_text(BASE % "{type: cpu, time_scale: auto}", "t.yaml")
+
+
+def test_lookups_are_timed_as_each_trainers_own_round_trips():
+    """Two trainers whose lookups drift apart (one every 10 ms, one every 13 ms), each
+    1 ms long except a 0.6 s stall on the first: the TDF follows the 1 ms lookups. The
+    collective statistic (last submit to completion across trainers) clipped every
+    later lookup to zero and took its TDF from the stall (590,000 in a CI run)."""
+    from hosts.shadowsync.timing import Round  # noqa: PLC0415
+    hw = 1e-6
+    ctx = mp.get_context("fork")
+
+    def spans(period):
+        out = [(k * period, k * period + 1e-3) for k in range(12)]
+        out[0] = (0.0, 0.6)
+        return out
+    vectors, tdfs = {}, {}
+    for rank in (1, 0):
+        sh = Shared(ctx, {"rounds": 2, "iterations": 6, "lookup_hw_s": [hw]}, 1, 100.0)
+        sh.ratio[0] = 0.0
+        rnd = Round(sh, None, rank, 2)
+
+        def agree(v, rank=rank):
+            vectors[rank] = v
+            return v if rank == 1 else v + vectors[1]
+        tdfs[rank] = rnd.decide(spans(0.010 if rank == 0 else 0.013), agree)
+    assert tdfs[0] == pytest.approx(1e-3 / hw, rel=0.01)
+    assert rnd.c.rounds[0]["tdf_net"] == pytest.approx(1000.0, rel=0.01)
