@@ -292,7 +292,7 @@ static PyObject *from_fixed(PyObject *self, PyObject *args) {
 }
 
 /* ---- the steady-state receive/send loop (hosts/ina/hostloop.py) -------------------
- * Loop(hseq, hci, head_tag, first, txt, dl, rto, retries, sc, cnt, txo, txl, window, job,
+ * Loop(hseq, hci, head_tag, first, order, dl, rto, retries, sc, cnt, txo, txl, window, job,
  *      fd, dest, rec, lens)
  *   holds the client's per-slot arrays (hosts/ina/window.py, timers.py) for its
  *   life; `sc` float64 carries the timer scalars in and out (SC_* below), `cnt`
@@ -326,7 +326,7 @@ static PyObject *from_fixed(PyObject *self, PyObject *args) {
 #include <time.h>
 
 enum { SC_SRTT, SC_RTTVAR, SC_RACK, SC_RTO_CACHE, SC_NEXT_DL, SC_LAST_RX, SC_PROBES, SC_PROBE_AT,
-       SC_TIMEOUT, SC_MIN_TIMEOUT, SC_ADAPTIVE, SC_FLOOR_BASE, SC_FLOOR_FRAME, SC_N };
+       SC_SENDS, SC_TIMEOUT, SC_MIN_TIMEOUT, SC_ADAPTIVE, SC_FLOOR_BASE, SC_FLOOR_FRAME, SC_N };
 enum { CNT_RESULTS, CNT_SENT, CNT_FOREIGN, CNT_DUPS, CNT_REMAINING, CNT_MAX_EXP, CNT_SEND_ERRORS,
        CNT_BURSTS, CNT_SLEEPS, CNT_NAPS, CNT_N };   /* bursts taken in, ppoll waits, naps (diagnostics) */
 enum { ST_IDLE = 0, ST_TIMER = 1, ST_OTHER = 2, ST_BUDGET = 3 };
@@ -337,7 +337,7 @@ typedef struct {
     Py_buffer bufs[NBUF];
     int nbufs;
     int64_t *hseq, *hci, *tag, *retries, *cnt, *txo, *txl, *lens;
-    double *first, *txt, *dl, *rto, *sc;
+    double *first, *order, *dl, *rto, *sc;
     uint8_t *rec;
     Py_ssize_t W, batch;
     unsigned job;
@@ -415,7 +415,7 @@ static int loop_init(Loop *L, PyObject *args, PyObject *kw) {
     L->W = W; L->job = job; L->fd = fd;
     if (!(L->hseq = hold(L, o[0], "hseq", 8, W)) || !(L->hci = hold(L, o[1], "hci", 8, W))
             || !(L->tag = hold(L, o[2], "head_tag", 8, W)) || !(L->first = hold(L, o[3], "first", 8, W))
-            || !(L->txt = hold(L, o[4], "txt", 8, W)) || !(L->dl = hold(L, o[5], "dl", 8, W))
+            || !(L->order = hold(L, o[4], "order", 8, W)) || !(L->dl = hold(L, o[5], "dl", 8, W))
             || !(L->rto = hold(L, o[6], "rto", 8, W)) || !(L->retries = hold(L, o[7], "retries", 8, W))
             || !(L->sc = hold(L, o[8], "sc", 8, SC_N)) || !(L->cnt = hold(L, o[9], "cnt", 8, CNT_N)))
         return -1;
@@ -536,7 +536,7 @@ static inline int64_t on_wire(Loop *L) {
 /* put the next chunk of slot s (chunk ci of the run, already in hci) on the wire:
  * transport._start_one / _start_many's arming, rto as timers.first_rto */
 static inline void arm(Loop *L, int64_t s, int64_t ci, double now, double rto, int64_t *nsend) {
-    L->first[s] = now; L->txt[s] = now; L->rto[s] = rto; L->dl[s] = now + rto; L->retries[s] = 0;
+    L->first[s] = now; L->order[s] = L->sc[SC_SENDS]++; L->rto[s] = rto; L->dl[s] = now + rto; L->retries[s] = 0;
     L->hseq[s] = L->seq0 + ci;
     L->txo[*nsend] = ci * PKT_SIZE;
     L->txl[*nsend] = INA_HLEN + 4 * (int64_t)want_count(L, ci);
@@ -595,7 +595,7 @@ static int do_burst(Loop *L, const uint8_t *rec, const int64_t *lens, Py_ssize_t
                 int64_t s = L->acc_slot[j];
                 if (L->retries[s] != 0) continue;
                 fold_rtt(sc, now - L->first[s]);
-                if (L->first[s] > sent) sent = L->first[s];
+                if (L->order[s] > sent) sent = L->order[s];
             }
             refresh_rto(sc);
             sc[SC_PROBES] = 1; sc[SC_PROBE_AT] = -INFINITY;
@@ -669,7 +669,7 @@ static int do_burst(Loop *L, const uint8_t *rec, const int64_t *lens, Py_ssize_t
             fold_rtt(sc, now - first);
             refresh_rto(sc);
             sc[SC_PROBES] = 1; sc[SC_PROBE_AT] = -INFINITY;
-            if (first > sc[SC_RACK]) sc[SC_RACK] = first;
+            if (L->order[s] > sc[SC_RACK]) sc[SC_RACK] = L->order[s];
         } else {
             double q = sc[SC_PROBES] * 2;
             sc[SC_PROBES] = q < (double)W ? q : (double)W;

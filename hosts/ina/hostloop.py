@@ -34,8 +34,8 @@ import numpy as np
 from hosts.ina.chunks import LANES, RX_DTYPE
 
 IDLE, TIMER, OTHER, BUDGET = 0, 1, 2, 3     # Loop.run / Loop.burst status
-# sc: the timer scalars, in the order of _hostpath.c's SC_* (the first 8 come back)
-SC_FIELDS = ("srtt", "rttvar", "rack", "rto_cache", "next_dl", "last_rx", "probes", "probe_at",
+# sc: the timer scalars, in the order of _hostpath.c's SC_* (the first 9 come back)
+SC_FIELDS = ("srtt", "rttvar", "rack", "rto_cache", "next_dl", "last_rx", "probes", "probe_at", "sends",
              "timeout_s", "min_timeout_s", "adaptive_rto", "floor_base_s", "floor_frame_s")
 CNT_FIELDS = ("results", "sent", "foreign", "dups", "remaining", "max_exp", "send_errors", "bursts",
               "sleeps", "naps")
@@ -68,7 +68,7 @@ class HostLoop:
         self.fd = fd
         self.rec = np.zeros(RX_BATCH, RX_DTYPE)
         self.lens = np.zeros(RX_BATCH, np.int64)
-        self.c = hp.Loop(win.hseq, win.hci, win.head_tag, t.first, t.txt, t.dl, t.rto, t.retries,
+        self.c = hp.Loop(win.hseq, win.hci, win.head_tag, t.first, t.order, t.dl, t.rto, t.retries,
                          self.sc, self.cnt, self.txo, self.txl, win.window, client.job_id, fd, dest,
                          self.rec.view(np.uint8), self.lens)
         self.timers = t
@@ -99,18 +99,18 @@ class HostLoop:
         """Python's timer scalars and the run's handle counters into sc/cnt."""
         t = self.timers
         self.sc[:] = (_NAN if t.srtt is None else t.srtt, t.rttvar, t.rack, t.rto_cache, t.next_dl,
-                      _NAN if t.last_rx is None else t.last_rx, t.probes, t.probe_at, t.timeout_s,
+                      _NAN if t.last_rx is None else t.last_rx, t.probes, t.probe_at, t.sends, t.timeout_s,
                       t.min_timeout_s, 1.0 if t.adaptive_rto else 0.0, t.floor_base_s, t.floor_frame_s)
         self.cnt[:] = (0, 0, 0, 0, h.remaining, h.max_exp, 0, 0, 0, 0)
 
     def pull(self, h: Any, stats: Any) -> int:
         """sc/cnt back into the timers, the handle and the stats; the send errors."""
         t = self.timers
-        srtt, var, rack, rto_cache, next_dl, last_rx, probes, probe_at = self.sc[:8].tolist()
+        srtt, var, rack, rto_cache, next_dl, last_rx, probes, probe_at, sends = self.sc[:9].tolist()
         t.srtt = None if math.isnan(srtt) else srtt
         t.rttvar, t.rack, t.rto_cache, t.next_dl = var, rack, rto_cache, next_dl
         t.last_rx = None if math.isnan(last_rx) else last_rx
-        t.probes, t.probe_at = int(probes), probe_at
+        t.probes, t.probe_at, t.sends = int(probes), probe_at, sends
         results, sent, foreign, dups, remaining, max_exp, errors, bursts, sleeps, naps = self.cnt.tolist()
         self.naps += naps
         self.taken += results

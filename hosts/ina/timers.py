@@ -7,10 +7,12 @@ resends.
   resend multiplies it by backoff, capped at max_timeout_s.
 - Karn's rule: RTT samples come only from chunks answered without a resend
   (a resent chunk's answer may belong to either copy).
-- Resend rule (RACK): an expired chunk is resent only if it looks lost: no
-  result at all arrived for its timeout, or a chunk sent after it was already
-  answered. Otherwise results are still flowing and it is queued behind them
-  at a slow switch: re-armed, no resend (no retransmission storms).
+- Resend rule (RACK, RFC 8985): an expired chunk is resent if a chunk put on
+  the wire after it was answered (send order, not send time: a window goes out
+  in one burst at one clock reading, and its lost chunks must still be found
+  while the rest of it is answered), or, probing, if no result at all arrived
+  for its timeout. Otherwise results are still flowing and it is queued behind
+  them at a slow switch: re-armed, no resend (no retransmission storms).
 - Dilated network (`expect_delay`): no chunk's first timer starts below 1.5 x
   the dilated time its own answer may take (`chunk_floor_s`).
 """
@@ -49,8 +51,9 @@ class RetransmitTimers:
         # the wire ahead of it gets a first timer of at least base + k x frame seconds.
         self.floor_base_s = self.floor_frame_s = 0.0
         self.first = np.zeros(W, np.float64)      # head's first send
-        self.txt = np.zeros(W, np.float64)        # head's latest (re)transmission
-        self.rack = -_INF                         # latest send time of a chunk answered
+        self.order = np.zeros(W, np.float64)      # head's latest (re)transmission, in send order
+        self.sends = 0.0                          # transmissions so far (the next order number)
+        self.rack = -_INF                         # latest send order of a chunk answered
                                                   # without a resend (RACK)
         self.dl = np.full(W, _INF)                # head's retransmission deadline
         self.rto = np.zeros(W, np.float64)
@@ -107,7 +110,8 @@ class RetransmitTimers:
     # -- arming ------------------------------------------------------------------
     def arm_one(self, s: int, now: float, rto: float) -> None:
         self.first[s] = now
-        self.txt[s] = now
+        self.order[s] = self.sends
+        self.sends += 1
         self.rto[s] = rto
         self.dl[s] = d = now + rto
         self.retries[s] = 0
@@ -115,8 +119,10 @@ class RetransmitTimers:
             self.next_dl = d
 
     def arm_many(self, ss: np.ndarray, now: float, rto: "float | np.ndarray") -> None:
+        """arm_one for the slots ss, put on the wire in that order."""
         self.first[ss] = now
-        self.txt[ss] = now
+        self.order[ss] = self.sends + np.arange(len(ss), dtype=np.float64)
+        self.sends += len(ss)
         self.rto[ss] = rto
         self.dl[ss] = now + rto
         self.retries[ss] = 0
@@ -135,24 +141,25 @@ class RetransmitTimers:
             self.update_rtt(rtt)
             if self.probes != 1 or self.probe_at != -_INF:
                 self.answered_clean()
-            if first > self.rack:
-                self.rack = first
+            order = self.order.item(s)
+            if order > self.rack:
+                self.rack = order
         else:
             self.answered_resent()
         return rtt
 
     def answered_many(self, ss: np.ndarray, now: float) -> np.ndarray:
         """answered_one for the heads of slots ss (distinct), in order."""
-        first = self.first[ss]
-        rtt = now - first
+        rtt = now - self.first[ss]
+        order = self.order[ss]
         fresh = self.retries[ss] == 0
         if fresh.all():
             self.update_rtts(rtt)
-            sent = float(first.max())
+            sent = float(order.max())
             self.answered_clean()
         elif fresh.any():
             self.update_rtts(rtt[fresh])
-            sent = float(first[fresh].max())
+            sent = float(order[fresh].max())
             self.answered_clean()
         else:
             sent = self.rack
@@ -212,20 +219,20 @@ class RetransmitTimers:
         dl = self.dl
         out = []
         silent = []
-        last_rx = self.last_rx
-        reo = 0.25 * self.srtt if self.srtt is not None else 0.0
+        last_rx, rack, order = self.last_rx, self.rack, self.order
         for s in np.flatnonzero(dl <= now).tolist():
-            # Resend only if the chunk looks lost: nothing arrived for its timeout
-            # (a stall, a lost tail), or a chunk sent after it was answered (RACK).
-            # Otherwise results are still flowing and it is queued behind them
-            # (a slow switch): re-arm, no resend, no retry counted.
+            # Lost if a chunk put on the wire after it was answered (RACK: the switch
+            # and the links keep each worker's order, so it cannot merely be queued).
+            # Else, if nothing arrived for its timeout (a stall, a lost tail): probe.
+            # Else results are still flowing and it is queued behind them (a slow
+            # switch): re-arm, no resend, no retry counted.
             rto = float(self.rto[s])
-            if last_rx is None or now - last_rx >= rto:
-                silent.append(s)
-            elif self.rack <= float(self.txt[s]) + reo:
-                dl[s] = now + max(self.rto_cache, rto / 2)
-            else:
+            if rack > order.item(s):
                 out.append(s)
+            elif last_rx is None or now - last_rx >= rto:
+                silent.append(s)
+            else:
+                dl[s] = now + max(self.rto_cache, rto / 2)
         # oldest first: in sequence order, or by first send time without seq_age
         oldest = ((lambda s: (seq_age.item(s), s)) if seq_age is not None
                   else (lambda s: (self.first.item(s), s)))
@@ -268,7 +275,8 @@ class RetransmitTimers:
         self.retries[s] += 1
         self.rto[s] = rto = min(float(self.rto[s]) * self.backoff, self.max_timeout_s)
         self.dl[s] = now + rto
-        self.txt[s] = now
+        self.order[s] = self.sends
+        self.sends += 1
 
     def refresh_next(self) -> float:
         self.next_dl = d = float(self.dl.min())

@@ -129,9 +129,27 @@ def test_a_descheduled_worker_still_resends_what_was_lost():
     assert net.client.stats.results == 256
 
 
+def test_losses_inside_one_burst_are_found_by_send_order_not_by_silence():
+    """One window sent in one burst at one clock reading (a 64-value x 64-chunk tensor
+    into a 64-chunk window: the quickstart's 16384 values at 1 % loss), six first
+    sends lost in its middle. The rest are answered, so each lost chunk has a later
+    chunk of the same burst answered: RACK resends all six at their first timeout,
+    one round. By send time they tie with the answered ones; the old rule then saw
+    "silence" and probed 1, 2, 4 chunks at backed-off timeouts (634 ms p50 for that
+    point of the quickstart, against about one timeout)."""
+    lost = {3, 11, 20, 31, 42, 50}
+    net = PausingNet(latency_s=1e-3, pause_s=0, pause_every=0, window=64,
+                     timeout_s=0.01, min_timeout_s=0.01, drop_first=lost)
+    _run(net, 64)
+    st = net.client.stats
+    assert {s for s, r in net.sends if r} == lost and st.retransmissions == len(lost), st.summary()
+    assert st.retx_silent == 0
+    assert net.t < 0.01 + 4 * 1e-3 + 1e-3, net.t      # one timeout and one round trip after the burst
+
+
 def test_rtt_is_learned_only_from_chunks_answered_without_a_resend():
     """Karn's rule: the answer to a resent chunk may be either copy's, so it
-    never feeds the RTT estimate (nor RACK's latest-answered send time)."""
+    never feeds the RTT estimate (nor RACK's latest answered send order)."""
     t = RetransmitTimers(4, timeout_s=0.5, backoff=2.0, max_timeout_s=None, adaptive_rto=True,
                          min_timeout_s=0.001)
     t.arm_one(0, 0.0, 0.5)
@@ -144,7 +162,9 @@ def test_rtt_is_learned_only_from_chunks_answered_without_a_resend():
     t.arm_many(np.array([2, 3]), 2.0, t.rto_cache)
     t.resent(3, 2.1)
     t.answered_many(np.array([2, 3]), 2.02)            # only slot 2's 20 ms counts
-    assert (t.srtt, t.rack) == (pytest.approx(srtt + 0.125 * (0.02 - srtt)), 2.0)
+    # sends in order: 0, 1, 1 again, 2, 3, 3 again: RACK is slot 2's order, not 3's resend
+    assert (t.srtt, t.rack) == (pytest.approx(srtt + 0.125 * (0.02 - srtt)), 3.0)
+    assert t.order.tolist() == [0.0, 2.0, 3.0, 5.0]
     t2 = RetransmitTimers(4, timeout_s=0.5, backoff=2.0, max_timeout_s=None, adaptive_rto=True,
                           min_timeout_s=0.001)
     t2.srtt, t2.rttvar, t2.rto_cache, t2.rack = srtt, var, rto, rack
