@@ -30,6 +30,15 @@ to mechanisms as follows.
   only (every row says so), so ``auto`` takes it only for a point that has
   such traffic; loss on any other point goes through ``nftables``.
 
+Bandwidth (``links.shaper``): htb at the sending end of each direction
+(Mininet's TCLink, burst 15 kB, cburst one packet), except that with ``auto`` on
+the soft switch a host's uplink (host->switch) is shaped by the switch itself at
+the port's receive ring (the frame is handed to the pipeline once the link
+would have delivered it; testbed/switch/soft/_pktio.c RxRing.shape). On this VM
+htb's per-packet timers at the host cost more than the link time for small
+frames (a 1 MiB in-switch allreduce: ~220 ms at 100 Mbit/s, where the link
+allows 105 ms); the switch releases the due frames of every port in one wakeup.
+
 A request no mechanism can apply raises ``ImpairmentError`` naming what cannot
 be applied and what to use instead.
 """
@@ -46,6 +55,10 @@ from testbed.net.topology import TopologyPlan
 
 IMPAIR_KEYS = ("loss_pct", "delay_ms", "jitter_ms", "duplicate_pct", "reorder_pct")
 MECHANISMS = ("auto", "switch", "nftables", "netem")    # what a scenario may ask for
+SHAPERS = ("auto", "htb")                              # links.shaper
+SWITCH_SHAPER_NOTE = ("shaped by the soft switch at its port's receive ring: each frame is handed to "
+                      "the pipeline once the link would have delivered it whole (up to one 1600-byte "
+                      "frame time early, as htb's default cburst)")
 DROP_SIMULATOR = "drop_simulator"                      # chosen by auto only
 DROP_SIMULATOR_NOTE = ("the P4 program's drop simulator drops in-network aggregation traffic only "
                        "(contributions into the switch, results out of it); other traffic on this "
@@ -125,6 +138,9 @@ class Capabilities:
     # the switch program has DropSimulator + EgressDropSimulator (BMv2) and the
     # point has in-network aggregation traffic for them to drop
     drop_simulator: bool = False
+    # the soft switch reads its ports through receive rings, which can shape the
+    # links into it (links.shaper auto)
+    switch_shapes: bool = False
 
 
 @dataclass(frozen=True)
@@ -162,6 +178,9 @@ class ImpairmentPlan:
     netem: list[dict[str, Any]] = field(default_factory=list)      # {node, intf, impair, shaped}
     # switch -> [{port, direction: ingress|egress, p}] for the control plane's set_drop_probability
     drop_simulator: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # switch -> {port: Mbit/s}: host uplinks the soft switch shapes at its ingress (no htb
+    # at the host end); the other directions are shaped by htb at their sender
+    switch_shaping: dict[str, dict[int, float]] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)       # the report, one per value
 
 
@@ -203,7 +222,10 @@ def plan_impairments(plan: TopologyPlan, links: Any, caps: Capabilities) -> Impa
     mech = choose_mechanism(requested, caps, frozenset(k for _, k, _ in wanted),
                             host_links_only=all(d.host_link for d, _, _ in wanted))
     out = ImpairmentPlan(mechanism=mech if wanted else "none")
-    out.rows.extend(_bandwidth_rows(dirs))
+    shaper = _get(links, "shaper", "auto") or "auto"
+    if shaper not in SHAPERS:
+        raise ImpairmentError(f"links.shaper: unknown shaper {shaper!r}; use one of {SHAPERS}")
+    out.rows.extend(_bandwidth_rows(out, plan, dirs, at_switch=shaper == "auto" and caps.switch_shapes))
     if not wanted:
         return out
     first = f"{wanted[0][1]}={wanted[0][2]:g} on {wanted[0][0].link}"
@@ -250,10 +272,28 @@ def _row(d: Direction, param: str, value: float, mechanism: str, applied: bool, 
     return row
 
 
-def _bandwidth_rows(dirs: list[Direction]) -> list[dict[str, Any]]:
-    return [_row(d, "bandwidth_mbps", d.values.bandwidth_mbps, "htb", True,
-                 f"{d.src}-eth{d.src_port} egress")
-            for d in dirs if d.values.bandwidth_mbps is not None]
+def _bandwidth_rows(out: ImpairmentPlan, plan: TopologyPlan, dirs: list[Direction],
+                    at_switch: bool) -> list[dict[str, Any]]:
+    """One row per shaped direction; at_switch: host uplinks go to the soft switch's
+    ingress (out.switch_shaping), everything else to htb at the sender."""
+    rows = []
+    for d in dirs:
+        bw = d.values.bandwidth_mbps
+        if bw is None:
+            continue
+        if at_switch and d.host_link and plan.is_host(d.src):
+            out.switch_shaping.setdefault(d.dst, {})[d.dst_port] = float(bw)
+            rows.append(_row(d, "bandwidth_mbps", bw, "switch", True,
+                             f"{d.dst} port {d.dst_port} ingress (receive ring)", note=SWITCH_SHAPER_NOTE))
+        else:
+            rows.append(_row(d, "bandwidth_mbps", bw, "htb", True, f"{d.src}-eth{d.src_port} egress"))
+    return rows
+
+
+def shaped_by_switch(impairments: ImpairmentPlan, switch: str, port: int) -> bool:
+    """The link into switch:port is shaped by the soft switch (so its far end, a
+    host's interface, carries no htb)."""
+    return port in impairments.switch_shaping.get(switch, {})
 
 
 def _apply_row(out: ImpairmentPlan, plan: TopologyPlan, d: Direction, k: str, v: float,
@@ -446,6 +486,8 @@ def fill_observed(rows: list[dict[str, Any]], switch_stats: dict[str, Any],
             if c:
                 r["observed"] = c
                 r["observed_rate"] = (c["dropped"] / c["seen"]) if c["seen"] else None
+        elif r["applied"] and r["mechanism"] == "switch" and r["parameter"] == "bandwidth_mbps":
+            _check_switch_shaper(r, switch_stats)
         elif r["applied"] and r["mechanism"] == "switch":
             sw, _, port, stage = r["where"].split()
             c = switch_port_counters(switch_stats.get(sw), int(port), stage)
@@ -454,6 +496,23 @@ def fill_observed(rows: list[dict[str, Any]], switch_stats: dict[str, Any],
                 r["observed_rate"] = _rate(r["parameter"], c)
         out.append(r)
     return out
+
+
+def _check_switch_shaper(row: dict[str, Any], switch_stats: dict[str, Any]) -> None:
+    """A switch-shaped uplink (row, updated): what the switch's stats say its port's
+    shaper ran at; a switch that reports no shaper at the planned rate did not
+    apply it (applied false, with the reason)."""
+    sw, _, port = row["where"].split()[:3]
+    stats = switch_stats.get(sw)
+    if stats is None:
+        return                   # no stats (the switch died): nothing to compare
+    shaper = ((stats.get("ports") or {}).get(port) or {}).get("ingress_shaper")
+    want = float(row["value"]) * 1e6
+    if not shaper or abs(shaper.get("rate_bps", 0) - want) > 1e-6 * want:
+        row["applied"] = False
+        row["note"] = f"the switch reported shaper {shaper!r} on port {port}, not {row['value']:g} Mbit/s"
+        return
+    row["observed"] = shaper
 
 
 _RATE_COUNTER = {"loss_pct": "dropped", "duplicate_pct": "duplicated", "reorder_pct": "reordered",

@@ -95,7 +95,8 @@ class MininetNetwork(Network):
                                 netem=imp.netem_available() if wants_netem and recorder is None else False,
                                 nftables=imp.nft_available(), backend=self.backend,
                                 # the drop simulators drop aggregation traffic only
-                                drop_simulator=ina_traffic and self._has_drop_simulators())
+                                drop_simulator=ina_traffic and self._has_drop_simulators(),
+                                switch_shapes=self.soft and self._soft_switch_has_rings())
         self.impairments = imp.plan_impairments(self.plan, links, caps)
 
         self.hosts = {h.name: HostInfo(h.name, h.ip, h.mac) for h in self.plan.hosts}
@@ -114,6 +115,15 @@ class MininetNetwork(Network):
         self.errors: list[str] = []  # teardown problems, kept for the manifest
         self._start_error: str | None = None  # why start() failed (noted on every impairment row)
         self.recorder = recorder  # dry run: testbed.net.plan.PlanRecorder
+
+    def _soft_switch_has_rings(self) -> bool:
+        """The soft switch will read its ports through receive rings (they can shape
+        the links into it): its io_impl, as the switch resolves it, is a ring one."""
+        from testbed.switch.soft.dataplane import RING_IMPLS, resolve_io_impl  # noqa: PLC0415
+        try:
+            return resolve_io_impl(self.switch_config_base.get("io_impl")) in RING_IMPLS
+        except ValueError:      # asked for a ring that is not built: the switch will say so
+            return False
 
     def _has_drop_simulators(self) -> bool:
         """BMv2 runs a program with both of ina.p4's drop simulators (its P4Info
@@ -326,6 +336,8 @@ class MininetNetwork(Network):
             "pcap_dir": str(self.pcap_dir) if self.capture else None,
             # A tree's uplinks: the delay line charges L0 once per path (dilation.py, "Trees").
             "inter_switch_ports": self.plan.inter_switch_ports(sw),
+            # Host uplinks this switch shapes at its receive rings (links.shaper auto).
+            "ingress_mbps": {str(p): v for p, v in self.impairments.switch_shaping.get(sw, {}).items()},
         }
         if self.p4runtime:
             cfg["forwarding"] = []
@@ -357,8 +369,11 @@ class MininetNetwork(Network):
             params = {"bw": values.bandwidth_mbps} if values.bandwidth_mbps is not None else {}
             mac1 = (self.hosts[ln.node1].mac if ln.node1 in self.hosts
                     else switch_port_mac(ln.node1, ln.port1))
+            # htb at each sending end, but not at a host whose uplink the switch shapes.
+            params1 = {} if imp.shaped_by_switch(self.impairments, ln.node2, ln.port2) else params
             net.addLink(ln.node1, ln.node2, port1=ln.port1, port2=ln.port2, cls=TCLink,
-                        addr1=mac1, addr2=switch_port_mac(ln.node2, ln.port2), **params)
+                        addr1=mac1, addr2=switch_port_mac(ln.node2, ln.port2),
+                        params1=params1, params2=params)
         self._register_children()
         net.build()
         self._configure_hosts()
@@ -476,7 +491,10 @@ class MininetNetwork(Network):
             values = self.link_values.get(ln.node1, self._base_values)
             if values.bandwidth_mbps is None:
                 continue
-            for node, port in ((ln.node1, ln.port1), (ln.node2, ln.port2)):
+            ends = [(ln.node2, ln.port2)]
+            if not imp.shaped_by_switch(self.impairments, ln.node2, ln.port2):
+                ends.insert(0, (ln.node1, ln.port1))
+            for node, port in ends:
                 intf = f"{node}-eth{port}"
                 rc, out = self.run(node, ["tc", "class", "show", "dev", intf])
                 why = imp.check_htb_rate(out, values.bandwidth_mbps) if rc == 0 else f"tc failed ({rc}): {out.strip()}"

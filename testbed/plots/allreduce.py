@@ -21,8 +21,9 @@ from testbed.results import Run
 # timestamp option per segment, so 1448 payload bytes per 1514-byte Ethernet frame.
 TCP_MSS_PAYLOAD = 1448
 TCP_FRAME = 1500 + 14
-# htb (the emulated link) charges the Ethernet frame from its header on, not the
-# 20 B preamble + inter-frame gap and 4 B FCS a real wire also carries.
+# The shapers (htb, and the soft switch's ingress shaper) charge the Ethernet frame
+# from its header on, not the 20 B preamble + inter-frame gap and 4 B FCS a real
+# wire also carries.
 WIRE_EXTRA = 20 + 4
 
 
@@ -191,7 +192,7 @@ def _bound_caption(bounds: dict[tuple[str, float, int], float], unshaped: bool) 
     parts = [f"{st.label_of(a)} <= {rules[a]} = {y:.3g}" for (a, _, _), y in sorted(bounds.items())]
     links = values_text(f"{link:g} Mbit/s, N={n}" for (_, link, n) in sorted(bounds))
     return (f"Bounds (thin lines, Mbit/s; link {links}): " + "; ".join(parts) + "; each less the header "
-            f"overhead of full packets as the htb shaper counts it (TCP 1448 B per 1514 B frame, in-switch "
+            f"overhead of full packets as the link shapers count it (TCP 1448 B per 1514 B frame, in-switch "
             f"{4 * wire.MAX_VALUES_PER_PACKET} B per {wire.MAX_FRAME_LEN} B; a real wire adds 24 B per frame).")
 
 

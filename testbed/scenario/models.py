@@ -124,6 +124,12 @@ class Links(LinkParams):
         "auto", description="How impairments are applied: auto picks the best available; "
                             "switch: in the soft switch; nftables: loss on host links, both ways, any switch backend; "
                             "netem: kernel qdisc.")
+    shaper: Literal["auto", "htb"] = Field(
+        "auto", description="How bandwidth_mbps is enforced. auto: on the soft switch, a host's "
+                            "uplink is shaped by the switch at its port's receive ring and its downlink "
+                            "by htb on the switch port; otherwise htb at the sending end of each direction. "
+                            "htb: htb at both ends (costly for small frames on this VM: see README, "
+                            "Limits).")
     hosts: dict[str, LinkOverride] = Field(
         default_factory=dict, description="Per-host overrides, e.g. `{w2: {loss_pct: 5}}`.")
 

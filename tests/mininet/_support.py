@@ -100,6 +100,10 @@ def _child_check(kind: str, sw: str, run_dir: str) -> dict:
         failed = _ping_all(net)
         qdisc = {h: net.run(h, ["tc", "qdisc", "show", "dev", f"{h}-eth0"])[1] for h in ("w1", "w3")}
         tclass = {h: net.run(h, ["tc", "class", "show", "dev", f"{h}-eth0"])[1] for h in ("w1", "w3")}
+        # the switch port facing each of them (its egress carries the host's downlink)
+        facing = {ln.node1: (ln.node2, ln.port2) for ln in net.plan.links if ln.node1 in ("w1", "w3")}
+        sw_class = {h: net.run(s, ["tc", "class", "show", "dev", f"{s}-eth{p}"])[1]
+                    for h, (s, p) in facing.items()}
         log = Path(run_dir) / "w1.log"
         p = net.popen("w1", ["sh", "-c", "echo hello from $(hostname); ip -o -4 addr show"], log)
         p.wait(timeout=10)
@@ -108,7 +112,10 @@ def _child_check(kind: str, sw: str, run_dir: str) -> dict:
         ipv6 = net.run("w2", ["sysctl", "-n", "net.ipv6.conf.all.disable_ipv6"])[1].strip()
         slow_start = net.run("w2", ["sysctl", "-n", "net.ipv4.tcp_slow_start_after_idle"])[1].strip()
         registry_path = str(net._registry.path)
-    return {"up_s": up_s, "failed": failed, "qdisc": qdisc, "class": tclass,
+    shapers = {h: net.switch_stats()[s]["ports"][str(p)]["ingress_shaper"] if net.switch_stats() else None
+               for h, (s, p) in facing.items()}
+    return {"up_s": up_s, "failed": failed, "qdisc": qdisc, "class": tclass, "switch_class": sw_class,
+            "shapers": shapers, "report": net.impairment_report(),
             "log": log.read_text(), "neigh": neigh, "offload": offload, "ipv6_disabled": ipv6,
             "slow_start_after_idle": slow_start,
             "registry_path": registry_path, "registry_exists_after": Path(registry_path).exists(),

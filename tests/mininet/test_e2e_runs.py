@@ -75,7 +75,11 @@ def test_quickstart_quick_results_folder(tmp_path):
         imps = p["impairments"]
         bw = [i for i in imps if i["parameter"] == "bandwidth_mbps"]
         if bandwidth is not None:
-            assert bw and all(i["applied"] and i["mechanism"] == "htb" and i["value"] == bandwidth for i in bw)
+            # downlinks by htb on the switch port, uplinks by the soft switch's ingress shaper
+            assert bw and all(i["applied"] and i["value"] == bandwidth for i in bw), bw
+            from_switch = [bool(re.fullmatch(r"s\d+", i["direction"].split("->")[0])) for i in bw]
+            assert {i["mechanism"] for i, f in zip(bw, from_switch) if f} == {"htb"}, bw
+            assert {i["mechanism"] for i, f in zip(bw, from_switch) if not f} == {"switch"}, bw
         loss = [i for i in imps if i["parameter"] == "loss_pct"]
         if p["case"] == "baseline":
             assert loss == [], loss

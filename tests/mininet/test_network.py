@@ -49,9 +49,22 @@ def test_build_ping_shape_stop(kind, sw, tmp_path, reg_env):
     reg_dir, env = reg_env
     r = support.run_child("check", kind, sw, str(tmp_path / "run"), env=env)
     assert r["failed"] == [], f"pings failed: {r['failed']}"
-    # htb on every host link, with the per-host override on w3.
-    assert "htb" in r["qdisc"]["w1"] and "htb" in r["qdisc"]["w3"]
-    assert "rate 50Mbit" in r["class"]["w1"] and "rate 20Mbit" in r["class"]["w3"]
+    # Every host link shaped both ways, with the per-host override on w3: the downlink by
+    # htb on the switch port; the uplink by htb on the host (bridge) or, on the soft
+    # switch, by the switch at its port's receive ring (links.shaper auto).
+    assert "rate 50Mbit" in r["switch_class"]["w1"] and "rate 20Mbit" in r["switch_class"]["w3"]
+    rows = {x["direction"].split("->")[0]: x for x in r["report"]
+            if x["parameter"] == "bandwidth_mbps" and x["direction"].split("->")[0] in ("w1", "w3")}
+    assert all(x["applied"] for x in rows.values()), rows
+    if sw == "soft":
+        assert "htb" not in r["qdisc"]["w1"] and "htb" not in r["qdisc"]["w3"]
+        assert r["shapers"]["w1"]["rate_bps"] == 50e6 and r["shapers"]["w3"]["rate_bps"] == 20e6
+        assert r["shapers"]["w1"]["frames"] > 0        # the pings went through it
+        assert rows["w1"]["mechanism"] == "switch" and rows["w1"]["observed"]["rate_bps"] == 50e6
+    else:
+        assert "htb" in r["qdisc"]["w1"] and "htb" in r["qdisc"]["w3"]
+        assert "rate 50Mbit" in r["class"]["w1"] and "rate 20Mbit" in r["class"]["w3"]
+        assert rows["w1"]["mechanism"] == "htb" and r["shapers"] == {"w1": None, "w3": None}
     # Static ARP for every host and the switch virtual IP; no IPv6; no TX offload.
     assert re.search(r"10\.0\.0\.254 .*lladdr 02:00:00:00:00:fe PERMANENT", r["neigh"])
     assert re.search(r"10\.0\.0\.200 .*lladdr 00:00:00:00:00:c8 PERMANENT", r["neigh"])

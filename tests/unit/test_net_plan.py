@@ -138,6 +138,44 @@ def test_bandwidth_rows_are_htb():
     assert {(r["direction"], r["mechanism"]) for r in p.rows} == {("w1->s1", "htb"), ("s1->w1", "htb")}
 
 
+def test_soft_switch_shapes_host_uplinks_itself_unless_asked_for_htb():
+    """links.shaper auto on a soft switch with rings: each host's uplink is shaped at the
+    switch port's ingress (no htb at the host), its downlink by htb on the switch port;
+    switch<->switch links by htb at both ends. shaper htb, or a switch without rings, or
+    BMv2: htb everywhere."""
+    rings = imp.Capabilities(switch_impairs=True, netem=False, backend="soft", switch_shapes=True)
+    tree = plan_topology("tree", workers(4), 2)
+    p = imp.plan_impairments(tree, {"bandwidth_mbps": 100, "hosts": {"w3": {"bandwidth_mbps": 20}}}, rings)
+    rows = {r["direction"]: r for r in p.rows}
+    up = {d: r for d, r in rows.items() if d.startswith("w")}
+    assert len(up) == 4 and all(r["mechanism"] == "switch" and "ingress (receive ring)" in r["where"]
+                                for r in up.values()), up
+    assert {r["mechanism"] for d, r in rows.items() if not d.startswith("w")} == {"htb"}
+    leaf = {ln.node1: (ln.node2, ln.port2) for ln in tree.links if tree.is_host(ln.node1)}
+    sw3, port3 = leaf["w3"]
+    assert p.switch_shaping[sw3][port3] == 20.0 and imp.shaped_by_switch(p, sw3, port3)
+    assert sum(len(v) for v in p.switch_shaping.values()) == 4
+    spine = next(ln for ln in tree.links if not tree.is_host(ln.node1))
+    assert not imp.shaped_by_switch(p, spine.node2, spine.port2)
+    for links, caps in (({"bandwidth_mbps": 100, "shaper": "htb"}, rings), ({"bandwidth_mbps": 100}, SOFT),
+                        ({"bandwidth_mbps": 100}, BRIDGE)):
+        p = imp.plan_impairments(tree, links, caps)
+        assert p.switch_shaping == {} and {r["mechanism"] for r in p.rows} == {"htb"}, (links, caps)
+    with pytest.raises(imp.ImpairmentError, match="links.shaper: unknown shaper 'tbf'"):
+        imp.plan_impairments(tree, {"bandwidth_mbps": 100, "shaper": "tbf"}, rings)
+
+
+def test_a_switch_shaper_the_switch_does_not_report_is_not_applied():
+    rings = imp.Capabilities(switch_impairs=True, netem=False, backend="soft", switch_shapes=True)
+    p = imp.plan_impairments(plan_topology("star", workers(2)), {"bandwidth_mbps": 50}, rings)
+    shaper = {"rate_bps": 50e6, "slack_s": 2.56e-4, "frames": 9, "queued": 3}
+    stats = {"s1": {"ports": {"1": {"ingress_shaper": shaper}, "2": {"ingress_shaper": None}}}}
+    rows = {r["direction"]: r for r in imp.fill_observed(p.rows, stats, {})}
+    assert rows["w1->s1"]["applied"] and rows["w1->s1"]["observed"] == shaper
+    assert rows["w2->s1"]["applied"] is False and "not 50 Mbit/s" in rows["w2->s1"]["note"]
+    assert rows["s1->w2"]["applied"] and rows["s1->w2"]["mechanism"] == "htb"
+
+
 def test_nftables_covers_host_links_both_ways():
     plan = plan_topology("tree", workers(2), leaves=2)
     p = imp.plan_impairments(plan, {"mechanism": "nftables", "loss_pct": 1}, BRIDGE)

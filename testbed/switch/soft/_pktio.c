@@ -113,6 +113,15 @@ done:
     return out;
 }
 
+/* Ingress link shaping (RxRing.shape): the port's ring is the far end of a link
+ * that serializes at `rate` bit/s, so the frame at the head is handed out only
+ * once the link would have delivered it whole: finish = max(its arrival, the
+ * previous frame's finish) + its bits / rate. The arrival is the kernel's receive
+ * timestamp of the frame (CLOCK_REALTIME), so a switch that reads late does not
+ * slow the link down. A frame may go up to `slack` early (one MTU's time, as
+ * htb's default cburst lets one packet through), so one wakeup releases
+ * several; the finish times, and so the rate, are exact. The frames waiting in
+ * the ring are the link's queue (its slots bound it). Unshaped: rate 0. */
 typedef struct {
     PyObject_HEAD
     int fd;
@@ -120,6 +129,11 @@ typedef struct {
     size_t map_len;
     unsigned frame_size, frame_nr, head;
     unsigned long long truncated;   /* frames longer than a slot: dropped, counted */
+    double ns_per_byte;             /* shaping: 8e9 / rate; 0: unshaped */
+    long long slack_ns;
+    long long free_ns;              /* when the link finished the last frame handed out */
+    long long head_fin;             /* the head frame's finish, once computed; 0: not yet */
+    unsigned long long shaped, queued;  /* frames through the shaper; those that waited for the link */
 } RxRing;
 
 static inline struct tpacket2_hdr *slot(RxRing *r, unsigned i) {
@@ -128,6 +142,43 @@ static inline struct tpacket2_hdr *slot(RxRing *r, unsigned i) {
 
 static inline int slot_ready(RxRing *r) {
     return (__atomic_load_n(&slot(r, r->head)->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER) != 0;
+}
+
+static inline long long real_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* When the link has delivered the (ready) head frame h whole (shaped rings only). */
+static inline long long head_finish(RxRing *r, const struct tpacket2_hdr *h) {
+    if (!r->head_fin) {
+        long long arrived = (long long)h->tp_sec * 1000000000LL + h->tp_nsec;
+        long long start = arrived;
+        if (r->free_ns > arrived) { start = r->free_ns; r->queued++; }
+        r->head_fin = start + (long long)(h->tp_len * r->ns_per_byte + 0.5);
+    }
+    return r->head_fin;
+}
+
+/* The ready head frame h may be handed out at real time `now` (ns; 0 for an unshaped
+ * ring, which never reads the clock). */
+static inline int head_due(RxRing *r, const struct tpacket2_hdr *h, long long now) {
+    if (r->ns_per_byte == 0) return 1;
+    return head_finish(r, h) <= now + r->slack_ns;
+}
+
+/* The head frame was handed out (or dropped): the link is busy until its finish. */
+static inline void head_taken(RxRing *r) {
+    if (r->ns_per_byte != 0) {
+        r->free_ns = r->head_fin;
+        r->head_fin = 0;
+        r->shaped++;
+    }
+}
+
+static inline long long shaper_now(const RxRing *r) {
+    return r->ns_per_byte != 0 ? real_ns() : 0;
 }
 
 static int RxRing_init(RxRing *self, PyObject *args, PyObject *kw) {
@@ -173,6 +224,9 @@ static int RxRing_init(RxRing *self, PyObject *args, PyObject *kw) {
     self->frame_nr = req.tp_frame_nr;
     self->head = 0;
     self->truncated = 0;
+    self->ns_per_byte = 0;
+    self->slack_ns = self->free_ns = self->head_fin = 0;
+    self->shaped = self->queued = 0;
     return 0;
 }
 
@@ -194,10 +248,12 @@ static PyObject *RxRing_recv(RxRing *self, PyObject *arg) {
     PyObject *out = PyList_New(0);
     if (!out)
         return NULL;
-    long long nbytes = 0;
+    long long nbytes = 0, now = shaper_now(self);
     for (long n = 0; n < max; ) {
         struct tpacket2_hdr *h = slot(self, self->head);
         if (!(__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER))
+            break;
+        if (!head_due(self, h, now))
             break;
         if (h->tp_snaplen < h->tp_len) {
             self->truncated++;           /* as MSG_TRUNC on the recvmmsg path: dropped */
@@ -212,14 +268,51 @@ static PyObject *RxRing_recv(RxRing *self, PyObject *arg) {
             nbytes += h->tp_snaplen;
             n++;
         }
+        head_taken(self);
         __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
         self->head = self->head + 1 == self->frame_nr ? 0 : self->head + 1;
     }
     return Py_BuildValue("(NL)", out, nbytes);
 }
 
+/* A frame is waiting and (shaped) due now. */
+static inline int ring_due(RxRing *r) {
+    if (!slot_ready(r)) return 0;
+    return head_due(r, slot(r, r->head), shaper_now(r));
+}
+
 static PyObject *RxRing_ready(RxRing *self, PyObject *unused) {
-    return PyBool_FromLong(self->map && slot_ready(self));
+    return PyBool_FromLong(self->map && ring_due(self));
+}
+
+static PyObject *RxRing_shape(RxRing *self, PyObject *args) {
+    double rate_bps, slack_s;
+    if (!PyArg_ParseTuple(args, "dd", &rate_bps, &slack_s))
+        return NULL;
+    if (!(rate_bps >= 0) || !(slack_s >= 0) || slack_s > 1.0) {
+        PyErr_Format(PyExc_ValueError, "shape(rate_bps >= 0, 0 <= slack_s <= 1), got (%g, %g)",
+                     rate_bps, slack_s);
+        return NULL;
+    }
+    self->ns_per_byte = rate_bps > 0 ? 8e9 / rate_bps : 0;
+    self->slack_ns = (long long)(slack_s * 1e9);
+    self->head_fin = 0;
+    Py_RETURN_NONE;
+}
+
+/* Seconds until the held head frame may go (0: one is due now), or None: no frame
+ * waits, or the ring is unshaped and one does (then: due). */
+static PyObject *RxRing_due_in(RxRing *self, PyObject *unused) {
+    if (!self->map || !slot_ready(self)) Py_RETURN_NONE;
+    if (self->ns_per_byte == 0) return PyFloat_FromDouble(0.0);
+    long long wait = head_finish(self, slot(self, self->head)) - self->slack_ns - real_ns();
+    return PyFloat_FromDouble(wait > 0 ? wait * 1e-9 : 0.0);
+}
+
+static PyObject *RxRing_get_shaper(RxRing *self, void *c) {
+    if (self->ns_per_byte == 0) Py_RETURN_NONE;
+    return Py_BuildValue("{s:d,s:d,s:K,s:K}", "rate_bps", 8e9 / self->ns_per_byte,
+                         "slack_s", self->slack_ns * 1e-9, "frames", self->shaped, "queued", self->queued);
 }
 
 /* Frames waiting, from the head on (tests: know that the kernel delivered them). */
@@ -254,7 +347,11 @@ static PyObject *RxRing_get_frames(RxRing *self, void *c) {
 
 static PyMethodDef RxRing_methods[] = {
     {"recv", (PyCFunction)RxRing_recv, METH_O, "recv(max_frames) -> (list[bytes], nbytes)"},
-    {"ready", (PyCFunction)RxRing_ready, METH_NOARGS, "a frame waits in the ring"},
+    {"ready", (PyCFunction)RxRing_ready, METH_NOARGS, "a frame waits in the ring (shaped: and is due)"},
+    {"shape", (PyCFunction)RxRing_shape, METH_VARARGS,
+     "shape(rate_bps, slack_s): hand frames out at the rate of the link they come over (0: unshaped)"},
+    {"due_in", (PyCFunction)RxRing_due_in, METH_NOARGS,
+     "seconds until the waiting head frame is due (0: now), None: no frame waits"},
     {"pending", (PyCFunction)RxRing_pending, METH_NOARGS, "frames waiting in the ring"},
     {"close", (PyCFunction)RxRing_close, METH_NOARGS, "unmap the ring (the socket stays open)"},
     {NULL}};
@@ -262,6 +359,8 @@ static PyMethodDef RxRing_methods[] = {
 static PyGetSetDef RxRing_getset[] = {
     {"truncated", (getter)RxRing_get_truncated, NULL, "frames dropped: longer than a slot", NULL},
     {"frames", (getter)RxRing_get_frames, NULL, "slots in the ring", NULL},
+    {"shaper", (getter)RxRing_get_shaper, NULL,
+     "None (unshaped) or {rate_bps, slack_s, frames, queued}", NULL},
     {NULL}};
 
 static PyTypeObject RxRingType = {
@@ -303,7 +402,7 @@ static PyObject *wait_any(PyObject *mod, PyObject *args) {
     int found = 0;
     for (unsigned k = 0; !found; k++) {
         for (Py_ssize_t i = 0; i < n && !found; i++)
-            found = slot_ready((RxRing *)items[i]);
+            found = ring_due((RxRing *)items[i]);
         if (found || ((k & 15) == 15 && now_ns() >= deadline) || spin_ns <= 0)
             break;
         __builtin_ia32_pause();
@@ -672,9 +771,11 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
         EPort *p = &e->ports[i];
         RxRing *r = p->ring;
         if (!r->map) continue;
+        long long now = shaper_now(r);
         for (long k = 0; k < max; ) {
             struct tpacket2_hdr *h = slot(r, r->head);
             if (!(__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER)) break;
+            if (!head_due(r, h, now)) break;
             if (h->tp_snaplen < h->tp_len) {
                 r->truncated++;       /* as RxRing.recv: dropped, counted */
             } else {
@@ -693,6 +794,7 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
                 if (res < 0) failed = 1;
             }
             /* Everything it sends is copied out: the slot goes back at once. */
+            head_taken(r);
             __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
             r->head = r->head + 1 == r->frame_nr ? 0 : r->head + 1;
             if (failed) break;
@@ -833,7 +935,7 @@ static PyTypeObject EngineType = {
 };
 
 static PyMethodDef module_methods[] = {
-    {"wait_any", wait_any, METH_VARARGS, "wait_any(rings, spin_ns) -> bool: a frame is ready"},
+    {"wait_any", wait_any, METH_VARARGS, "wait_any(rings, spin_ns) -> bool: a frame is ready (shaped: due)"},
     {"pcap_records", pcap_records, METH_VARARGS,
      "pcap_records(frames, ts, snaplen) -> bytes: the pcap records the Engine writes"},
     {"send_frames", send_frames, METH_VARARGS,

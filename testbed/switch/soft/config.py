@@ -15,7 +15,7 @@ log = logging.getLogger("softswitch")
 
 KNOWN_KEYS = ("name", "ports", "forwarding", "flood", "impairments", "seed", "pcap_dir",
               "stats_path", "ready_path", "batch", "pipeline", "pipeline_impl", "p4runtime_addr", "io_impl",
-              "io_spin_us", "inter_switch_ports")
+              "io_spin_us", "inter_switch_ports", "ingress_mbps")
 # How the "ina" pipeline runs (testbed/switch/ina/fastpath.py); absent = compiled when built.
 PIPELINE_IMPLS = ("compiled", "reference")
 # How AF_PACKET ports move frames (dataplane.py, fastloop.py); absent = ring_fastpath
@@ -25,6 +25,8 @@ IO_IMPLS = ("ring_fastpath", "mmap_ring", "mmsg")
 # mmap_ring: how long the loop busy-polls the rings for the next frame before
 # sleeping in epoll (only right after a batch: idle ports cost nothing).
 DEFAULT_IO_SPIN_US = 20
+# ingress_mbps: the most a port's link may carry into the switch (Mbit/s)
+MAX_INGRESS_MBPS = 100_000.0
 MAX_IO_SPIN_US = 1000
 REQUIRED = ("name", "ports", "stats_path", "ready_path")
 MAX_BATCH = 1024
@@ -56,6 +58,9 @@ class SwitchConfig:
     # Ports cabled to another switch (a tree): the delay line charges a frame L0 once
     # per path, not per switch (dilation.py, "Trees"). Set by the network builder.
     inter_switch_ports: frozenset[int] = frozenset()
+    # {port: Mbit/s}: the link into that port serializes at this rate, modeled at the
+    # port's receive ring (a host's uplink; _pktio.c RxRing.shape). Set by the network builder.
+    ingress_mbps: dict[int, float] = field(default_factory=dict)
     raw: dict = field(default_factory=dict)  # the dict as given (pipelines read their own keys)
 
     @classmethod
@@ -202,13 +207,33 @@ class SwitchConfig:
             else:
                 inter.add(p)
 
+        raw_rates = d.get("ingress_mbps") or {}
+        rates: dict[int, float] = {}
+        if not isinstance(raw_rates, dict):
+            err("ingress_mbps", "must be an object {port_no: Mbit/s}")
+            raw_rates = {}
+        for k, v in raw_rates.items():
+            try:
+                no = int(k)
+            except (TypeError, ValueError):
+                err(f"ingress_mbps.{k}", "port number must be an integer")
+                continue
+            if ports and no not in ports:
+                err(f"ingress_mbps.{k}", f"port {no} is not in ports {sorted(ports)}")
+            elif (isinstance(v, bool) or not isinstance(v, (int, float))
+                  or not 0 < v <= MAX_INGRESS_MBPS):
+                err(f"ingress_mbps.{k}", f"must be a rate in (0, {MAX_INGRESS_MBPS:g}] Mbit/s, got {v!r}")
+            else:
+                rates[no] = float(v)
+
         if errs:
             raise ConfigError("\n".join(errs))
         return cls(name=name, ports=dict(sorted(ports.items())), stats_path=paths["stats_path"],
                    ready_path=paths["ready_path"], forwarding=list(fwd), flood=flood,
                    impairments=imps, seed=seed, pcap_dir=paths["pcap_dir"], batch=batch,
                    pipeline=pipeline, p4runtime_addr=p4addr, io_impl=io_impl,
-                   io_spin_us=spin, inter_switch_ports=frozenset(inter), raw=dict(d))
+                   io_spin_us=spin, inter_switch_ports=frozenset(inter), ingress_mbps=rates,
+                   raw=dict(d))
 
     @classmethod
     def load(cls, path: str | Path) -> "SwitchConfig":

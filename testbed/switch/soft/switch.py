@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from testbed.switch.pipeline import Pipeline, make_pipeline
-from testbed.switch.soft.config import SwitchConfig
+from testbed.switch.soft.config import ConfigError, SwitchConfig
 from testbed.switch.soft import dataplane
 from testbed.switch.soft.config import IO_IMPLS
 from testbed.switch.soft.dataplane import PortDown, PortIO, open_port, resolve_io_impl
@@ -49,6 +49,10 @@ from testbed.switch.soft.pcap import PcapWriter
 log = logging.getLogger("softswitch")
 
 DIRECTIONS = ("ingress", "egress")
+# A shaped ingress link may deliver a frame this many bytes' time early, as htb's
+# default cburst (1600 b here, `tc class show`) lets one packet through: one
+# wakeup of the loop then releases a few small frames instead of one.
+SHAPER_SLACK_BYTES = 1600
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -129,6 +133,11 @@ class SoftSwitch:
         except BaseException:
             self.close()
             raise
+        try:
+            self._shape_ingress(config.ingress_mbps)
+        except BaseException:
+            self.close()
+            raise
         modes = {getattr(io, "mode", None) for io in self.ports.values()}
         # What the ports really run (the stats' io_impl): None for UDP or mixed ports.
         self.io_impl = modes.pop() if len(modes) == 1 and modes <= set(IO_IMPLS) else None
@@ -185,6 +194,20 @@ class SoftSwitch:
             self._timer = None
             log.warning("timerfd unavailable: delays are rounded up to whole milliseconds")
 
+    def _shape_ingress(self, rates: dict[int, float]) -> None:
+        """Links into the switch that serialize at a rate (config.ingress_mbps): the
+        port's receive ring hands each frame out once the link would have delivered
+        it (_pktio.c RxRing.shape), up to one MTU's time early, as htb's default
+        cburst lets one packet through."""
+        for no, mbps in rates.items():
+            ring = getattr(self.ports.get(no), "ring", None)
+            if ring is None:
+                raise ConfigError(f"ingress_mbps.{no}: port {no} has no receive ring (io "
+                                  f"{getattr(self.ports.get(no), 'mode', 'udp')}), so it cannot shape "
+                                  f"its link; use io_impl ring_fastpath or mmap_ring")
+            rate = mbps * 1e6
+            ring.shape(rate, SHAPER_SLACK_BYTES * 8 / rate)
+
     # -- control ---------------------------------------------------------------
     def tables(self) -> dict[str, Any]:
         """The pipeline's match tables by P4 name, for a control-plane server."""
@@ -224,7 +247,11 @@ class SoftSwitch:
         fd2port: dict[int, int] = {}
         for no, io in self.ports.items():
             fd2port[io.fileno()] = no
-            ep.register(io.fileno(), select.EPOLLIN)
+            # A ring is read every iteration and checked before the loop sleeps, so its
+            # socket need only wake the loop for new frames (edge-triggered): a shaped
+            # ring holding a frame that is not due yet must not keep epoll awake.
+            ep.register(io.fileno(), select.EPOLLIN | (select.EPOLLET if getattr(io, "ring", None) is not None
+                                                       else 0))
         wake_fd = self._wake_r.fileno()
         ep.register(wake_fd, select.EPOLLIN)
         timer_fd = -1
@@ -242,6 +269,7 @@ class SoftSwitch:
         # for up to io_spin_us after a batch before the loop sleeps in epoll.
         rings = {no: io for no, io in ports.items() if getattr(io, "ring", None) is not None}
         ring_objs = [io.ring for io in rings.values()]
+        shaped = [r for r in ring_objs if r.shaper is not None]
         wait_any = dataplane._pktio.wait_any if rings else None
         spin_ns = self.io_spin_ns
         got_any = False
@@ -254,16 +282,22 @@ class SoftSwitch:
             while not self._stop:
                 # Idle wake-ups so that a dilation request is seen within POLL_S.
                 timeout = DILATION_POLL_S
-                if iq or eq:
-                    nd = min(q.next_due() for q in (iq, eq) if q)
+                dues = [q.next_due() for q in (iq, eq) if q]
+                if shaped:
+                    t = clock()
+                    dues += [t + d for d in (r.due_in() for r in shaped) if d is not None]
+                if dues:
+                    nd = min(dues)
                     if timer is not None:
                         if timer.armed is None or nd < timer.armed:
                             timer.arm(nd)
                     else:
                         timeout = min(timeout, max(0.0, nd - clock()))
-                if got_any and spin_ns and ring_objs and wait_any(ring_objs, spin_ns):
-                    events = ()   # a frame is waiting: no epoll
-                    self.spin_hits += 1
+                # A frame waiting (and due) in a ring: no epoll (right after a batch, spin
+                # for the next one first).
+                if ring_objs and wait_any(ring_objs, spin_ns if got_any else 0):
+                    events = ()
+                    self.spin_hits += got_any
                 else:
                     events = ep.poll(timeout)
                 now = clock()
@@ -409,6 +443,9 @@ class SoftSwitch:
         for no, io in self.ports.items():
             s = dict(io.stats())
             modes.add(s.get("io_mode"))
+            ring = getattr(io, "ring", None)
+            # {rate_bps, slack_s, frames, queued} for a shaped link into this port
+            s["ingress_shaper"] = ring.shaper if ring is not None else None
             s["impairments"] = {d: {"active": imp.active, "config": asdict(imp.config),
                                     **imp.counters()}
                                 for d, imp in (("ingress", self.ingress[no]),

@@ -1,0 +1,26 @@
+"""bench/link_shaper.py: its scenarios are valid and differ only in the shaper; the
+link-rate bounds it reports are the quickstart's (pure parts, nothing run)."""
+from __future__ import annotations
+
+import pytest
+
+from bench import link_shaper as ls
+from testbed.scenario import load_scenario_text
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_two_scenarios_differ_only_in_who_shapes():
+    auto, htb = (load_scenario_text(ls.scenario(sh, 10), "t.yaml") for sh in ls.SHAPERS)
+    assert (auto.links.shaper, htb.links.shaper) == ("auto", "htb")
+    assert auto.links.bandwidth_mbps == htb.links.bandwidth_mbps == 100
+    assert auto.switch.capture is False and auto.topology.workers == 4
+    assert auto.workload.sizes == [262144]
+
+
+def test_link_bounds_are_the_frames_each_algorithm_puts_on_a_link():
+    b = ls.link_bounds_ms()
+    # 4096 frames of 314 B up per worker; ring: 1.5 MiB of TCP payload per host, 1514/1448 framing
+    assert b["switch"] == pytest.approx(4096 * 314 * 8 / 100e6 * 1e3)
+    assert b["ring"] == pytest.approx(1.5 * 2 ** 20 * 1514 / 1448 * 8 / 100e6 * 1e3)
+    assert b["switch"] < b["ring"]
