@@ -1,8 +1,11 @@
 """The soft switch: ports + pipeline + impairments + pcaps, and the event loop.
 
 One loop iteration:
-  epoll (or, with io_impl mmap_ring, right after a batch: a bounded busy poll
-  of the receive rings, no system call) -> per ready port (every ring port: a
+  epoll (not while a ring holds a due frame; right after a batch, a bounded busy
+  poll of the receive rings first, no system call; ring sockets are
+  edge-triggered, and a ring shaping its link (config ingress_mbps) holds a frame
+  until the link would have delivered it, the timerfd waking the loop then)
+  -> per ready port (every ring port: a
   look at the ring is a memory read): recv up to `batch` frames -> pcap in -> ingress
   impairments -> one pipeline.process_batch for all ports -> group by output
   port -> egress impairments -> (delay queues) -> sendmmsg per port -> pcap out.
@@ -130,10 +133,6 @@ class SoftSwitch:
             for no, intf in (ports or config.ports).items():
                 self.ports[no] = (intf if not isinstance(intf, str)
                                   else open_port(intf, config.batch, io_impl))
-        except BaseException:
-            self.close()
-            raise
-        try:
             self._shape_ingress(config.ingress_mbps)
         except BaseException:
             self.close()
