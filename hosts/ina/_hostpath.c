@@ -551,8 +551,25 @@ static inline int append_rtt(PyObject *lat, double r) {
     return e;
 }
 
+/* timers.rack_timers: a chunk sent before the latest answered one, never resent, is
+ * lost 1.25 round trips after it was sent (RACK's reordering timer) */
+static void rack_timers(Loop *L) {
+    double *sc = L->sc;
+    if (isnan(sc[SC_SRTT])) return;
+    double rack = sc[SC_RACK], lag = 1.25 * sc[SC_SRTT], next = INFINITY;
+    int any = 0;
+    for (Py_ssize_t s = 0; s < L->W; s++) {
+        if (!(L->order[s] < rack) || L->retries[s] != 0 || !(L->dl[s] < INFINITY)) continue;
+        double d = L->first[s] + lag;
+        if (d < L->dl[s]) L->dl[s] = d;
+        if (L->dl[s] < next) next = L->dl[s];
+        any = 1;
+    }
+    if (any && next < sc[SC_NEXT_DL]) sc[SC_NEXT_DL] = next;
+}
+
 /* 0: taken in, 2: not the run's (nothing changed), -1: Python error */
-static int do_burst(Loop *L, const uint8_t *rec, const int64_t *lens, Py_ssize_t n, Py_ssize_t vec_min,
+static int take_burst(Loop *L, const uint8_t *rec, const int64_t *lens, Py_ssize_t n, Py_ssize_t vec_min,
                     PyObject *clock, PyObject *lat, int64_t *nsend) {
     int64_t *cnt = L->cnt;
     double *sc = L->sc;
@@ -691,6 +708,14 @@ static int do_burst(Loop *L, const uint8_t *rec, const int64_t *lens, Py_ssize_t
         cnt[CNT_REMAINING]--;
     }
     return 0;
+}
+
+/* One received burst (take_burst), then RACK's timers, as receive.py after each burst. */
+static int do_burst(Loop *L, const uint8_t *rec, const int64_t *lens, Py_ssize_t n, Py_ssize_t vec_min,
+                    PyObject *clock, PyObject *lat, int64_t *nsend) {
+    int st = take_burst(L, rec, lens, n, vec_min, clock, lat, nsend);
+    if (st == 0) rack_timers(L);
+    return st;
 }
 
 static PyObject *loop_burst(Loop *L, PyObject *args) {

@@ -72,6 +72,7 @@ class ResultIntake:
                     self._on_packet(b)
             else:
                 self._on_block(*recs)
+            self.timers.rack_timers()
         if self._held.any():
             self._release(self._clock())
         return n
@@ -83,6 +84,7 @@ class ResultIntake:
                 self._on_packet(rec[i:i + 1].tobytes()[:int(lens[i])])
         else:
             self._on_block(rec, lens)
+        self.timers.rack_timers()
 
     # -- the compiled loop (hosts/ina/hostloop.py) ------------------------------------------
     def _loop_burst(self, lp, rec: np.ndarray, lens: np.ndarray, k: int) -> bool:

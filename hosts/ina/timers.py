@@ -11,7 +11,8 @@ resends.
   the wire after it was answered (send order, not send time: a window goes out
   in one burst at one clock reading, and its lost chunks must still be found
   while the rest of it is answered), or, probing, if no result at all arrived
-  for its timeout. Otherwise results are still flowing and it is queued behind
+  for its timeout. Such a chunk's timer expires 1.25 round trips after it was
+  sent (`rack_timers`, after each received burst), not at its full timeout. Otherwise results are still flowing and it is queued behind
   them at a slow switch: re-armed, no resend (no retransmission storms).
 - Dilated network (`expect_delay`): no chunk's first timer starts below 1.5 x
   the dilated time its own answer may take (`chunk_floor_s`).
@@ -168,6 +169,23 @@ class RetransmitTimers:
             self.rack = sent
         self.dl[ss] = _INF
         return rtt
+
+    def rack_timers(self) -> None:
+        """RACK's reordering timer (RFC 8985, 6.2): a chunk sent before the latest one
+        answered, and never resent, is lost once 1.25 round trips have passed since it
+        was sent (the switch and the links keep each worker's order), not only at its
+        retransmission timeout (at least min_timeout_s): its timer is brought forward
+        to then. Once per received burst; the compiled loop does the same (Loop)."""
+        if self.srtt is None:
+            return
+        m = (self.order < self.rack) & (self.retries == 0) & (self.dl < _INF)
+        if not m.any():
+            return
+        dl = np.minimum(self.dl[m], self.first[m] + 1.25 * self.srtt)
+        self.dl[m] = dl
+        d = float(dl.min())
+        if d < self.next_dl:
+            self.next_dl = d
 
     def update_rtt(self, rtt: float) -> None:
         self.on_clean_answers(1)

@@ -147,6 +147,21 @@ def test_losses_inside_one_burst_are_found_by_send_order_not_by_silence():
     assert net.t < 0.01 + 4 * 1e-3 + 1e-3, net.t      # one timeout and one round trip after the burst
 
 
+@pytest.mark.parametrize("compiled_loop", [True, False])
+def test_a_loss_behind_answered_chunks_is_resent_after_a_round_trip_and_a_quarter(compiled_loop):
+    """RACK's reordering timer: 2 ms round trips, a 10 ms retransmission timeout (its
+    floor), one first send lost among 64 sent at once. Once later chunks are answered,
+    the lost one is resent 1.25 round trips after it was sent, long before its 10 ms
+    timeout (the op used to take one timeout and a round trip, 12 ms)."""
+    net = PausingNet(latency_s=1e-3, pause_s=0, pause_every=0, window=64,
+                     timeout_s=0.01, min_timeout_s=0.01, drop_first={5})
+    if not compiled_loop:
+        net.client._loop = None
+    _run(net, 64)
+    assert [s for s, r in net.sends if r] == [5]
+    assert net.t < 0.0025 + 0.002 + 1e-3, net.t      # resent at ~2.5 ms, answered 2 ms later
+
+
 def test_rtt_is_learned_only_from_chunks_answered_without_a_resend():
     """Karn's rule: the answer to a resent chunk may be either copy's, so it
     never feeds the RTT estimate (nor RACK's latest answered send order)."""
