@@ -24,7 +24,6 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 pytestmark = pytest.mark.mininet
 
 RATE = 10e6          # bit/s: 1000-byte frames take 0.8 ms each
@@ -60,7 +59,6 @@ def _early(reads: list[tuple[float, int]], t0: float) -> list[str]:
 
 
 def inner() -> dict:
-    from testbed.switch.soft import dataplane
     from testbed.switch.soft.dataplane import _pktio
 
     for i in (1, 2):
@@ -140,7 +138,6 @@ def inner() -> dict:
             out["bad_shape"].append(f"accepted {args}")
         except ValueError:
             pass
-    del dataplane
     return out
 
 
@@ -155,9 +152,7 @@ def test_a_shaped_port_hands_frames_out_no_faster_than_its_link(tmp_path):
         pytest.skip(reason)
     if not dataplane.ring_available():
         pytest.fail("the ring I/O (_pktio) is not built: run `make setup`")
-    p = subprocess.run(netns.private_netns_argv([sys.executable, __file__, str(tmp_path)]),
-                       capture_output=True, text=True, timeout=120, cwd=REPO,
-                       env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(REPO)})
+    p = netns.run_in_private_netns([sys.executable, __file__, str(tmp_path)], timeout=120)
     assert p.returncode == 0, p.stderr[-4000:]
     r = json.loads((tmp_path / "result.json").read_text())
     assert r["unshaped"] == N
