@@ -573,8 +573,12 @@ class MininetNetwork(Network):
             rec.note(f"Mininet host {h.name}: own network namespace, {h.ip}/{PREFIX_LEN}, mac {h.mac}")
         for ln in self.plan.links:
             values = self.link_values.get(ln.node1, self._base_values)
-            bw = (f", htb {values.bandwidth_mbps:g} Mbit/s both ends (TCLink bw)"
-                  if values.bandwidth_mbps is not None else "")
+            bw = ""
+            if values.bandwidth_mbps is not None:
+                bw = (f", {values.bandwidth_mbps:g} Mbit/s: htb at {ln.node2}-eth{ln.port2} (TCLink bw), "
+                      f"{ln.node1}'s uplink shaped by {ln.node2} at its port's receive ring"
+                      if imp.shaped_by_switch(self.impairments, ln.node2, ln.port2) else
+                      f", htb {values.bandwidth_mbps:g} Mbit/s both ends (TCLink bw)")
             rec.note(f"Mininet link {ln.node1}-eth{ln.port1} <-> {ln.node2}-eth{ln.port2}{bw}")
         for h in self.plan.hosts:
             rec.script(h.name, self._host_setup_script(h), self.HOST_SETUP)
