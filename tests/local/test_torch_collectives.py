@@ -174,10 +174,10 @@ def test_switch_takes_tensors_bit_exact_under_loss(tmp_path):
     check(res, expect)
 
 
-def test_script_collective_off_the_testbed_uses_torch_distributed(monkeypatch):
+def test_script_collective_off_the_testbed_uses_torch_distributed(monkeypatch, tmp_path):
     """hosts.dnn.collective in a script run on its own (docs/pytorch.md step 1):
-    without a process group it says what to do; with one (a 1-rank gloo group on
-    loopback) it is torch.distributed's allreduce, so the script trains the same."""
+    without a process group it says what to do; with one (a 1-rank gloo group, file
+    rendezvous) it is torch.distributed's allreduce, so the script trains the same."""
     import torch.distributed as dist
 
     from hosts.dnn import collective, runtime
@@ -188,11 +188,9 @@ def test_script_collective_off_the_testbed_uses_torch_distributed(monkeypatch):
     assert not dist.is_initialized()
     with pytest.raises(NotOnTestbed, match="init_process_group"):
         collective.allreduce(torch.ones(3))
-    import socket
-    with socket.socket() as so:              # a free TCP port for the group's rendezvous
-        so.bind(("127.0.0.1", 0))
-        port = so.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    # A file rendezvous: a free TCP port found, closed and bound again by the group's
+    # store could be taken in between (EADDRINUSE in one CI run).
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
     try:
         t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
         assert torch.equal(collective.allreduce(t), t) and collective.allreduce(t) is not t
