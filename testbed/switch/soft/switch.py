@@ -2,9 +2,9 @@
 
 One loop iteration:
   epoll (not while a ring holds a due frame; right after a batch, a bounded busy
-  poll of the receive rings first, no system call; ring sockets are
-  edge-triggered, and a ring shaping its link (config ingress_mbps) holds a frame
-  until the link would have delivered it, the timerfd waking the loop then)
+  poll of the receive rings first, no system call; a ring shaping its link
+  (config ingress_mbps) holds a frame until the link would have delivered it,
+  its socket edge-triggered, the timerfd waking the loop then)
   -> per ready port (every ring port: a
   look at the ring is a memory read): recv up to `batch` frames -> pcap in -> ingress
   impairments -> one pipeline.process_batch for all ports -> group by output
@@ -246,11 +246,13 @@ class SoftSwitch:
         fd2port: dict[int, int] = {}
         for no, io in self.ports.items():
             fd2port[io.fileno()] = no
-            # A ring is read every iteration and checked before the loop sleeps, so its
-            # socket need only wake the loop for new frames (edge-triggered): a shaped
-            # ring holding a frame that is not due yet must not keep epoll awake.
-            ep.register(io.fileno(), select.EPOLLIN | (select.EPOLLET if getattr(io, "ring", None) is not None
-                                                       else 0))
+            # A shaped ring (config ingress_mbps) is read every iteration and checked
+            # before the loop sleeps, so its socket need only wake the loop for new
+            # frames (edge-triggered): one holding a frame not due yet must not keep
+            # epoll awake. Other ports stay level-triggered, as before shaping existed.
+            ring = getattr(io, "ring", None)
+            ep.register(io.fileno(), select.EPOLLIN | (select.EPOLLET if ring is not None
+                                                       and ring.shaper is not None else 0))
         wake_fd = self._wake_r.fileno()
         ep.register(wake_fd, select.EPOLLIN)
         timer_fd = -1
