@@ -283,7 +283,8 @@ class SoftSwitch:
             while not self._stop:
                 # Idle wake-ups so that a dilation request is seen within POLL_S.
                 timeout = DILATION_POLL_S
-                dues = [q.next_due() for q in (iq, eq) if q]
+                # (no comprehension on the common path: nothing queued, no shaped port)
+                dues = [q.next_due() for q in (iq, eq) if q] if iq or eq else []
                 if shaped:
                     t = clock()
                     dues += [t + d for d in (r.due_in() for r in shaped) if d is not None]
