@@ -39,6 +39,27 @@ class ConfigError(ValueError):
     """A config value the switch cannot use; the message says which and why."""
 
 
+def _per_port(d: dict, key: str, shape: str, ports: dict[int, str], err) -> list[tuple[str, int, Any]]:
+    """(key as written, port number, value) of the object d[key] keyed by port
+    number; a key that is not a port of `ports` is reported through err and left out."""
+    raw = d.get(key) or {}
+    if not isinstance(raw, dict):
+        err(key, f"must be an object {shape}")
+        return []
+    out = []
+    for k, v in raw.items():
+        try:
+            no = int(k)
+        except (TypeError, ValueError):
+            err(f"{key}.{k}", "port number must be an integer")
+            continue
+        if ports and no not in ports:
+            err(f"{key}.{k}", f"port {no} is not in ports {sorted(ports)}")
+            continue
+        out.append((k, no, v))
+    return out
+
+
 @dataclass
 class SwitchConfig:
     name: str
@@ -129,19 +150,7 @@ class SwitchConfig:
             err("flood", "must be true or false")
 
         imps: dict[int, dict[str, Impair]] = {}
-        raw_imps = d.get("impairments") or {}
-        if not isinstance(raw_imps, dict):
-            err("impairments", "must be an object {port_no: {ingress: {...}, egress: {...}}}")
-            raw_imps = {}
-        for k, v in raw_imps.items():
-            try:
-                no = int(k)
-            except (TypeError, ValueError):
-                err(f"impairments.{k}", "port number must be an integer")
-                continue
-            if ports and no not in ports:
-                err(f"impairments.{k}", f"port {no} is not in ports {sorted(ports)}")
-                continue
+        for k, no, v in _per_port(d, "impairments", "{port_no: {ingress: {...}, egress: {...}}}", ports, err):
             if not isinstance(v, dict) or set(v) - {"ingress", "egress"}:
                 err(f"impairments.{k}", "must be {ingress: Impair, egress: Impair} (both optional)")
                 continue
@@ -207,21 +216,9 @@ class SwitchConfig:
             else:
                 inter.add(p)
 
-        raw_rates = d.get("ingress_mbps") or {}
         rates: dict[int, float] = {}
-        if not isinstance(raw_rates, dict):
-            err("ingress_mbps", "must be an object {port_no: Mbit/s}")
-            raw_rates = {}
-        for k, v in raw_rates.items():
-            try:
-                no = int(k)
-            except (TypeError, ValueError):
-                err(f"ingress_mbps.{k}", "port number must be an integer")
-                continue
-            if ports and no not in ports:
-                err(f"ingress_mbps.{k}", f"port {no} is not in ports {sorted(ports)}")
-            elif (isinstance(v, bool) or not isinstance(v, (int, float))
-                  or not 0 < v <= MAX_INGRESS_MBPS):
+        for k, no, v in _per_port(d, "ingress_mbps", "{port_no: Mbit/s}", ports, err):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= MAX_INGRESS_MBPS:
                 err(f"ingress_mbps.{k}", f"must be a rate in (0, {MAX_INGRESS_MBPS:g}] Mbit/s, got {v!r}")
             else:
                 rates[no] = float(v)
