@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -91,8 +91,11 @@ def decide(summed: np.ndarray, n_ops: int, world: int, hw_op_s: "float | Sequenc
         net_s = np.clip(np.median(done, axis=0) - submit.max(axis=0), 0, None) * TIME_UNIT_S
         if np.any(net_s > 0):
             tdf_net = float(np.median(net_s[net_s > 0] / hw[net_s > 0]))
+        ops = net_s[net_s > 0]
+    else:
+        ops = np.zeros(0)
     off = 2 * n * world
-    return _decision(s, off, world, tdf_net, fallback)
+    return _decision(s, off, world, tdf_net, fallback, ops)
 
 
 def encode_messages(durations: Sequence[float], compute_ratio: float | None,
@@ -124,7 +127,7 @@ def decide_messages(summed: np.ndarray, n_ops: int, world: int, hw_op_s: "float 
     ok = (d > 0) & (hw > 0)
     tdf_net = float(np.median(d[ok] / hw[ok])) if np.any(ok) else None
     off = n * world
-    return _decision(s, off, world, tdf_net, fallback)
+    return _decision(s, off, world, tdf_net, fallback, d[ok])
 
 
 def messages_agreement_size(n_ops: int, world: int) -> int:
@@ -171,16 +174,21 @@ def damped(tdf_in: float, measured: float) -> float:
 
 
 def _decision(s: np.ndarray, off: int, world: int, tdf_net: float | None,
-              fallback: float) -> tuple[float, dict]:
+              fallback: float, op_net_s: np.ndarray) -> tuple[float, dict]:
     """The TDF from the network's slowdown and the workers' compute ratios (the
-    vector's slots from `off`), shared by `decide` and `decide_messages`."""
+    vector's slots from `off`), shared by `decide` and `decide_messages`.
+    op_net_s: the measured ops' network times, summarized in the record so that an
+    outlier round shows what it measured (one stalled op looks like a slow emulator)."""
     has = s[off + world:off + 2 * world] > 0.5
     cmps = np.exp2(s[off:off + world][has])
     tdf_cmp = float(np.max(cmps)) if cmps.size else None
     candidates = [x for x in (tdf_net, tdf_cmp) if x is not None]
     tdf = max(candidates) if candidates else fallback
     tdf = float(min(MAX_TDF, max(MIN_TDF, _round_sig(tdf, 3))))
-    return tdf, {"tdf_net": tdf_net, "tdf_cmp": tdf_cmp,
+    ops = np.asarray(op_net_s, dtype=np.float64)
+    op_s = ({"n": int(ops.size), "min": float(ops.min()), "p50": float(np.median(ops)),
+             "max": float(ops.max())} if ops.size else {"n": 0})
+    return tdf, {"tdf_net": tdf_net, "tdf_cmp": tdf_cmp, "op_net_s": op_s,
                  "limited_by": ("compute" if tdf_cmp is not None and (tdf_net is None or tdf_cmp > tdf_net)
                                 else "network" if tdf_net is not None else "none")}
 
@@ -189,6 +197,28 @@ def _round_sig(x: float, digits: int) -> float:
     if x <= 0:
         return x
     return round(x, -int(math.floor(math.log10(x))) + digits - 1)
+
+
+class CalibrationRefused(RuntimeError):
+    """A calibration round decided a TDF the run cannot live with (see `refuse_if_crawling`)."""
+
+
+def refuse_if_crawling(tdf: float, step_hw_s: float, budget_s: float, round_no: int, why: dict) -> None:
+    """Refuse, naming what was measured, a TDF at which one hardware step (an
+    iteration's compute and network op, as modeled) would take longer in wall time
+    than `budget_s`, what the point's deadline allows a step. A stall in an
+    undilated round, such as a retransmission timeout, reads as the emulator's
+    slowness and picks such a TDF: the run would crawl into its deadline."""
+    if step_hw_s <= 0 or budget_s <= 0 or tdf * step_hw_s <= budget_s:
+        return
+    ops = why.get("op_net_s") or {}
+    seen = (f"{ops['n']} op(s) took {ops['min']:.4g} .. {ops['max']:.4g} s (median {ops['p50']:.4g} s)"
+            if ops.get("n") else "no op was measured")
+    raise CalibrationRefused(
+        f"calibration round {round_no} chose TDF {tdf:g} (network {why.get('tdf_net')}, compute "
+        f"{why.get('tdf_cmp')}): one step of {step_hw_s * 1e3:.4g} ms on the hardware would take "
+        f"{tdf * step_hw_s:.0f} s, beyond the {budget_s:g} s the point's deadline allows a step. "
+        f"In that round {seen}. If one op stalled (a retransmission timeout), run the point again.")
 
 
 class Calibrator:
@@ -216,19 +246,30 @@ class Calibrator:
         self._calibrating = False
         self.rounds: list[dict] = []
 
-    def start(self) -> None:
+    def start(self, barrier: Callable[[], None] | None = None) -> None:
         """Before round 0: on a dilatable network, rank 0 asks the switches to hold
         their impairments (loss, delay) off while calibration measures the emulator,
         undilated; `finish` turns them back on. Without this a lossy point's every
         calibration op carried a retransmission timeout and its TDF came out ~50x too
-        high (850,000 for LHC at 5 % loss)."""
+        high (850,000 for LHC at 5 % loss).
+
+        barrier: the workers' own barrier, passed where a worker's first measured op
+        can leave before rank 0 has asked (PHub's pushes wait for nobody): rank 0
+        joins it only once the switches hold, so no op is measured on the lossy
+        network. Without it one TCP retransmission timeout (200 ms) in PHub's
+        one-op round 0 set TDF to 160,000 in CI."""
         if self.nd is not None and self.rank == 0:
             self._request(0.0, impairments=False)
+        if self.nd is not None and barrier is not None:
+            barrier()
 
-    def finish(self) -> None:
-        """After the last round: the network at the final TDF, impairments applied."""
+    def finish(self, barrier: Callable[[], None] | None = None) -> None:
+        """After the last round: the network at the final TDF, impairments applied;
+        with `barrier`, no worker starts the measured run before that."""
         if self.nd is not None and self.rank == 0:
             self._request(self.tdf, impairments=True)
+        if self.nd is not None and barrier is not None:
+            barrier()
 
     def after_round(self, measured: float, why: dict, **extra) -> float:
         r, nd = len(self.rounds), self.nd

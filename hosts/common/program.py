@@ -17,7 +17,9 @@ from hosts.common.config import ConfigError
 from hosts.common.results import JsonlWriter
 
 # Exit codes shared by host programs (the runner reports them with the log tail).
-EXIT_CONFIG, EXIT_NET = 2, 3
+# EXIT_REFUSED: the program found its run could not be valid (e.g. a calibration
+# that would crawl) and stopped before spending the point's time on it.
+EXIT_CONFIG, EXIT_NET, EXIT_REFUSED = 2, 3, 4
 
 
 class SetupFailed(Exception):

@@ -175,9 +175,12 @@ class WorkerConfig:
         if not 0 <= self.rank < self.job.world:
             raise ConfigError(f"rank {self.rank} outside the job's world {self.job.world}")
         c = self.calibration
-        if c is not None and (not isinstance(c, dict) or set(c) != {"rounds", "iterations", "hw_table"}
-                              or not all(isinstance(c[k], int) and c[k] >= 1 for k in ("rounds", "iterations"))):
-            raise ConfigError(f"calibration must be null or {{rounds >= 1, iterations >= 1, hw_table}}, got {c!r}")
+        if c is not None and (not isinstance(c, dict)
+                              or set(c) != {"rounds", "iterations", "hw_table", "iteration_wall_s"}
+                              or not all(isinstance(c[k], int) and c[k] >= 1 for k in ("rounds", "iterations"))
+                              or not isinstance(c["iteration_wall_s"], (int, float)) or c["iteration_wall_s"] <= 0):
+            raise ConfigError(f"calibration must be null or {{rounds >= 1, iterations >= 1, hw_table, "
+                              f"iteration_wall_s > 0}}, got {c!r}")
         nd = self.network_dilation
         if nd is not None and (not isinstance(nd, dict) or set(nd) != {"control", "hardware", "headroom", "hw_op_s"}):
             raise ConfigError(f"network_dilation must be null or {{control, hardware, headroom, hw_op_s}}, "

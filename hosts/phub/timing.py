@@ -47,6 +47,7 @@ class PhubTiming:
         self.cc, self.nd, self.rank, self.world, self.model = calibration, network_dilation, rank, world, model
         self.table = HwTable(calibration["hw_table"]) if calibration else None
         self.c = cal.Calibrator(0.0, model.time_scale, network_dilation, rank, expect_delay)
+        self._barrier: Callable[[], None] | None = None
         self._mark()
 
     @property
@@ -57,11 +58,14 @@ class PhubTiming:
         """Iteration `it` closes a calibration round."""
         return bool(self.cc) and it < self.calibration_iterations and (it + 1) % self.cc["iterations"] == 0
 
-    def begin(self) -> None:
+    def begin(self, barrier: Callable[[], None] | None) -> None:
         """Before the first calibration iteration: rank 0 has the switch hold its
-        impairments (loss) off while round 0 measures the emulator (Calibrator.start)."""
+        impairments (loss) off while round 0 measures the emulator, and no worker
+        pushes before it holds (`barrier`, the workers' own: PHub's pushes wait for
+        nobody, so a push could race rank 0's request; Calibrator.start)."""
         if self.cc:
-            self.c.start()
+            self._barrier = barrier
+            self.c.start(barrier)
 
     def dilate_fixed(self) -> None:
         """A fixed TDF dilates the network too (rank 0 asks the switch; no-op without one)."""
@@ -87,6 +91,10 @@ class PhubTiming:
         self.c.hw_op_s = float(np.median(hw)) if hw else 0.0     # the delay line's compensation per op
         tdf = self.c.after_round(measured, why, ops=len(spans), my_compute_ratio=ratio,
                                  op_hw_p50_s=self.c.hw_op_s or None)
+        # One iteration on the hardware (its compute, as modeled, and its first key's
+        # exchange) must fit the wall time the point allows an iteration at this TDF.
+        step_hw = (modeled / d.time_scale) / self.cc["iterations"] + self.c.hw_op_s
+        cal.refuse_if_crawling(tdf, step_hw, self.cc["iteration_wall_s"], len(self.c.rounds) - 1, why)
         d.time_scale = tdf
         log.info("calibration round %d: TDF %g (%s)", len(self.c.rounds) - 1, tdf, why.get("limited_by"))
         self._mark()
@@ -95,7 +103,7 @@ class PhubTiming:
     def finish(self, host: str) -> dict[str, Any]:
         """After the last round: a fresh device at the TDF (its statistics are the run's)
         and the calibration record."""
-        self.c.finish()                    # the network at the final TDF, impairments back on
+        self.c.finish(self._barrier)       # the network at the final TDF, impairments back on
         d = self.model.device              # a profile model's PacedDevice (the workload checks)
         d._reset_stats()
         d.debt_s = 0.0

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from hosts.common import program
+from hosts.common.calibration import CalibrationRefused
 from hosts.common.config import HostAddr
 from hosts.common.tcp import NetError
 from hosts.common.trace import TraceRecorder
@@ -88,8 +89,6 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
                                     host=cfg.host, my_ip=cfg.ip, rank=cfg.rank, weights=model.weights,
                                     trace=rec if cfg.trace else None, trace_from=n_cal,
                                     connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
-        if cfg.rank == 0:
-            client.init_weights()
         if cfg.calibration:
             agreement = open_agreement(cfg)
     else:
@@ -101,7 +100,16 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
     timing = PhubTiming(cfg.calibration, cfg.network_dilation, cfg.rank, world, model,
                         ina.expect_delay if ina is not None else (lambda seconds: None))
     timing.dilate_fixed()
-    timing.begin()
+    # Round 0 must not wait on a segment the lossy network took before rank 0's hold:
+    # PHub's pushes wait for nobody, so its agreement ring is the barrier that keeps
+    # them behind the hold, and rank 0 sends the starting weights only after it (a
+    # push queues behind them on the same TCP connection: one retransmission timeout
+    # there made a one-op round 0 read as TDF 160,000 in CI). A baseline's first
+    # allreduce waits for rank 0 anyway and every layer is measured; the wide PS
+    # serves a fixed schedule with no barrier in it.
+    timing.begin(agreement.barrier if agreement is not None else None)
+    if client is not None and cfg.rank == 0:
+        client.init_weights()
     agree = (agreement or coll).allreduce if cfg.calibration else None
     momentum = [np.zeros_like(w) for w in model.weights] if spec.has_state else None
     total = n_cal + cfg.warmup + cfg.iterations
@@ -204,6 +212,13 @@ def main(argv: list[str] | None = None) -> int:
         error = f"{type(e).__name__}: {e}"
         log_.error("%s", error)
         return program.EXIT_NET
+    except CalibrationRefused as e:
+        error = f"{type(e).__name__}: {e}"
+        log_.error("%s", error)
+        return program.EXIT_REFUSED
+    except BaseException as e:         # the summary must not say ok (the traceback follows)
+        error = f"{type(e).__name__}: {e}"
+        raise
     finally:
         writer.write({"type": "summary", "host": cfg.host, "rank": cfg.rank, "job": cfg.job.job,
                       "algorithm": cfg.algorithm, "ok": error is None, "error": error, **info})

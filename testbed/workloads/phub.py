@@ -40,6 +40,11 @@ from testbed.workloads.calibrated import CalibratedWorkloadParams
 
 FIGURES = ("phub_iteration", "phub_stages", "phub_server")
 PHUB_TCP_PORT = 47900
+# Wall time a point allows each iteration (its deadline, `timeout_s`); a calibration
+# whose TDF would make an iteration longer is refused at once (hosts.common.calibration.
+# refuse_if_crawling), not left to crawl into the deadline.
+ITERATION_WALL_S = 30.0
+
 # time_scale auto: the first calibration round's TDF (as LHC's and P4SGD's CALIBRATION_START).
 CALIBRATION_START = 500.0
 # Worker counts the projection adds beyond what the machine emulates.
@@ -275,7 +280,8 @@ class PhubRuntime(WorkloadRuntime):
         n = len(groups[0])
         agreed = wl.algorithm == "switch" and any(scale_round(wl, ina_settings(ctx.switch, h)) for h in workers)
         calibration = ({"rounds": wl.calibration_rounds, "iterations": wl.calibration_iterations,
-                        "hw_table": hw_table(wl, n, agreed)} if wl.calibrated else None)
+                        "hw_table": hw_table(wl, n, agreed), "iteration_wall_s": ITERATION_WALL_S}
+                       if wl.calibrated else None)
         dilation = network_dilation(wl, ctx.switch or {}, n, agreed)
         if server:
             cfg = {"host": "ps", "ip": server["ip"], "port": port, "jobs": jobs,
@@ -330,7 +336,8 @@ class PhubRuntime(WorkloadRuntime):
 
     def timeout_s(self, ctx: PointContext) -> float:
         wl = ctx.point.scenario.workload
-        return wl.timeout_s * 2 + 30.0 * (wl.iterations + wl.warmup + wl.calibration_iterations_total()) + 60.0
+        return (wl.timeout_s * 2 + ITERATION_WALL_S * (wl.iterations + wl.warmup + wl.calibration_iterations_total())
+                + 60.0)
 
     def collect(self, ctx: PointContext) -> list[dict[str, Any]]:
         return collect_point(ctx.point.scenario, ctx.work_dir)

@@ -104,3 +104,62 @@ def test_calibration_holds_the_impairments_until_it_finishes(tmp_path):
         stop.set()
         th.join()
     assert seen == [(0.0, True), (4800.0, True), (4800.0, True), (4800.0, False), (700.0, False)]
+
+
+def test_no_worker_measures_before_the_switch_holds_its_impairments(tmp_path):
+    """With the workers' barrier, a worker that is not rank 0 starts round 0 only once
+    the switch holds loss off. PHub's pushes wait for nobody: without it one push
+    lost before rank 0's request (a 200 ms TCP retransmission in a one-op round 0)
+    set the TDF to 160,000 in CI."""
+    import threading
+
+    from testbed.switch.soft.dilation import DilationControl
+
+    ctl = DilationControl(tmp_path)
+    stop = threading.Event()
+
+    def slow_switch_loop():            # a busy switch: reads its control file late
+        t = 0.0
+        stop.wait(0.2)
+        while not stop.is_set():
+            t += 1.0
+            ctl.poll(t)
+            stop.wait(0.002)
+
+    nd = {"control": [str(tmp_path / "dilation.json")],
+          "hardware": {"latency_s": 1.83e-6, "link_rate_bps": 100e9}, "headroom": 16.0, "hw_op_s": 2e-6}
+    barrier = threading.Barrier(2, timeout=10).wait
+    held_at_first_op = {}
+
+    def worker(rank):
+        c = cal.Calibrator(2e-6, 500.0, nd, rank=rank)
+        c.start(lambda: barrier())
+        held_at_first_op[rank] = ctl.impairments_held
+
+    th = threading.Thread(target=slow_switch_loop)
+    th.start()
+    try:
+        ranks = [threading.Thread(target=worker, args=(r,)) for r in (1, 0)]
+        for t in ranks:
+            t.start()
+        for t in ranks:
+            t.join(10)
+    finally:
+        stop.set()
+        th.join()
+    assert held_at_first_op == {0: True, 1: True}
+
+
+def test_the_record_shows_the_ops_a_round_measured():
+    """An outlier round names its op times (one stalled op reads like a slow emulator)."""
+    world, hw = 2, 10e-6
+    t0 = [[0.0, 1.0], [0.0, 1.0]]
+    t1 = [[0.2, 1.001], [0.2, 1.001]]      # op 0 stalled 200 ms, op 1 took 1 ms
+    summed = sum(cal.encode(t0[r], t1[r], None, r, world) for r in range(world))
+    _, why = cal.decide(summed, 2, world, hw, fallback=1.0)
+    assert why["op_net_s"]["n"] == 2
+    assert why["op_net_s"]["max"] == pytest.approx(0.2, rel=1e-3)
+    assert why["op_net_s"]["min"] == pytest.approx(1e-3, rel=1e-3)
+    d = cal.encode_messages([0.2, 1e-3], None, 0, 1)
+    _, why = cal.decide_messages(d, 2, 1, hw, fallback=1.0)
+    assert why["op_net_s"]["p50"] == pytest.approx(0.1005, rel=1e-3)

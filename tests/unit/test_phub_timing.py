@@ -144,3 +144,36 @@ def test_in_switch_table_charges_the_scale_agreement_round():
         assert p == pytest.approx(collective_time("allreduce", "switch", int(v), 4, 4, TOFINO))
         assert a == pytest.approx(collective_time("allreduce", "switch", int(v), 4, 4, TOFINO, scale_round=True))
         assert a > p
+
+
+def test_a_round_that_would_crawl_is_refused_with_what_it_measured():
+    """One stalled op in a one-op round 0 once chose TDF 160,000 in CI, where an
+    iteration then took minutes: such a TDF is refused at once, naming the op times
+    and the budget, from the same agreed numbers on every worker."""
+
+    from hosts.common import calibration as cal
+    from hosts.phub.timing import PhubTiming
+
+    class Device:
+        time_scale, real_s_total, modeled_s_total = 500.0, 0.0, 0.0
+
+        def _reset_stats(self):
+            pass
+
+    class Model:
+        time_scale, device = 500.0, Device()
+
+    cc = {"rounds": 2, "iterations": 1, "hw_table": {"values": [1.0, 1000.0], "hw_s": [1e-6, 50e-6]},
+          "iteration_wall_s": 30.0}
+
+    def round_with(op_s: float) -> float:
+        m = Model()
+        t = PhubTiming(cc, None, 0, 1, m)
+        m.device.modeled_s_total += 500.0 * 5e-3          # 5 ms of modeled compute per iteration
+        return t.end_round([(10.0, 10.0 + op_s, 1000)], lambda v: v)
+
+    assert round_with(4e-3) == pytest.approx(80.0)      # 4 ms / 50 us, undilated network
+    with pytest.raises(cal.CalibrationRefused) as e:
+        round_with(0.5)                                 # a stalled op: TDF 10,000, 50 s per iteration
+    msg = str(e.value)
+    assert "TDF 10000" in msg and "1 op(s) took 0.5" in msg and "beyond the 30 s" in msg
