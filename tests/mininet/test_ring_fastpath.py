@@ -31,7 +31,11 @@ test_fastpath_differential.py: every refusal, truncation, duplicates; frames
 shorter than an Ethernet header cannot be sent and are left out), and the
 property tests' loss / duplication / reordering schedules (ina_harness: the
 switch's input of a reference run, recorded, replayed). FASTPATH_EXAMPLES
-raises the number of sequences (default 12 of each). With the egress drop
+raises the number of sequences (default 12 of each). Loss (the links' impairment,
+loss alone) runs on the compiled path too: a third as many sequences of each kind
+run with loss on some links on both paths, and both must lose exactly the frames
+the switch's random streams say (`kept`) and send what the reference sends for
+the rest. With the egress drop
 simulator armed the compiled path must decline (numpy draws), and the Python
 path's output must still equal the reference's.
 """
@@ -48,6 +52,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -122,6 +127,35 @@ def forward_sequence(seed: int):
     cfg = {"forwarding": [{"dst_mac": m.hex(":"), "port": p} for p, m in macs.items()],
            "flood": seed % 5 != 4, "ports": {str(p): f"s{p}" for p in range(1, 7)}}
     return cfg, frames, ports
+
+
+# Loss on some links (the "loss" kind): ingress on ports 1, 2, 4, egress on 1 and 3.
+# Egress loss only where a port's output order is the same on both paths (INA
+# results; forwarded frames leave in arrival order compiled, hits before floods in
+# Python, and would meet the stream's uniforms in another order).
+LOSSY_IN = {1: 20.0, 2: 5.0, 4: 50.0}
+LOSSY_OUT = {1: 30.0, 3: 10.0}
+
+
+def with_loss(cfg: dict, seed: int, egress: bool) -> dict:
+    imp = {str(p): {"ingress": {"loss_pct": pct}} for p, pct in LOSSY_IN.items()}
+    for p, pct in (LOSSY_OUT.items() if egress else ()):
+        imp.setdefault(str(p), {})["egress"] = {"loss_pct": pct}
+    return {**cfg, "impairments": imp, "seed": seed}
+
+
+def kept(cfg: dict, port_seq: list[int], direction: int) -> list[bool]:
+    """Which of a port sequence's frames its links keep: the switch's stream of each
+    port and direction (switch.py: default_rng([seed, port, direction])), one
+    uniform per frame in order, kept when >= loss."""
+    imps = {int(p): v for p, v in (cfg.get("impairments") or {}).items()}
+    draws = {}
+    for p in set(port_seq):
+        pct = ((imps.get(p) or {}).get(("ingress", "egress")[direction]) or {}).get("loss_pct", 0)
+        if pct:
+            u = np.random.default_rng([cfg.get("seed", 0), p, direction]).random(port_seq.count(p))
+            draws[p] = iter((u >= pct / 100).tolist())
+    return [next(draws[p]) if p in draws else True for p in port_seq]
 
 
 # --- inner part: runs as root inside the private netns ----------------------------
@@ -208,11 +242,19 @@ def one(cfg: dict, frames, ports, work: Path, io_impl: str = "ring_fastpath",
     while any(sw.ports[p].ring.pending() < sent[p] for p in nports) and time.monotonic() < deadline:
         time.sleep(0.01)
     delivered = {p: sw.ports[p].ring.pending() for p in nports}
-    # The reference, fed what the loop reads.
+    # The reference, fed what the loop reads, less what the links lose.
     ref = (InaPipeline({**cfg, "ports": raw["ports"]}, vectorized=True, scalar_below=1)
            if program == "ina" else make_pipeline(program, raw))
     of, op = port_order(frames, ports)
-    want = ref.process_batch(of, op, 0.0) if of else []
+    keep_in = kept(cfg, op, 0)
+    fed = [(f, q) for f, q, k in zip(of, op, keep_in) if k]
+    out = ref.process_batch([f for f, _ in fed], [q for _, q in fed], 0.0) if fed else []
+    keep_out = kept(cfg, [q for q, _ in out], 1)
+    want = [w for w, k in zip(out, keep_out) if k]
+    want_loss = {p: [sum(1 for q in op if q == p), sum(1 for q, k in zip(op, keep_in) if q == p and not k),
+                     sum(1 for q, _ in out if q == p),
+                     sum(1 for (q, _), k in zip(out, keep_out) if q == p and not k)]
+                 for p in nports}
     want_n = {p: sum(1 for q, _ in want if q == p) for p in nports}
     got: dict[int, list[bytes]] = {p: [] for p in nports}
     loop = threading.Thread(target=sw.run, daemon=True)
@@ -252,7 +294,13 @@ def one(cfg: dict, frames, ports, work: Path, io_impl: str = "ring_fastpath",
         state_error = f"{e!r}"
     split = lambda fl: ([f.hex() for f in fl if f[6:12] == mac],  # noqa: E731
                         sorted(f.hex() for f in fl if f[6:12] != mac))
+    loss = {}
+    for p in nports:
+        i, e = st["ports"][str(p)]["impairments"]["ingress"], st["ports"][str(p)]["impairments"]["egress"]
+        loss[p] = [i["seen"] if i["active"] else want_loss[p][0], i["dropped"],
+                   e["seen"] if e["active"] else want_loss[p][2], e["dropped"]]
     return {"sent": sent, "delivered": delivered, "mac": mac.hex(), "packet_path": st["packet_path"],
+            "loss": loss, "want_loss": want_loss,
             "io_impl": st["io_impl"], "state_error": state_error,
             "pcap": pcap, "pcap_errors": pcap_errors,
             "want": {p: split([f for q, f in want if q == p]) for p in nports},
@@ -268,7 +316,7 @@ def inner(work: Path, n_seq: int) -> dict:
         for intf in (f"h{i}", f"s{i}"):
             _sh(f"ethtool -K {intf} {OFFLOADS_OFF} || true")
             _sh(f"ip link set {intf} up")
-    out = {"hostile": [], "schedule": [], "forward": [], "egress_drop": None}
+    out = {"hostile": [], "schedule": [], "forward": [], "egress_drop": None, "loss": [], "loss_reference": []}
     out["reference"] = {"hostile": [], "schedule": [], "forward": []}
     for seed in range(n_seq):
         cfg, f, p = schedule_sequence(seed)
@@ -281,6 +329,17 @@ def inner(work: Path, n_seq: int) -> dict:
             out["reference"][kind].append(one(c, fr, po, work, io_impl="mmap_ring", program=prog))
     cfg, f, p = hostile_sequence(999)
     out["egress_drop"] = one({**cfg, "egress_drop_probabilities": {1: 0.3, 2: 0.5}}, f, p, work)
+    # Loss on both paths: the compiled path takes the same uniforms as the Python path.
+    for seed in range(max(2, n_seq // 3)):
+        cfg, f, p = schedule_sequence(seed)
+        cfg = {**cfg, "ports": {str(i): f"s{i}" for i in range(1, 7)}}
+        for c, fr, po, prog in ((with_loss(cfg, seed, egress=True), f, p, "ina"),
+                                (with_loss(hostile_sequence(seed)[0], seed, egress=False),
+                                 *hostile_sequence(seed)[1:], "ina"),
+                                (with_loss(forward_sequence(seed)[0], seed, egress=False),
+                                 *forward_sequence(seed)[1:], "forward")):
+            out["loss"].append(one(c, fr, po, work, program=prog))
+            out["loss_reference"].append(one(c, fr, po, work, io_impl="mmap_ring", program=prog))
     return out
 
 
@@ -333,6 +392,25 @@ def test_ring_fastpath_sends_what_the_reference_pipeline_sends(tmp_path):
     assert any(w[0] for r in res["schedule"] for w in r["want"].values())
     assert any(w[1] for r in res["forward"] for w in r["want"].values())
     # Egress drop simulator armed: the compiled path declines; output still the reference's.
+    # Loss: the compiled path ran every frame and lost exactly the reference's frames,
+    # as the Python path did from the same streams; counters as the streams say.
+    dropped_in = dropped_out = 0
+    for i, (r, ref) in enumerate(zip(res["loss"], res["loss_reference"])):
+        where = f"loss[{i}]"
+        n = sum(r["sent"].values())
+        assert r["delivered"] == r["sent"], where
+        assert r["packet_path"]["frames"] == {"compiled": n, "python": 0}, where
+        # (the Python path counts the frames its pipeline got: after ingress loss)
+        lost_in = sum(v[1] for v in ref["loss"].values())
+        assert ref["packet_path"]["frames"] == {"compiled": 0, "python": n - lost_in}, where
+        for x in (r, ref):
+            assert x["state_error"] is None, (where, x["state_error"])
+            assert x["got"] == x["want"], where
+            assert x["loss"] == x["want_loss"], where
+            assert x["pcap_errors"] == [], (where, x["pcap_errors"])
+        dropped_in += sum(v[1] for v in r["loss"].values())
+        dropped_out += sum(v[3] for v in r["loss"].values())
+    assert len(res["loss"]) >= 6 and dropped_in > 5 * len(res["loss"]) and dropped_out > 0
     r = res["egress_drop"]
     assert r["packet_path"]["frames"]["compiled"] == 0
     assert r["packet_path"]["frames"]["python"] == sum(r["sent"].values())

@@ -101,3 +101,39 @@ def test_ring_loop_wants_pcaps_of_both_directions_per_port(tmp_path):
     with PcapWriter(tmp_path / "x.pcap") as w:
         with pytest.raises(ValueError, match=r"pcap_in and pcap_out must cover the same ports"):
             fastloop.RingLoop({1: object()}, {1: w}, {})   # refused before any socket opens
+
+
+@needs_pktio
+def test_engine_loss_settings_refuse_bad_input():
+    """set_loss names what is wrong; a block too short for a whole pass is refused
+    before any frame is read (a pass never runs out of uniforms halfway)."""
+    import socket
+
+    import numpy as np
+
+    p = dataplane._pktio
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)      # bound to nothing: receives nothing
+    try:
+        ring = p.RxRing(s.fileno(), 2048, 64)
+        e = p.Engine([(1, ring, 1)], -1)
+        with pytest.raises(KeyError, match="no port 7"):
+            e.set_loss(7, False, 0.1, np.zeros(8))
+        with pytest.raises(ValueError, match="within"):
+            e.set_loss(1, False, 1.5, np.zeros(8))
+        with pytest.raises(ValueError, match="needs uniforms"):
+            e.set_loss(1, True, 0.1, None)
+        with pytest.raises(TypeError, match="float64"):
+            e.set_loss(1, False, 0.1, np.zeros(8, np.float32))
+        e.set_loss(1, False, 0.1, np.zeros(8))
+        with pytest.raises(ValueError, match="too few uniforms"):
+            e.run(64, None, None, None)
+        assert e.run(8, None, None, None) == 0 and e.loss_used(1, False) == 0
+        e.set_loss(1, True, 0.1, np.zeros(8))
+        with pytest.raises(ValueError, match="port 1's loss block"):
+            e.run(16, None, None, None)               # egress needs ports x max
+        e.set_loss(1, False, 0.0, None)
+        e.set_loss(1, True, 0.0, None)
+        assert e.run(64, None, None, None) == 0 and e.take_loss_counters() == {}
+        ring.close()
+    finally:
+        s.close()

@@ -146,6 +146,35 @@ def test_deterministic_with_seed():
     assert a != c
 
 
+def test_blocks_reserved_for_the_compiled_path_keep_the_loss_stream():
+    """The compiled path takes uniforms in blocks (reserve) and gives the unused rest
+    back; whatever the mix of paths and batch sizes, frame k meets the k-th uniform,
+    so the same seed drops the same frames as the Python path alone."""
+    rng = np.random.default_rng(7)
+    ref, mixed = imp(seed=3, loss_pct=30), imp(seed=3, loss_pct=30)
+    want: list[bool] = []
+    got: list[bool] = []
+    for _ in range(300):
+        n = int(rng.integers(0, 40))
+        idx, _ = ref.decide(n, 0.0)
+        want += [i in set(idx.tolist()) for i in range(n)]
+        if rng.random() < 0.5:
+            idx, _ = mixed.decide(n, 0.0)          # the Python path
+            got += [i in set(idx.tolist()) for i in range(n)]
+        else:                                      # the compiled path: a block, partly used
+            block = mixed.reserve(n + int(rng.integers(0, 50)))
+            used = block[:n]
+            got += (used >= 0.3).tolist()
+            mixed.count_compiled(n, int((used < 0.3).sum()))
+            mixed.give_back(block[n:])
+    assert got == want and len(want) > 3000
+    assert (mixed.seen, mixed.dropped) == (ref.seen, ref.dropped)
+    assert imp(loss_pct=1).loss_only and not imp(loss_pct=1, duplicate_pct=1).loss_only
+    assert not imp(loss_pct=1, delay_ms=1).loss_only and not imp().loss_only
+    with pytest.raises(ValueError, match="loss-only"):
+        imp(loss_pct=1, jitter_ms=1).reserve(4)
+
+
 def test_delay_queue_order_and_fifo():
     q = DelayQueue()
     q.push_many([(2.0, "c"), (1.0, "a"), (1.0, "b"), (3.0, "d")])

@@ -493,9 +493,42 @@ static PyObject *send_frames(PyObject *mod, PyObject *args) {
 
 enum { F_HITS, F_MISSES, F_FLOODED, F_FLOOD_COPIES, F_DROPPED_MISS, F_HAIRPIN, N_FWD };
 
+/* Loss (impairments.PortImpairment with loss only) in the compiled path. numpy
+ * draws a port direction's uniforms in blocks (PortImpairment.reserve, fastloop.py)
+ * and the engine takes one per frame, in the order the Python path draws them
+ * (its frames in arrival order per port), so both paths drop the same frames. */
+typedef struct {
+    double p;                            /* drop probability; 0: no loss here */
+    Py_buffer u;                         /* float64 uniforms, held while u.obj is set */
+    Py_ssize_t n, pos;                   /* uniforms in the block, taken */
+    long long seen, dropped;
+} Loss;
+
+static void loss_clear(Loss *l) {
+    if (l->u.obj) PyBuffer_Release(&l->u);
+    l->u.obj = NULL;
+    l->p = 0.0;
+    l->n = l->pos = 0;
+}
+
+/* 1: drop this frame, 0: keep it, -1: the block ran out (an exception is set;
+ * run() checks the blocks before a pass, so this is a bug, not a draw). */
+static inline int loss_drop(Loss *l) {
+    if (l->p <= 0.0) return 0;
+    if (l->pos >= l->n) {
+        PyErr_SetString(PyExc_RuntimeError, "loss: the block of uniforms ran out within a pass");
+        return -1;
+    }
+    double u = ((const double *)l->u.buf)[l->pos++];
+    l->seen++;
+    if (u < l->p) { l->dropped++; return 1; }     /* as PortImpairment.decide: keep u >= p */
+    return 0;
+}
+
 typedef struct {
     long no;
     int down, gone_errno;
+    Loss loss_in, loss_out;              /* before the program / before the send */
     struct sockaddr_ll to;               /* its interface, for the shared send socket */
     RxRing *ring;                        /* owned reference */
     long long rx, rx_bytes, tx, tx_bytes, tx_dropped;
@@ -531,6 +564,8 @@ typedef struct {
 
 static void Engine_free_ports(Engine *e) {
     for (int i = 0; i < e->nports; i++) {
+        loss_clear(&e->ports[i].loss_in);
+        loss_clear(&e->ports[i].loss_out);
         Py_XDECREF(e->ports[i].ring);
         free(e->ports[i].pcap_in.p);
         free(e->ports[i].pcap_out.p);
@@ -692,6 +727,8 @@ static int engine_emit(void *ctx, long port, const uint8_t *prefix, Py_ssize_t p
     Engine *e = ctx;
     EPort *p = engine_port(e, port);
     if (!p) { e->bad_port++; return 0; }
+    int lost = loss_drop(&p->loss_out);   /* first, as the Python path impairs before it sends */
+    if (lost) return lost < 0 ? -1 : 0;
     if (p->down) { p->tx_dropped++; return 0; }
     size_t need = (size_t)pl + (size_t)plen;
     if (need > STAGE_BYTES) { p->tx_dropped++; return 0; }
@@ -764,6 +801,15 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
             return NULL;
         }
     }
+    for (int i = 0; i < e->nports; i++) {
+        /* A port sends at most one frame per frame read in the pass (multicast and
+         * flooding send one copy per port), so nports x max uniforms always suffice. */
+        EPort *p = &e->ports[i];
+        if ((p->loss_in.p > 0 && p->loss_in.n - p->loss_in.pos < max)
+            || (p->loss_out.p > 0 && p->loss_out.n - p->loss_out.pos < max * e->nports))
+            return PyErr_Format(PyExc_ValueError, "run: port %ld's loss block has too few uniforms left "
+                                "for a pass of %ld frames per ring (set_loss a longer one)", p->no, max);
+    }
     RingProgramMemo memo = {-1, NULL};
     long long got = 0;
     int failed = 0;
@@ -789,8 +835,11 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
                 p->rx_bytes += len;
                 k++;
                 got++;
-                int res = api ? api->frame(program, pargs, &memo, f, len, p->no, engine_emit, e) : 1;
-                if (res == 1) res = l2_forward(e, f, len, p->no);
+                int res = loss_drop(&p->loss_in);    /* lost on the link: the program never sees it */
+                if (res == 0) {
+                    res = api ? api->frame(program, pargs, &memo, f, len, p->no, engine_emit, e) : 1;
+                    if (res == 1) res = l2_forward(e, f, len, p->no);
+                }
                 if (res < 0) failed = 1;
             }
             /* Everything it sends is copied out: the slot goes back at once. */
@@ -908,7 +957,73 @@ static PyObject *Engine_take_counters(Engine *e, PyObject *unused) {
     return ret;
 }
 
+static PyObject *Engine_set_loss(Engine *e, PyObject *args) {
+    long no;
+    int out;
+    double prob;
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "lpdO", &no, &out, &prob, &obj)) return NULL;
+    EPort *p = engine_port(e, no);
+    if (!p) return PyErr_Format(PyExc_KeyError, "set_loss: no port %ld", no);
+    if (!(prob >= 0.0 && prob <= 1.0))
+        return PyErr_Format(PyExc_ValueError, "set_loss: probability %g is not within [0, 1]", prob);
+    if (obj == Py_None && prob > 0.0)
+        return PyErr_Format(PyExc_ValueError, "set_loss: a probability > 0 needs uniforms");
+    Loss fresh = {0};
+    if (obj != Py_None) {
+        if (PyObject_GetBuffer(obj, &fresh.u, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+        if (fresh.u.itemsize != 8 || !fresh.u.format || strcmp(fresh.u.format, "d") != 0) {
+            PyBuffer_Release(&fresh.u);
+            return PyErr_Format(PyExc_TypeError, "set_loss: uniforms must be contiguous float64");
+        }
+        fresh.n = fresh.u.len / 8;
+    }
+    fresh.p = prob;
+    Loss *l = out ? &p->loss_out : &p->loss_in;
+    fresh.seen = l->seen;                 /* counters carry over until taken */
+    fresh.dropped = l->dropped;
+    loss_clear(l);
+    *l = fresh;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Engine_loss_used(Engine *e, PyObject *args) {
+    long no;
+    int out;
+    if (!PyArg_ParseTuple(args, "lp", &no, &out)) return NULL;
+    EPort *p = engine_port(e, no);
+    if (!p) return PyErr_Format(PyExc_KeyError, "loss_used: no port %ld", no);
+    return PyLong_FromSsize_t(out ? p->loss_out.pos : p->loss_in.pos);
+}
+
+static PyObject *Engine_take_loss_counters(Engine *e, PyObject *unused) {
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    for (int i = 0; i < e->nports; i++) {
+        EPort *p = &e->ports[i];
+        if (!(p->loss_in.seen || p->loss_out.seen)) continue;
+        PyObject *k = PyLong_FromLong(p->no);
+        PyObject *v = Py_BuildValue("(LLLL)", p->loss_in.seen, p->loss_in.dropped,
+                                    p->loss_out.seen, p->loss_out.dropped);
+        if (!k || !v || PyDict_SetItem(d, k, v) < 0) {
+            Py_XDECREF(k); Py_XDECREF(v); Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(k);
+        Py_DECREF(v);
+        p->loss_in.seen = p->loss_in.dropped = p->loss_out.seen = p->loss_out.dropped = 0;
+    }
+    return d;
+}
+
 static PyMethodDef Engine_methods[] = {
+    {"set_loss", (PyCFunction)Engine_set_loss, METH_VARARGS,
+     "set_loss(port_no, egress, probability, uniforms float64 or None): drop frames with u < p, "
+     "one uniform per frame from this block (a new block starts at its first)"},
+    {"loss_used", (PyCFunction)Engine_loss_used, METH_VARARGS,
+     "loss_used(port_no, egress) -> uniforms taken from the current block"},
+    {"take_loss_counters", (PyCFunction)Engine_take_loss_counters, METH_NOARGS,
+     "take_loss_counters() -> {port: (in_seen, in_dropped, out_seen, out_dropped)} since the last call"},
     {"run", (PyCFunction)Engine_run, METH_VARARGS,
      "run(max_per_ring, program, api, args[, ts]) -> frames read, or (frames read, [(port, errno)])"},
     {"set_pcap", (PyCFunction)Engine_set_pcap, METH_O,

@@ -12,8 +12,14 @@ Pcaps: the engine formats the records of what each port receives and sends
 port's PcapWriters at once, so a file gets each batch's records in the order
 the batches ran, whichever path ran them.
 
+Loss: a port direction whose only impairment is loss is applied here too, with
+uniforms its PortImpairment draws in blocks (`set_impairments`; _pktio.c `Loss`):
+one per frame in the order the Python path draws them, so the same seed drops the
+same frames on either path. Before the Python path decides, the unused rest of
+each block goes back to its stream (`release_loss`).
+
 It runs a batch only when nothing Python-side has to see the frames: no
-active impairments or dilation, nothing in the delay queues, and a
+impairments other than loss, no dilation, nothing in the delay queues, and a
 program that offers a ring entry (`ring_program(pipeline)`; the INA program
 declines while its drop simulators are armed). Otherwise the switch loop runs
 that batch on the Python path (the reference); the stats count batches and
@@ -33,6 +39,11 @@ from typing import Any
 
 from testbed.switch.pipeline import ForwardingPipeline
 from testbed.switch.soft import dataplane
+from testbed.switch.soft.impairments import PortImpairment
+
+# Uniforms drawn per refill of a lossy port direction's block (at least twice a
+# pass's worst case): one numpy call per block, not per pass.
+LOSS_BLOCK = 16384
 
 
 @dataclass
@@ -94,6 +105,60 @@ class RingLoop:
         self._l2_for: tuple[int, int] | None = None    # (id(forwarder), forwarder.version)
         self._forwarder: ForwardingPipeline | None = None
         self.bad_port_drops = 0
+        # (port, egress) -> its impairment: the loss this loop applies, and the blocks
+        # of uniforms the engine holds now (the impairment they came from, the block).
+        self._loss_want: dict[tuple[int, bool], PortImpairment] = {}
+        self._loss: dict[tuple[int, bool], tuple[PortImpairment, Any]] = {}
+
+    def set_impairments(self, ingress: dict[int, PortImpairment],
+                        egress: dict[int, PortImpairment]) -> bool:
+        """The active impairments from now on. False: some are not loss alone, and
+        only the Python path applies them (the loop then holds no uniforms)."""
+        want = {(no, False): imp for no, imp in ingress.items() if no in self.ports}
+        want.update({(no, True): imp for no, imp in egress.items() if no in self.ports})
+        ok = all(imp.loss_only for imp in want.values())
+        self._loss_want = want if ok else {}
+        for key, (imp, _) in list(self._loss.items()):
+            if self._loss_want.get(key) is not imp:
+                self._release(key)
+        return ok
+
+    @property
+    def holds_loss(self) -> bool:
+        return bool(self._loss)
+
+    def release_loss(self) -> None:
+        """Before the Python path decides: every block's unused uniforms back to
+        their streams (the next frame there takes the next uniform either way)."""
+        for key in list(self._loss):
+            self._release(key)
+
+    def _release(self, key: tuple[int, bool]) -> None:
+        self._fold_loss()
+        imp, block = self._loss.pop(key)
+        used = self.engine.loss_used(*key)
+        self.engine.set_loss(key[0], key[1], 0.0, None)
+        imp.give_back(block[used:])
+
+    def _ensure_loss(self, max_per_ring: int) -> None:
+        """Every lossy port direction holds uniforms for a whole pass (the engine
+        checks; a port sends at most one frame per frame read)."""
+        for key, imp in self._loss_want.items():
+            need = max_per_ring * len(self.ports) if key[1] else max_per_ring
+            held = self._loss.get(key)
+            if held is not None:
+                if len(held[1]) - self.engine.loss_used(*key) >= need:
+                    continue
+                self._release(key)
+            block = imp.reserve(max(LOSS_BLOCK, 2 * need))
+            self.engine.set_loss(key[0], key[1], imp.loss_probability, block)
+            self._loss[key] = (imp, block)
+
+    def _fold_loss(self) -> None:
+        for no, (seen_in, dropped_in, seen_out, dropped_out) in self.engine.take_loss_counters().items():
+            for egress, seen, dropped in ((False, seen_in, dropped_in), (True, seen_out, dropped_out)):
+                if seen:
+                    self._loss[(no, egress)][0].count_compiled(seen, dropped)
 
     def run(self, max_per_ring: int, prog: RingProgram, ts: float | None = None) -> int:
         """One pass over the rings; returns the frames read. ts: the batch time
@@ -105,6 +170,8 @@ class RingLoop:
                 self.fold()          # counters so far belong to the previous program
             self.engine.set_l2(_l2_table(fwd), fwd.flood, fwd.ports)
             self._l2_for, self._forwarder = key, fwd
+        if self._loss_want:
+            self._ensure_loss(max_per_ring)
         if prog.lock is not None:
             with prog.lock:
                 r = self.engine.run(max_per_ring, prog.program, prog.api, prog.args, ts)
@@ -127,6 +194,7 @@ class RingLoop:
     def fold(self) -> None:
         """Move the engine's counts into the objects that report them: the
         ports (rx/tx), the forward program, bad_port_drops."""
+        self._fold_loss()
         per_port, f, bad = self.engine.take_counters()
         for no, (rx, rxb, tx, txb, txd) in per_port.items():
             io = self.ports[no]
@@ -147,6 +215,8 @@ class RingLoop:
             fw._dropped_hairpin += hairpin
 
     def close(self) -> None:
-        """Fold the counts, close the send socket (the ports stay open)."""
+        """Give the uniforms back, fold the counts, close the send socket (the
+        ports stay open)."""
+        self.release_loss()
         self.fold()
         self.tx.close()

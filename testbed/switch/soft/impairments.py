@@ -85,6 +85,11 @@ class PortImpairment:
         self.active = cfg.active
         # Only delay/jitter/reorder can push a frame into the future.
         self.timed = self._delay > 0 or self._jitter > 0 or self._reorder > 0
+        # Loss alone: one uniform per frame and nothing else, which the compiled path
+        # can take from blocks drawn here (reserve/give_back) without changing the stream.
+        self.loss_only = self._loss > 0 and self._dup == 0 and not self.timed
+        self.loss_probability = self._loss
+        self._pending = np.empty(0)      # uniforms drawn but not yet used (given back)
         self.seen = self.dropped = self.duplicated = self.delayed = self.reordered = 0
 
     @classmethod
@@ -107,7 +112,7 @@ class PortImpairment:
         rng = self.rng
         idx = None
         if self._loss > 0:
-            keep = rng.random(n) >= self._loss
+            keep = self._uniforms(n) >= self._loss
             idx = np.flatnonzero(keep)
             self.dropped += n - len(idx)
         if self._dup > 0:
@@ -134,6 +139,31 @@ class PortImpairment:
                 self.reordered += nr
         self.delayed += int((due > now).sum())
         return idx, due
+
+    def _uniforms(self, n: int) -> np.ndarray:
+        """The stream's next n uniforms: those given back first, then fresh draws."""
+        if not self._pending.size:
+            return self.rng.random(n)
+        take, self._pending = self._pending[:n], self._pending[n:]
+        return take if take.size == n else np.concatenate([take, self.rng.random(n - take.size)])
+
+    def reserve(self, n: int) -> np.ndarray:
+        """The next n uniforms of the loss stream, for the compiled path (loss only:
+        there every uniform decides one frame, in order). What it does not use comes
+        back through give_back before this object decides again."""
+        if not self.loss_only:
+            raise ValueError("reserve: only a loss-only impairment draws one uniform per frame")
+        return self._uniforms(n)
+
+    def give_back(self, unused: np.ndarray) -> None:
+        """The tail of a reserved block that no frame used: next in the stream."""
+        if unused.size:
+            self._pending = np.concatenate([unused, self._pending])
+
+    def count_compiled(self, seen: int, dropped: int) -> None:
+        """Frames the compiled path decided (its counters, folded in)."""
+        self.seen += seen
+        self.dropped += dropped
 
     def apply(self, frames: list[bytes], now: float) -> list[tuple[float, bytes]]:
         """Frames -> [(due_time, frame)] (dropped frames absent, duplicates present)."""

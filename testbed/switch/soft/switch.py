@@ -11,8 +11,8 @@ One loop iteration:
   port -> egress impairments -> (delay queues) -> sendmmsg per port -> pcap out.
 
 Everything per batch; per frame the loop only does list appends. With io_impl
-ring_fastpath (the default when built), an iteration with no impairments,
-dilation or queued frames instead makes one call into the compiled loop
+ring_fastpath (the default when built), an iteration with no impairments but
+loss, no dilation and no queued frames instead makes one call into the compiled loop
 (fastloop.py): rings -> program -> sendmmsg, no Python per frame (it formats
 the pcap records too, handed to the same PcapWriters);
 the stats' packet_path counts batches and frames per path. A control
@@ -275,8 +275,11 @@ class SoftSwitch:
         spin_ns = self.io_spin_ns
         got_any = False
         fastpath = self.fastpath
+        # The compiled path runs these impairments only if all are loss alone (fastloop.py).
+        fast_impair = False
         if fastpath:
             self.ring_loop = RingLoop(rings, pcap_in, pcap_out)
+            fast_impair = self.ring_loop.set_impairments(act_in, act_eg)
         path_batches, path_frames = self.path_batches, self.path_frames
         err_mask = select.EPOLLERR | select.EPOLLHUP
         try:
@@ -308,6 +311,8 @@ class SoftSwitch:
                     held = dilation.impairments_held
                     act_in = {} if held else self._active_in
                     act_eg = {} if held else self._active_eg
+                    if fastpath:
+                        fast_impair = self.ring_loop.set_impairments(act_in, act_eg)
                 line = dilation.line
 
                 frames: list[bytes] = []
@@ -339,11 +344,14 @@ class SoftSwitch:
                             if fastpath:
                                 self.ring_loop.close()
                                 self.ring_loop = RingLoop(rings, pcap_in, pcap_out)
+                                fast_impair = self.ring_loop.set_impairments(act_in, act_eg)
                 got_any = False
                 # The compiled path, when nothing Python-side must see these frames.
                 prog = (ring_program(self.pipeline)
-                        if fastpath and not frames and not iq and not eq and line is None and not act_in
-                        and not act_eg else None)
+                        if fastpath and fast_impair and not frames and not iq and not eq and line is None
+                        else None)
+                if prog is None and fastpath and self.ring_loop.holds_loss:
+                    self.ring_loop.release_loss()     # the Python path decides from the same streams
                 if prog is not None:
                     n = self.ring_loop.run(batch, prog, now + epoch)
                     if n:
