@@ -256,8 +256,8 @@ class Calibrator:
         barrier: the workers' own barrier, passed where a worker's first measured op
         can leave before rank 0 has asked (PHub's pushes wait for nobody): rank 0
         joins it only once the switches hold, so no op is measured on the lossy
-        network. Without it one TCP retransmission timeout (200 ms) in PHub's
-        one-op round 0 set TDF to 160,000 in CI."""
+        network, where one TCP retransmission timeout (200 ms or more) in a one-op
+        round 0 would read as an emulator thousands of times slower."""
         if self.nd is not None and self.rank == 0:
             self._request(0.0, impairments=False)
         if self.nd is not None and barrier is not None:

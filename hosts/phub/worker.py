@@ -103,8 +103,8 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
     # Round 0 must not wait on a segment the lossy network took before rank 0's hold:
     # PHub's pushes wait for nobody, so its agreement ring is the barrier that keeps
     # them behind the hold, and rank 0 sends the starting weights only after it (a
-    # push queues behind them on the same TCP connection: one retransmission timeout
-    # there made a one-op round 0 read as TDF 160,000 in CI). A baseline's first
+    # push queues behind them on the same TCP connection, and one retransmission
+    # timeout there reads as a slow emulator in a one-op round 0). A baseline's first
     # allreduce waits for rank 0 anyway and every layer is measured; the wide PS
     # serves a fixed schedule with no barrier in it.
     timing.begin(agreement.barrier if agreement is not None else None)

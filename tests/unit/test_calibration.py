@@ -108,9 +108,9 @@ def test_calibration_holds_the_impairments_until_it_finishes(tmp_path):
 
 def test_no_worker_measures_before_the_switch_holds_its_impairments(tmp_path):
     """With the workers' barrier, a worker that is not rank 0 starts round 0 only once
-    the switch holds loss off. PHub's pushes wait for nobody: without it one push
-    lost before rank 0's request (a 200 ms TCP retransmission in a one-op round 0)
-    set the TDF to 160,000 in CI."""
+    the switch holds loss off. PHub's pushes wait for nobody: without it a push
+    lost before rank 0's request could put a TCP retransmission timeout (200 ms or
+    more) into a one-op round 0."""
     import threading
 
     from testbed.switch.soft.dilation import DilationControl

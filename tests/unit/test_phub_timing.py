@@ -147,9 +147,10 @@ def test_in_switch_table_charges_the_scale_agreement_round():
 
 
 def test_a_round_that_would_crawl_is_refused_with_what_it_measured():
-    """One stalled op in a one-op round 0 once chose TDF 160,000 in CI, where an
-    iteration then took minutes: such a TDF is refused at once, naming the op times
-    and the budget, from the same agreed numbers on every worker."""
+    """A stalled op in a one-op round 0 picks a TDF at which an iteration takes
+    minutes (CI once saw TDF 160,000 and 5.5-minute rounds; its cause is not known):
+    such a TDF is refused at once, naming the op times and the budget, from the same
+    agreed numbers on every worker."""
 
     from hosts.common import calibration as cal
     from hosts.phub.timing import PhubTiming
