@@ -21,12 +21,11 @@ Nothing here asserts a timing: it reports (issue target: in-switch <= ring).
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 from pathlib import Path
 
-from bench.testbed_runs import ROOT, measure, save, unavailable_reason
+from bench.testbed_runs import ROOT, measure, p50_by_algorithm, save, unavailable_reason
 
 NAME = "link_shaper"
 SHAPERS = ("auto", "htb")
@@ -54,14 +53,6 @@ def link_bounds_ms() -> dict[str, float]:
     return {"switch": ina * 8 / (MBPS * 1e6) * 1e3, "ring": ring * 8 / (MBPS * 1e6) * 1e3}
 
 
-def _p50s(run_dir: str | None) -> dict[str, float]:
-    """{algorithm: p50 ms} from a run's summary.csv."""
-    if not run_dir or not (Path(run_dir) / "summary.csv").exists():
-        return {}
-    with open(Path(run_dir) / "summary.csv") as f:
-        return {r["algorithm"]: float(r["p50_ms"]) for r in csv.DictReader(f) if r["status"] == "ok"}
-
-
 def run(out_dir: str | Path = ROOT / "results" / "bench", repeats: int = 3, iterations: int = 10) -> dict:
     why = unavailable_reason()
     if why:
@@ -69,7 +60,7 @@ def run(out_dir: str | Path = ROOT / "results" / "bench", repeats: int = 3, iter
     runs = {f"{sh}-{i}": (scenario(sh, iterations), 300.0) for i in range(repeats) for sh in SHAPERS}
     res, _ = measure(NAME, out_dir, {"size": SIZE, "workers": WORKERS, "mbps": MBPS, "repeats": repeats,
                                      "iterations": iterations}, runs)
-    p50 = {k: _p50s(r["run_dir"]) for k, r in res["runs"].items()}
+    p50 = {k: p50_by_algorithm(r["run_dir"]) for k, r in res["runs"].items()}
     bounds = link_bounds_ms()
     summary = {}
     for sh in SHAPERS:

@@ -359,6 +359,15 @@ def measure(name: str, out_dir: str | Path, params: dict, runs: dict[str, tuple[
     return res, sampler
 
 
+def p50_by_algorithm(run_dir: str | None) -> dict[str, float]:
+    """{algorithm: p50 ms} of the ok points in a run's summary.csv (allreduce runs)."""
+    import csv  # noqa: PLC0415
+    if not run_dir or not (Path(run_dir) / "summary.csv").exists():
+        return {}
+    with open(Path(run_dir) / "summary.csv") as f:
+        return {r["algorithm"]: float(r["p50_ms"]) for r in csv.DictReader(f) if r["status"] == "ok"}
+
+
 def save(res: dict[str, Any]) -> dict[str, Any]:
     """Write the finished result to its json_path and print its table."""
     Path(res["json_path"]).write_text(json.dumps(res, indent=1, default=str))
