@@ -57,7 +57,8 @@ from pathlib import Path
 import numpy as np
 
 from testbed.switch.soft.process import SoftSwitchProcess
-from testbed.switch.soft.udp_io import bindable, free_loopback_ports, loopback_ip, loopback_switch_config
+from testbed.loopback_ports import bindable
+from testbed.switch.soft.udp_io import free_loopback_ports, loopback_ip, loopback_switch_config
 
 ROOT = Path(__file__).resolve().parent.parent
 N = 4

@@ -51,28 +51,11 @@ class PointContext:
         ring port 42859 taken), every port of the span free now."""
         if self.net_mode != "local":
             return default
-        import random
-        import socket
-        low = _ephemeral_low()
-        rng = random.Random()
-        for _ in range(50):
-            base = rng.randrange(10000, max(10001, low - span))
-            try:
-                for port in range(base, base + span):
-                    with socket.socket() as s:
-                        s.bind(("127.0.0.1", port))
-                return base
-            except OSError:
-                continue
-        return default
-
-
-def _ephemeral_low(default: int = 32768) -> int:
-    """The first port of the kernel's ephemeral range (net.ipv4.ip_local_port_range)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return default
+        from testbed.loopback_ports import free_port_base  # noqa: PLC0415
+        try:
+            return free_port_base(span, tries=50)
+        except RuntimeError:
+            return default
 
 
 class WorkloadRuntime:

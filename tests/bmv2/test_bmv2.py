@@ -6,10 +6,10 @@ or under $P4TOOLS_PREFIX (testbed/switch/bmv2_tools.py). Every switch a test
 starts is stopped by its PID, also when the test fails."""
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
+from testbed.loopback_ports import free_port_base
 from testbed.switch import bmv2
 from testbed.switch.bmv2_registers import ThriftRegisters
 from testbed.switch.controller import SwitchController
@@ -21,9 +21,7 @@ JOB = {"job_id": 2, "slot_base": 0, "slot_count": 8,
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port_base()
 
 
 @pytest.fixture(scope="module")

@@ -2,24 +2,18 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from hosts.phub.profiles import get_profile
+from testbed.loopback_ports import free_port_base
 
 PY = sys.executable
 
 
 def free_port(span: int = 8) -> int:
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + span < 65000:
-            return base
-    raise RuntimeError("no free port")
+    return free_port_base(span)
 
 
 def sizes_of(model: dict) -> list[int]:

@@ -10,13 +10,12 @@ import sys
 
 import pytest
 
+from testbed.loopback_ports import free_port_base
 from testbed.switch import bmv2
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port_base()
 
 
 def test_port_add_failure_in_the_log_is_a_failed_start(tmp_path):

@@ -16,6 +16,7 @@ from google.protobuf import text_format
 from p4.v1 import p4runtime_pb2 as pb
 
 from testbed import wire
+from testbed.loopback_ports import free_port_base
 from testbed.switch.controller import ControllerError, SwitchController, WriteError
 from testbed.switch.soft.process import SoftSwitchProcess, SwitchStartError, build_config
 
@@ -28,9 +29,7 @@ JOB = {"job_id": 7, "slot_base": 16, "slot_count": 32, "workers": WORKERS}
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port_base(1, kind=kind)
 
 
 class Switch:

@@ -81,18 +81,8 @@ def check(results: dict, expect=None) -> None:
 
 
 def free_tcp_base() -> int:
-    import random
-    import socket
-    for _ in range(100):
-        base = random.randrange(20000, 60000)
-        try:
-            for ip, port in [(PS.ip, base)] + [(p.ip, base + 1 + r) for r, p in enumerate(PEERS)]:
-                with socket.socket() as s:
-                    s.bind((ip, port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free TCP ports")
+    from testbed.loopback_ports import free_port_base
+    return free_port_base(len(PEERS) + 1, [PS.ip] + [p.ip for p in PEERS])
 
 
 def test_ring_takes_tensors_bit_identical_to_numpy():

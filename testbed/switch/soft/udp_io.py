@@ -22,6 +22,7 @@ from __future__ import annotations
 import socket
 
 from testbed import wire
+from testbed.loopback_ports import free_port_base
 from testbed.switch.soft.config import ConfigError, SwitchConfig
 
 
@@ -162,30 +163,12 @@ def loopback_ip(rank: int) -> str:
     return f"{LOCAL_PREFIX}{rank + 1}"
 
 
-def bindable(addrs: list[tuple[str, int]]) -> bool:
-    socks = []
-    try:
-        for a in addrs:
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            socks.append(s)
-            s.bind(a)
-        return True
-    except OSError:
-        return False
-    finally:
-        for s in socks:
-            s.close()
-
-
 def free_loopback_ports(n_workers: int) -> tuple[int, int]:
-    """(switch listen base, worker UDP port) with every needed UDP port free now."""
-    import random  # noqa: PLC0415
-    for _ in range(200):
-        base, wport = random.randrange(30000, 50000), random.randrange(50001, 60000)
-        if bindable([("127.0.0.1", base + p) for p in range(1, n_workers + 1)]) and \
-                bindable([(loopback_ip(r), wport) for r in range(n_workers)]):
-            return base, wport
-    raise RuntimeError("no free UDP ports on loopback")
+    """(switch listen base, worker UDP port) with every needed UDP port free now
+    (testbed.loopback_ports: below the kernel's ephemeral range)."""
+    base = free_port_base(n_workers + 1, kind=socket.SOCK_DGRAM)
+    wport = free_port_base(1, [loopback_ip(r) for r in range(n_workers)], kind=socket.SOCK_DGRAM)
+    return base, wport
 
 
 def loopback_switch_config(n_workers: int, listen_base: int, worker_port: int, *, job_id: int = 1,
