@@ -182,7 +182,8 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     run of the same steps: the network and the controller record instead of
     acting, nothing is waited for, and the point ends before collecting."""
     from testbed.net.factory import BackendUnavailable, build_network  # noqa: PLC0415
-    from testbed.net.impairments import ImpairmentError, fill_drop_simulator_observed  # noqa: PLC0415
+    from testbed.net.impairments import (ImpairmentError, fill_drop_simulator_observed,  # noqa: PLC0415
+                                         unconfigured_switch_drops)
 
     scn = point.scenario
     logs = run_dir / "logs" / point.label
@@ -269,6 +270,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
         switch_stats = net.switch_stats()
         if switch_stats:
             res.write_json(work / "switch_stats.json", switch_stats)
+            warnings.extend(unconfigured_switch_drops(switch_stats))
     records = runtime.collect(ctx)
     records += [{"type": "switch_counters", "switch": sw, "counters": c} for sw, c in counters.items()]
     tagged = [{"point": point.index, "label": point.label, "case": point.case, **point.params, **r}

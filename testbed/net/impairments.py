@@ -515,6 +515,21 @@ def _check_switch_shaper(row: dict[str, Any], switch_stats: dict[str, Any]) -> N
     row["observed"] = shaper
 
 
+def unconfigured_switch_drops(switch_stats: dict[str, Any]) -> list[str]:
+    """Frames a soft switch lost that no impairment asked for: its receive ring was
+    full (the kernel dropped them: rx_kernel_drops; with the switch shaping a host's
+    uplink the ring is that link's queue) or its send buffer stayed full
+    (tx_dropped). A modeled link has no such loss, so each is a warning of its own."""
+    out = []
+    for sw, st in sorted((switch_stats or {}).items()):
+        for port, p in sorted(((st or {}).get("ports") or {}).items(), key=lambda kv: int(kv[0])):
+            ring, send = int(p.get("rx_kernel_drops") or 0), int(p.get("tx_dropped") or 0)
+            if ring or send:
+                out.append(f"switch {sw} port {port} lost frames no impairment asked for: "
+                           f"{ring} on receive (its ring was full), {send} on send (its buffer stayed full)")
+    return out
+
+
 _RATE_COUNTER = {"loss_pct": "dropped", "duplicate_pct": "duplicated", "reorder_pct": "reordered",
                  "delay_ms": "delayed", "jitter_ms": "delayed"}
 

@@ -441,3 +441,20 @@ def test_clean_reports_kills_and_incomplete_results(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_frames_the_switch_lost_unasked_are_each_a_warning():
+    """A full receive ring (the shaped uplink's queue) or send buffer loses frames no
+    modeled link loses: the run says which port and how many; silence otherwise."""
+    from testbed.net.impairments import unconfigured_switch_drops
+
+    stats = {"s1": {"ports": {"1": {"rx_kernel_drops": 0, "tx_dropped": 0},
+                              "10": {"rx_kernel_drops": 7, "tx_dropped": 0},
+                              "2": {"rx_kernel_drops": 0, "tx_dropped": 3}}},
+             "s2": {"ports": {"1": {}}}}
+    w = unconfigured_switch_drops(stats)
+    assert w == ["switch s1 port 2 lost frames no impairment asked for: 0 on receive (its ring was full), "
+                 "3 on send (its buffer stayed full)",
+                 "switch s1 port 10 lost frames no impairment asked for: 7 on receive (its ring was full), "
+                 "0 on send (its buffer stayed full)"]
+    assert unconfigured_switch_drops({}) == [] and unconfigured_switch_drops(None) == []
