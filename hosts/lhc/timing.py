@@ -167,6 +167,10 @@ def calibrate(tl: Timeline, cc: dict[str, Any], nd: dict | None, *, host: str, r
         c.hw_op_s = float(np.median(hw)) if hw else 0.0     # the delay line's compensation per op
         tdf = c.after_round(measured, why, ops=len(spans), my_compute_ratio=ratio,
                             op_hw_p50_s=c.hw_op_s or None)
+        # One iteration on the hardware (the device's compute and the round's ops, as
+        # modeled) must fit the wall time the point allows an iteration at this TDF.
+        step_hw = (tl.hw_s + sum(hw)) / cc["iterations"]
+        cal.refuse_if_crawling(tdf, step_hw, cc["iteration_wall_s"], len(c.rounds) - 1, why)
         if gpu:
             tl.device.time_scale = tdf
     c.finish()

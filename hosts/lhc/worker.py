@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from hosts.common import program
+from hosts.common.calibration import CalibrationRefused
 from hosts.common.config import Checker, ConfigError, HostAddr, InaSettings, Straggler, load_json_object
 from hosts.common.tcp import NetError
 from hosts.common.trace import TraceRecorder
@@ -133,13 +134,14 @@ def _parse_calibration(c: Checker) -> dict | None:
     ok, val = c.value("calibration", True)
     if not ok or val is None:
         return None
-    good = (isinstance(val, dict) and set(val) == {"rounds", "iterations", "hw_table"}
+    good = (isinstance(val, dict) and set(val) == {"rounds", "iterations", "hw_table", "iteration_wall_s"}
             and all(isinstance(val[k], int) and not isinstance(val[k], bool) and val[k] >= 1
                     for k in ("rounds", "iterations"))
-            and isinstance(val["hw_table"], dict) and set(val["hw_table"]) == {"values", "hw_s"})
+            and isinstance(val["hw_table"], dict) and set(val["hw_table"]) == {"values", "hw_s"}
+            and isinstance(val["iteration_wall_s"], (int, float)) and val["iteration_wall_s"] > 0)
     if not good:
-        c.error("calibration", f"must be null or {{rounds >= 1, iterations >= 1, hw_table: {{values, hw_s}}}}, "
-                               f"got {val!r}")
+        c.error("calibration", f"must be null or {{rounds >= 1, iterations >= 1, hw_table: {{values, hw_s}}, "
+                               f"iteration_wall_s > 0}}, got {val!r}")
         return None
     try:
         HwTable(val["hw_table"])
@@ -454,6 +456,10 @@ def main(argv: list[str] | None = None) -> int:
             log.error("%s", e)
             w.summary(str(e))
             return program.EXIT_NET if isinstance(e, NetError) else EXIT_WRONG
+        except CalibrationRefused as e:
+            log.error("%s: %s", type(e).__name__, e)
+            w.summary(f"{type(e).__name__}: {e}")
+            return program.EXIT_REFUSED
     except NetError as e:
         log.error("%s", e)
         return program.EXIT_NET

@@ -14,6 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.workloads.base import register_figures_if_loaded
 
+# Wall time a point's deadline allows each training iteration (lhc, phub: their
+# `timeout_s`). A calibration whose TDF would make one iteration on the modeled
+# hardware take longer is refused at once (hosts.common.calibration.
+# refuse_if_crawling, given it as the calibration's `iteration_wall_s`), not left to
+# crawl into the deadline.
+ITERATION_WALL_S = 30.0
+
 
 class CalibratedWorkloadParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)

@@ -28,7 +28,7 @@ from testbed.results import read_jsonl
 from testbed.workloads import register_workload
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for)
-from testbed.workloads.calibrated import CalibratedWorkloadParams
+from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams
 
 FIGURES = ("lhc_throughput", "lhc_decode", "lhc_iteration", "lhc_loss", "lhc_scaling", "lhc_straggler")
 ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring", "dense_ps", "topk_ring")
@@ -249,7 +249,8 @@ class LhcRuntime(WorkloadRuntime):
             "topk_ratio": wl.topk_ratio, "sketch": wl.sketch.model_dump(), "device": wl.device.spec(),
             "start_at": ctx.start_at, "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
             "calibration": ({"rounds": wl.calibration_rounds, "iterations": wl.calibration_iterations,
-                             "hw_table": hw_table(wl, len(workers))} if wl.device.calibrated else None),
+                             "hw_table": hw_table(wl, len(workers)), "iteration_wall_s": ITERATION_WALL_S}
+                            if wl.device.calibrated else None),
             "network_dilation": network_dilation(wl, ctx.switch or {}, len(workers)),
         }
         progs = []
@@ -279,7 +280,7 @@ class LhcRuntime(WorkloadRuntime):
     def timeout_s(self, ctx: PointContext) -> float:
         wl = ctx.point.scenario.workload
         cal = wl.calibration_rounds * (wl.calibration_iterations + 1) if wl.device.calibrated else 0
-        return wl.timeout_s * 2 + 30.0 * (wl.iterations + wl.warmup + cal) + 60.0
+        return wl.timeout_s * 2 + ITERATION_WALL_S * (wl.iterations + wl.warmup + cal) + 60.0
 
     def collect(self, ctx: PointContext) -> list[dict[str, Any]]:
         return collect_point(ctx.point.scenario, ctx.work_dir)

@@ -36,15 +36,10 @@ from testbed.results import read_jsonl
 from testbed.workloads import register_workload
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for)
-from testbed.workloads.calibrated import CalibratedWorkloadParams
+from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams
 
 FIGURES = ("phub_iteration", "phub_stages", "phub_server")
 PHUB_TCP_PORT = 47900
-# Wall time a point allows each iteration (its deadline, `timeout_s`); a calibration
-# whose TDF would make an iteration longer is refused at once (hosts.common.calibration.
-# refuse_if_crawling), not left to crawl into the deadline.
-ITERATION_WALL_S = 30.0
-
 # time_scale auto: the first calibration round's TDF (as LHC's and P4SGD's CALIBRATION_START).
 CALIBRATION_START = 500.0
 # Worker counts the projection adds beyond what the machine emulates.

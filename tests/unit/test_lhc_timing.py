@@ -48,12 +48,18 @@ def test_worker_config_checks_the_calibration_block(tmp_path):
             "compute_ms": 0, "topk_ratio": 0.01, "sketch": {}, "device": {"type": "gpu", "time_scale": 500.0},
             "straggler": None, "start_at": None, "connect_timeout_s": 1, "timeout_s": 1, "trace": None,
             "out": str(tmp_path / "o.jsonl")}
-    good = dict(base, calibration={"rounds": 2, "iterations": 1, "hw_table": {"values": [0, 10], "hw_s": [1e-6, 2e-6]}})
+    good = dict(base, calibration={"rounds": 2, "iterations": 1, "hw_table": {"values": [0, 10], "hw_s": [1e-6, 2e-6]},
+                                   "iteration_wall_s": 30.0})
     assert LhcConfig.from_json(good).calibration["rounds"] == 2
     assert LhcConfig.from_json(base).calibration is None
-    bad = dict(base, calibration={"rounds": 0, "iterations": 1, "hw_table": {"values": [0, 10], "hw_s": [1, 2]}})
+    bad = dict(base, calibration={"rounds": 0, "iterations": 1, "hw_table": {"values": [0, 10], "hw_s": [1, 2]},
+                                  "iteration_wall_s": 30.0})
     with pytest.raises((ConfigError, ValueError), match="calibration"):
         LhcConfig.from_json(bad)
-    unsorted = dict(base, calibration={"rounds": 1, "iterations": 1, "hw_table": {"values": [10, 0], "hw_s": [1, 2]}})
+    unsorted = dict(base, calibration={"rounds": 1, "iterations": 1, "hw_table": {"values": [10, 0], "hw_s": [1, 2]},
+                                       "iteration_wall_s": 30.0})
     with pytest.raises((ConfigError, ValueError), match="hw_table"):
         LhcConfig.from_json(unsorted)
+    no_budget = dict(base, calibration={k: v for k, v in good["calibration"].items() if k != "iteration_wall_s"})
+    with pytest.raises((ConfigError, ValueError), match="iteration_wall_s"):
+        LhcConfig.from_json(no_budget)
