@@ -533,3 +533,22 @@ def test_remove_job(mode):
     for w in range(3):
         out = send(pipe, c(J3, w, slot=0, seq=0, values=[1]))
     assert len(out) == 3
+
+
+def test_a_drop_simulator_is_armed_exactly_while_a_threshold_is_set():
+    """armed() is cached between register writes (the switch asks every pass): every
+    way the thresholds change (set_probability, a P4Runtime register write, a reset)
+    is seen at the next question."""
+    from testbed.switch.ina.drop_simulator import DropSimulator, EgressDropSimulator
+
+    for cls in (DropSimulator, EgressDropSimulator):
+        d = cls(seed=1)
+        assert not d.armed()
+        d.set_probability(3, 0.25)
+        assert d.armed() and d.probability(3) == 0.25
+        d.set_probability(3, 0.0)
+        assert not d.armed()
+        d.drop_probability.write(7, 1 << 20)            # as the P4Runtime server writes it
+        assert d.armed()
+        d.drop_probability.reset()
+        assert not d.armed()

@@ -35,18 +35,23 @@ class DropSimulator:
         self.dropped = Counter(self.DROPPED, NUM_PORTS)
         entropy = seed if seed is None or not self.STREAM else [seed, self.STREAM]
         self.rng = np.random.default_rng(entropy)
+        self._armed_at, self._armed = -1, False     # (register version, armed then)
 
     def set_probability(self, port: int, p: float) -> None:
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"drop probability for port {port}: {p} not in [0, 1]")
-        self.threshold[port] = min(int(round(p * _TWO32)), 0xFFFFFFFF)
+        self.drop_probability.write(port, min(int(round(p * _TWO32)), 0xFFFFFFFF))
 
     def probability(self, port: int) -> float:
         return float(self.threshold[port]) / _TWO32
 
     def armed(self) -> bool:
-        # count_nonzero: a third of .any()'s cost, asked once per switch batch
-        return np.count_nonzero(self.threshold) != 0
+        # Asked twice per switch loop pass: counted again only after a write to the
+        # register (its version), the thresholds' only writer.
+        v = self.drop_probability.version
+        if v != self._armed_at:
+            self._armed, self._armed_at = bool(np.count_nonzero(self.threshold)), v
+        return self._armed
 
     def decide(self, ports: np.ndarray) -> np.ndarray:
         """Drop mask for packets arriving on `ports` (in arrival order)."""

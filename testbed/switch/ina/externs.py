@@ -20,6 +20,9 @@ class Register:
         self._mask = (1 << bitwidth) - 1
         # Same-width unsigned view gives the raw bits of signed storage (int8/int32).
         self._bits = self.array.view(f"u{self.array.dtype.itemsize}")
+        # Bumped by every write and reset through this object: what the control plane
+        # changed, for readers that cache something derived from the cells.
+        self.version = 0
 
     @property
     def size(self) -> int:
@@ -30,12 +33,14 @@ class Register:
 
     def write(self, index: int, value: int) -> None:
         self._bits[index] = int(value) & self._mask
+        self.version += 1
 
     def read_all(self) -> list[int]:
         return [int(x) & self._mask for x in self._bits]
 
     def reset(self, start: int = 0, stop: int | None = None) -> None:
         self.array[start:stop] = 0
+        self.version += 1
 
 
 class Counter:
