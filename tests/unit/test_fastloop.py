@@ -137,3 +137,55 @@ def test_engine_loss_settings_refuse_bad_input():
         ring.close()
     finally:
         s.close()
+
+
+def test_ring_loop_keeps_every_pass_supplied_and_the_streams_in_order():
+    """The loop refills a lossy port direction's block only when a pass could run it
+    short (it asks the engine only then); whatever each pass takes, the uniforms the
+    frames meet are the stream's next ones, and the unused rest goes back in order."""
+    import numpy as np
+
+    from testbed.switch.soft.impairments import PortImpairment
+
+    class FakeEngine:                    # _pktio.Engine's loss interface
+        def __init__(self):
+            self.blocks, self.asked = {}, 0
+
+        def set_loss(self, no, out, p, block):
+            self.blocks[(no, out)] = [block, 0] if block is not None else None
+
+        def loss_used(self, no, out):
+            self.asked += 1
+            return self.blocks[(no, out)][1]
+
+        def take_loss_counters(self):
+            return {}
+
+        def take(self, key, k):          # a pass: k frames meet k uniforms
+            b = self.blocks[key]
+            assert len(b[0]) - b[1] >= k, "a pass ran out of uniforms"
+            out = b[0][b[1]:b[1] + k]
+            b[1] += k
+            return out
+
+    loop = object.__new__(fastloop.RingLoop)
+    loop.ports, loop.engine = {1: None, 2: None}, FakeEngine()
+    loop._loss_want, loop._loss, loop._loss_passes, loop._loss_max = {}, {}, 0, -1
+    imps = {(1, False): PortImpairment(loss_pct=10, rng=np.random.default_rng(5)),
+            (2, True): PortImpairment(loss_pct=10, rng=np.random.default_rng(6))}
+    assert loop.set_impairments({1: imps[(1, False)]}, {2: imps[(2, True)]})
+    rng = np.random.default_rng(0)
+    met = {k: [] for k in imps}
+    for _ in range(600):
+        loop._ensure_loss(64)
+        for key in imps:
+            need = 64 * 2 if key[1] else 64
+            k = need if rng.random() < 0.8 else int(rng.integers(0, need))      # mostly the worst case
+            met[key].append(loop.engine.take(key, k))
+    assert loop.engine.asked < 100               # not every pass
+    loop.release_loss()
+    for key, seed in (((1, False), 5), ((2, True), 6)):
+        seen = np.concatenate(met[key])
+        ref = np.random.default_rng(seed).random(len(seen) + 10)
+        assert np.array_equal(seen, ref[:len(seen)])
+        assert np.array_equal(imps[key]._uniforms(10), ref[len(seen):])     # the rest, in order

@@ -109,11 +109,15 @@ class RingLoop:
         # of uniforms the engine holds now (the impairment they came from, the block).
         self._loss_want: dict[tuple[int, bool], PortImpairment] = {}
         self._loss: dict[tuple[int, bool], tuple[PortImpairment, Any]] = {}
+        # Passes every held block still covers (each takes at most `need` uniforms):
+        # until then a pass asks the engine nothing.
+        self._loss_passes, self._loss_max = 0, -1
 
     def set_impairments(self, ingress: dict[int, PortImpairment],
                         egress: dict[int, PortImpairment]) -> bool:
         """The active impairments from now on. False: some are not loss alone, and
         only the Python path applies them (the loop then holds no uniforms)."""
+        self._loss_passes = 0            # new port directions are installed at the next pass
         want = {(no, False): imp for no, imp in ingress.items() if no in self.ports}
         want.update({(no, True): imp for no, imp in egress.items() if no in self.ports})
         ok = all(imp.loss_only for imp in want.values())
@@ -134,6 +138,7 @@ class RingLoop:
             self._release(key)
 
     def _release(self, key: tuple[int, bool]) -> None:
+        self._loss_passes = 0
         self._fold_loss()
         imp, block = self._loss.pop(key)
         used = self.engine.loss_used(*key)
@@ -143,16 +148,24 @@ class RingLoop:
     def _ensure_loss(self, max_per_ring: int) -> None:
         """Every lossy port direction holds uniforms for a whole pass (the engine
         checks; a port sends at most one frame per frame read)."""
+        if self._loss_passes > 0 and max_per_ring == self._loss_max:
+            self._loss_passes -= 1
+            return
+        passes = None
         for key, imp in self._loss_want.items():
             need = max_per_ring * len(self.ports) if key[1] else max_per_ring
             held = self._loss.get(key)
             if held is not None:
-                if len(held[1]) - self.engine.loss_used(*key) >= need:
+                left = len(held[1]) - self.engine.loss_used(*key)
+                if left >= need:
+                    passes = min(passes, left // need) if passes is not None else left // need
                     continue
                 self._release(key)
             block = imp.reserve(max(LOSS_BLOCK, 2 * need))
             self.engine.set_loss(key[0], key[1], imp.loss_probability, block)
             self._loss[key] = (imp, block)
+            passes = min(passes, len(block) // need) if passes is not None else len(block) // need
+        self._loss_passes, self._loss_max = (passes or 1) - 1, max_per_ring     # this pass takes one
 
     def _fold_loss(self) -> None:
         for no, (seen_in, dropped_in, seen_out, dropped_out) in self.engine.take_loss_counters().items():
