@@ -20,12 +20,11 @@ Nothing here asserts a timing: it reports (issue target: in-switch <= ring).
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
 
-from bench.testbed_runs import ROOT, measure, p50_by_algorithm, save, unavailable_reason
+from bench.testbed_runs import ROOT, measure, p50_by_algorithm, repeats_main, save, unavailable_reason
 
 NAME = "link_shaper"
 SHAPERS = ("auto", "htb")
@@ -87,15 +86,7 @@ def run(out_dir: str | Path = ROOT / "results" / "bench", repeats: int = 3, iter
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--iterations", type=int, default=10)
-    ap.add_argument("--out", default=str(ROOT / "results" / "bench"))
-    a = ap.parse_args(argv)
-    res = run(a.out, a.repeats, a.iterations)
-    if res.get("skipped"):
-        print(f"skipped: {res['skipped']}", file=sys.stderr)
-    return 0
+    return repeats_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import threading
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -366,6 +366,21 @@ def p50_by_algorithm(run_dir: str | None) -> dict[str, float]:
         return {}
     with open(Path(run_dir) / "summary.csv") as f:
         return {r["algorithm"]: float(r["p50_ms"]) for r in csv.DictReader(f) if r["status"] == "ok"}
+
+
+def repeats_main(run: Callable[..., dict], doc: str, argv: list[str] | None = None) -> int:
+    """The command line of a benchmark that alternates testbed runs:
+    `run(out, repeats, iterations)` with --repeats, --iterations, --out."""
+    import argparse  # noqa: PLC0415
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--out", default=str(ROOT / "results" / "bench"))
+    a = ap.parse_args(argv)
+    res = run(a.out, a.repeats, a.iterations)
+    if res.get("skipped"):
+        print(f"skipped: {res['skipped']}", file=sys.stderr)
+    return 0
 
 
 def save(res: dict[str, Any]) -> dict[str, Any]:
