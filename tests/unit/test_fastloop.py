@@ -189,3 +189,20 @@ def test_ring_loop_keeps_every_pass_supplied_and_the_streams_in_order():
         ref = np.random.default_rng(seed).random(len(seen) + 10)
         assert np.array_equal(seen, ref[:len(seen)])
         assert np.array_equal(imps[key]._uniforms(10), ref[len(seen):])     # the rest, in order
+
+
+def test_the_loop_reuses_a_ring_program_until_the_pipeline_offers_another():
+    loop = object.__new__(fastloop.RingLoop)
+    loop._program = None
+    fwd = ForwardingPipeline({b"\x02" * 6: 1}, [1, 2])
+    a = loop.program_for(fwd)
+    assert a is loop.program_for(fwd) and a.forwarder is fwd
+    cfg = H.pipeline_config(H.job_config(1, 2))
+    fast = CompiledInaPipeline(cfg)
+    b = loop.program_for(fast)
+    assert b is not a and b is loop.program_for(fast) and b.program is fast._datapath
+    fast.drop_simulator.set_probability(1, 0.5)           # armed: the Python path
+    assert loop.program_for(fast) is None
+    fast.drop_simulator.set_probability(1, 0.0)
+    assert loop.program_for(fast) is b                     # the same entry again
+    assert loop.program_for(InaPipeline(cfg)) is None

@@ -91,9 +91,13 @@ class CompiledInaPipeline(InaPipeline):
         per batch in Python, so those batches take process_batch."""
         if self.drop_simulator.armed() or self.egress_drop_simulator.armed():
             return None
-        egress = self.egress
-        return (self.forward.forwarder, self._datapath, _fastpath.ring_program,
-                (egress.replicas, egress.replicas_by_key, egress.unicast_prefix), self._lock)
+        entry = self.__dict__.get("_ring_entry")
+        if entry is None:                # its parts are fixed once the pipeline is made
+            egress = self.egress
+            entry = self._ring_entry = (self.forward.forwarder, self._datapath, _fastpath.ring_program,
+                                        (egress.replicas, egress.replicas_by_key, egress.unicast_prefix),
+                                        self._lock)
+        return entry
 
     def _drops(self, frames: list, in_ports: list) -> bytes:
         """One DropSimulator decision per contribution, in arrival order, as the

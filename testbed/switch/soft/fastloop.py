@@ -56,16 +56,24 @@ class RingProgram:
     lock: threading.Lock | None = None  # the pipeline's table lock, held for the batch
 
 
+def _ring_entry(pipeline) -> Any:
+    """What ring_program builds from: the forward pipeline itself, the program's
+    tuple of RingProgram fields, or None (the Python path)."""
+    if type(pipeline) is ForwardingPipeline:
+        return pipeline
+    hook = getattr(pipeline, "ring_program", None)
+    return hook() if hook is not None else None
+
+
 def ring_program(pipeline) -> RingProgram | None:
     """The pipeline's ring entry for this batch, or None (the Python path).
     Only the exact forward program is mirrored (a subclass may change it);
     another program offers `ring_program()` -> None or the RingProgram fields
     as a tuple (so that programs need not import the switch)."""
-    if type(pipeline) is ForwardingPipeline:
-        return RingProgram(pipeline)
-    hook = getattr(pipeline, "ring_program", None)
-    t = hook() if hook is not None else None
-    return RingProgram(*t) if t is not None else None
+    entry = _ring_entry(pipeline)
+    if entry is None:
+        return None
+    return RingProgram(entry) if entry is pipeline else RingProgram(*entry)
 
 
 def _l2_table(fwd: ForwardingPipeline) -> bytes:
@@ -112,6 +120,7 @@ class RingLoop:
         # Passes every held block still covers (each takes at most `need` uniforms):
         # until then a pass asks the engine nothing.
         self._loss_passes, self._loss_max = 0, -1
+        self._program: tuple[Any, RingProgram] | None = None     # (entry, its RingProgram)
 
     def set_impairments(self, ingress: dict[int, PortImpairment],
                         egress: dict[int, PortImpairment]) -> bool:
@@ -126,6 +135,17 @@ class RingLoop:
             if self._loss_want.get(key) is not imp:
                 self._release(key)
         return ok
+
+    def program_for(self, pipeline) -> RingProgram | None:
+        """ring_program, asked every pass: the RingProgram made for the same entry
+        (the same pipeline, or the program's same tuple) last time is reused."""
+        entry = _ring_entry(pipeline)
+        if entry is None:
+            return None
+        last = self._program
+        if last is None or last[0] is not entry:
+            last = self._program = (entry, RingProgram(entry) if entry is pipeline else RingProgram(*entry))
+        return last[1]
 
     @property
     def holds_loss(self) -> bool:

@@ -198,26 +198,28 @@ class DelayQueue:
     so frames with equal due times leave in the order they came in."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Any]] = []
+        # (due, arrival, item); read it only to ask "anything queued?" (`if q.heap`:
+        # the switch loop asks several times a pass, and a method call costs more).
+        self.heap: list[tuple[float, int, Any]] = []
         self._seq = itertools.count()
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self.heap)
 
     def push(self, due: float, item: Any) -> None:
-        heapq.heappush(self._heap, (due, next(self._seq), item))
+        heapq.heappush(self.heap, (due, next(self._seq), item))
 
     def push_many(self, items: list[tuple[float, Any]]) -> None:
-        push, heap, seq = heapq.heappush, self._heap, self._seq
+        push, heap, seq = heapq.heappush, self.heap, self._seq
         for due, item in items:
             push(heap, (due, next(seq), item))
 
     def next_due(self) -> float | None:
-        return self._heap[0][0] if self._heap else None
+        return self.heap[0][0] if self.heap else None
 
     def pop_due(self, now: float) -> list[Any]:
         """All items with due <= now, in (due, arrival) order."""
-        heap = self._heap
+        heap = self.heap
         out = []
         pop = heapq.heappop
         while heap and heap[0][0] <= now:
@@ -226,6 +228,6 @@ class DelayQueue:
 
     def drain(self) -> list[Any]:
         """Everything still queued (shutdown)."""
-        out = [pop_item[2] for pop_item in sorted(self._heap)]
-        self._heap.clear()
+        out = [pop_item[2] for pop_item in sorted(self.heap)]
+        self.heap.clear()
         return out

@@ -43,7 +43,7 @@ from testbed.switch.soft.config import ConfigError, SwitchConfig
 from testbed.switch.soft import dataplane
 from testbed.switch.soft.config import IO_IMPLS
 from testbed.switch.soft.dataplane import PortDown, PortIO, open_port, resolve_io_impl
-from testbed.switch.soft.fastloop import RingLoop, ring_program
+from testbed.switch.soft.fastloop import RingLoop
 from testbed.switch.soft.dilation import POLL_S as DILATION_POLL_S
 from testbed.switch.soft.dilation import UDP_MODE_HEADER_BYTES, DilationControl
 from testbed.switch.soft.impairments import DelayQueue, PortImpairment
@@ -287,7 +287,7 @@ class SoftSwitch:
                 # Idle wake-ups so that a dilation request is seen within POLL_S.
                 timeout = DILATION_POLL_S
                 # (no comprehension on the common path: nothing queued, no shaped port)
-                dues = [q.next_due() for q in (iq, eq) if q] if iq or eq else []
+                dues = [q.next_due() for q in (iq, eq) if q.heap] if iq.heap or eq.heap else []
                 if shaped:
                     t = clock()
                     dues += [t + d for d in (r.due_in() for r in shaped) if d is not None]
@@ -317,7 +317,7 @@ class SoftSwitch:
 
                 frames: list[bytes] = []
                 in_ports: list[int] = []
-                if iq:
+                if iq.heap:
                     for no, f in iq.pop_due(now):
                         frames.append(f)
                         in_ports.append(no)
@@ -347,8 +347,8 @@ class SoftSwitch:
                                 fast_impair = self.ring_loop.set_impairments(act_in, act_eg)
                 got_any = False
                 # The compiled path, when nothing Python-side must see these frames.
-                prog = (ring_program(self.pipeline)
-                        if fastpath and fast_impair and not frames and not iq and not eq and line is None
+                prog = (self.ring_loop.program_for(self.pipeline)
+                        if fastpath and fast_impair and not frames and not iq.heap and not eq.heap and line is None
                         else None)
                 if prog is None and fastpath and self.ring_loop.holds_loss:
                     self.ring_loop.release_loss()     # the Python path decides from the same streams
@@ -390,7 +390,7 @@ class SoftSwitch:
                     in_ports.extend([no] * len(got))
 
                 out_by_port: defaultdict[int, list[bytes]] = defaultdict(list)
-                if eq:
+                if eq.heap:
                     for no, f in eq.pop_due(now):  # already impaired: straight out
                         out_by_port[no].append(f)
                 if frames:
