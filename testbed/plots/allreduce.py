@@ -230,6 +230,7 @@ def latency_cdf(run: Run, out_dir: Path) -> list[Path]:
                     ax.step(lat, np.arange(1, lat.size + 1) / lat.size, where="post", color=st.color_of(alg),
                             ls=styles[v], lw=0.8 if faded else 1.5, alpha=0.4 if faded else 1.0)
         ax.set_xscale("log")
+        st.plain_log_ticks(ax)
         ax.set_xlabel("latency (ms)")
         ax.set_ylabel("CDF (operations of all repeats)")
         ax.set_title(f"{size} float32 values")

@@ -153,6 +153,18 @@ def plot_repeats(ax, data: dict[float, list[tuple[float, bool]]], *, color: str,
     return max((len(vs) for _, vs in good), default=0)
 
 
+def plain_log_ticks(ax) -> None:
+    """Plain numbers on a log x axis (200, not 2x10^2). On an axis spanning less
+    than a decade only the 2 and 5 minor ticks are labeled: matplotlib's default
+    labels more of them there, and they ran into each other (300 and 400)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: PLC0415
+    lo, hi = ax.get_xlim()
+    narrow = lo > 0 and hi / lo < 10
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0) if narrow else (2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _: f"{x:g}" if narrow else ""))
+
+
 def bound_line(ax, y: float, *, color: str, label: str) -> None:
     """An analytical upper bound: thin line in the system's colour."""
     ax.axhline(y, color=color, lw=0.9, ls=(0, (6, 2, 1, 2)), alpha=0.9, label=label)
