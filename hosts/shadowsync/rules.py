@@ -18,7 +18,10 @@ Applying a result to a live replica (`apply_delta`): the shadow reads w_k,
 computes the new value from that snapshot and adds (new - snapshot) into the
 live replica in place, so the Hogwild workers' updates made meanwhile are kept
 [I: the paper's shadow writes "in place, racing with the workers"; adding the
-difference is the race's outcome when no worker update is overwritten].
+difference is the race's outcome when no worker update is overwritten]. A
+foreground sync runs with the workers paused (live = snapshot): it writes the new
+value itself (`replace`), since snapshot + (new - snapshot) can be an ulp off new,
+differently on each trainer, and FR-MA's trainers must end with one replica.
 """
 from __future__ import annotations
 
@@ -50,6 +53,11 @@ def s_bmuf(sum_w: Tensor, world: int, w_g: Tensor, v: Tensor, eta: float, zeta: 
     v2 = eta * v + zeta * delta
     g2 = w_g + v2
     return (g2 + eta * v2 if nesterov else g2.clone()), g2, v2
+
+
+def replace(live: Tensor, snapshot: Tensor, new: Tensor) -> None:
+    """live <- new, in place (the workers are paused: nothing moved since the snapshot)."""
+    live.copy_(new)
 
 
 def apply_delta(live: Tensor, snapshot: Tensor, new: Tensor) -> None:

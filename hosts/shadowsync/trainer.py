@@ -91,9 +91,12 @@ class Syncer:
             self.w_g = flat.clone()                     # BMUF's global model (the same on every trainer)
             self.v = torch.zeros_like(flat)
 
-    def sync(self, finished: bool) -> bool:
+    def sync(self, finished: bool, paused: bool = False) -> bool:
         """One sync; True when every trainer said `finished` (allreduce) or this one did (easgd).
-        Sets all_measuring: every trainer (allreduce) or this one (easgd) is past calibration."""
+        Sets all_measuring: every trainer (allreduce) or this one (easgd) is past calibration.
+        paused: the workers wait at a barrier (foreground): the result replaces the replica
+        (rules.replace) instead of being added as a difference."""
+        write = rules.replace if paused else rules.apply_delta
         # The network's floor: no sync is faster than the modeled hardware's, dilated like
         # compute (local mode has no network dilation; see docs/shadowsync.md).
         floor_s = self.s.sync_hw_s * self.shared.tdf.value
@@ -113,7 +116,7 @@ class Syncer:
                 peer = self.link.peer
                 self.trace.send(t0, t0, peer=peer, values=n, tag="elastic")
                 self.trace.waited(self.trace.recv(t0, t1, peer=peer, values=n, tag="elastic_reply"))
-            rules.apply_delta(self.flat, snap, snap - d)
+            write(self.flat, snap, snap - d)
             all_done, self.all_measuring = finished, measuring
         else:
             vec = torch.cat([snap, torch.tensor([1.0 if finished else 0.0, 1.0 if measuring else 0.0])])
@@ -129,7 +132,7 @@ class Syncer:
             else:
                 new, self.w_g, self.v = rules.s_bmuf(sum_w, self.s.trainers, self.w_g, self.v,
                                                      self.s.bmuf_eta, self.s.bmuf_zeta, self.s.nesterov)
-            rules.apply_delta(self.flat, snap, new)
+            write(self.flat, snap, new)
             all_done = flags >= self.s.trainers - 0.5
         self.count += 1
         left = floor_s - (time.perf_counter() - t0)
@@ -219,7 +222,7 @@ def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, shared: Share
             if foreground and ((it if it < shared.iterations else it - shared.iterations) + 1) % s.k == 0:
                 barrier.wait(timeout=cfg.timeout_s)
                 if j == 0:
-                    syncer.sync(False)
+                    syncer.sync(False, paused=True)
                 barrier.wait(timeout=cfg.timeout_s)
                 sync_s = time.perf_counter() - t3
             loss_sum += float(loss) * len(b)

@@ -52,6 +52,23 @@ def test_apply_delta_keeps_updates_made_after_the_snapshot():
     assert live.tolist() == [3.5, 2.0]
 
 
+def test_a_paused_sync_writes_the_result_itself():
+    """Two trainers average to one value; added as a difference to their different
+    replicas it can come out differently on each (float32 rounding: here 0 and 1),
+    which is why a foreground sync, with the workers paused, replaces instead."""
+    import torch
+
+    new = torch.tensor([1.0], dtype=torch.float32)
+    a, b = torch.tensor([1e8], dtype=torch.float32), torch.tensor([1.0], dtype=torch.float32)
+    via_delta = [x.clone() for x in (a, b)]
+    for live in via_delta:
+        rules.apply_delta(live, live.clone(), new)
+    assert via_delta[0].item() != via_delta[1].item()           # the ulp-level split
+    for live in (a, b):
+        rules.replace(live, live.clone(), new)
+    assert a.item() == b.item() == 1.0
+
+
 def test_local_sgd_in_place():
     w = t(1, 2)
     rules.local_sgd(w, t(10, -10), 0.1)
