@@ -238,9 +238,13 @@ class Calibrator:
     """
 
     def __init__(self, hw_op_s: float, tdf: float, network_dilation: dict | None, rank: int,
-                 expect_delay=lambda network: None):
+                 expect_delay=lambda network: None, iteration_wall_s: float = 0.0):
         self.hw_op_s, self.tdf, self.nd, self.rank = hw_op_s, float(tdf), network_dilation, rank
         self.expect_delay = expect_delay
+        # The wall time the point allows an iteration: a round's TDF that would make its
+        # step (after_round's step_hw_s) longer is refused (refuse_if_crawling); 0: no check.
+        self.iteration_wall_s = iteration_wall_s
+        self._barrier: Callable[[], None] | None = None
         self.comp, self.version = 0.0, 0
         self.own_op_s = math.inf       # round 0's measured emulator time per op (the compensation's cap)
         self._calibrating = False
@@ -258,25 +262,30 @@ class Calibrator:
         joins it only once the switches hold, so no op is measured on the lossy
         network, where one TCP retransmission timeout (200 ms or more) in a one-op
         round 0 would read as an emulator thousands of times slower."""
+        self._barrier = barrier
         if self.nd is not None and self.rank == 0:
             self._request(0.0, impairments=False)
         if self.nd is not None and barrier is not None:
             barrier()
 
-    def finish(self, barrier: Callable[[], None] | None = None) -> None:
+    def finish(self) -> None:
         """After the last round: the network at the final TDF, impairments applied;
-        with `barrier`, no worker starts the measured run before that."""
+        with start's barrier, no worker starts the measured run before that."""
         if self.nd is not None and self.rank == 0:
             self._request(self.tdf, impairments=True)
-        if self.nd is not None and barrier is not None:
-            barrier()
+        if self.nd is not None and self._barrier is not None:
+            self._barrier()
 
-    def after_round(self, measured: float, why: dict, **extra) -> float:
+    def after_round(self, measured: float, why: dict, step_hw_s: float = 0.0, **extra) -> float:
+        """The next TDF from this round's measurement (the network dilated to it);
+        step_hw_s: one iteration on the modeled hardware, checked against
+        iteration_wall_s before anything is dilated (CalibrationRefused)."""
         r, nd = len(self.rounds), self.nd
         entry = {"round": r, "tdf_in": self.tdf, "tdf_measured": measured,
                  "network_dilated": nd is not None and r > 0, **extra, **why}
         if nd is None:
             tdf = measured if r == 0 else damped(self.tdf, measured)
+            refuse_if_crawling(tdf, step_hw_s, self.iteration_wall_s, r, why)
         else:
             if r == 0:
                 tdf = dilated_tdf(why.get("tdf_net"), why.get("tdf_cmp"), nd["headroom"], self.tdf)
@@ -290,6 +299,7 @@ class Calibrator:
                 entry["net_ratio"] = why["tdf_net"] / tdf if why.get("tdf_net") else None
                 cap = min(0.9 * tdf * nd["hardware"]["latency_s"], self.own_op_s)
                 self.comp = compensation(self.comp, why.get("tdf_net"), tdf, self.hw_op_s, cap)
+            refuse_if_crawling(tdf, step_hw_s, self.iteration_wall_s, r, why)
             self.dilate(tdf)
             entry["compensate_s"] = self.comp
         entry["tdf_out"] = tdf

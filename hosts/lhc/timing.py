@@ -153,7 +153,8 @@ def calibrate(tl: Timeline, cc: dict[str, Any], nd: dict | None, *, host: str, r
 
     table = HwTable(cc["hw_table"])
     gpu = tl.device.type == "gpu"
-    c = cal.Calibrator(0.0, tl.device.time_scale, nd if gpu else None, rank, expect_delay)
+    c = cal.Calibrator(0.0, tl.device.time_scale, nd if gpu else None, rank, expect_delay,
+                       iteration_wall_s=cc["iteration_wall_s"])
     c.start()
     for _ in range(cc["rounds"]):
         tl.begin_window()
@@ -165,12 +166,10 @@ def calibrate(tl: Timeline, cc: dict[str, Any], nd: dict | None, *, host: str, r
         summed = agree(cal.encode([a for a, _, _ in spans], [b for _, b, _ in spans], ratio, rank, world))
         measured, why = cal.decide(summed, len(spans), world, hw or 0.0, fallback=tl.device.time_scale)
         c.hw_op_s = float(np.median(hw)) if hw else 0.0     # the delay line's compensation per op
-        tdf = c.after_round(measured, why, ops=len(spans), my_compute_ratio=ratio,
-                            op_hw_p50_s=c.hw_op_s or None)
-        # One iteration on the hardware (the device's compute and the round's ops, as
-        # modeled) must fit the wall time the point allows an iteration at this TDF.
+        # One iteration on the hardware: the device's compute and the round's ops, as modeled.
         step_hw = (tl.hw_s + sum(hw)) / cc["iterations"]
-        cal.refuse_if_crawling(tdf, step_hw, cc["iteration_wall_s"], len(c.rounds) - 1, why)
+        tdf = c.after_round(measured, why, step_hw_s=step_hw, ops=len(spans), my_compute_ratio=ratio,
+                            op_hw_p50_s=c.hw_op_s or None)
         if gpu:
             tl.device.time_scale = tdf
     c.finish()

@@ -46,8 +46,8 @@ class PhubTiming:
                  model: Any, expect_delay: Callable[[float], None] = lambda seconds: None):
         self.cc, self.nd, self.rank, self.world, self.model = calibration, network_dilation, rank, world, model
         self.table = HwTable(calibration["hw_table"]) if calibration else None
-        self.c = cal.Calibrator(0.0, model.time_scale, network_dilation, rank, expect_delay)
-        self._barrier: Callable[[], None] | None = None
+        self.c = cal.Calibrator(0.0, model.time_scale, network_dilation, rank, expect_delay,
+                                iteration_wall_s=calibration["iteration_wall_s"] if calibration else 0.0)
         self._mark()
 
     @property
@@ -64,7 +64,6 @@ class PhubTiming:
         pushes before it holds (`barrier`, the workers' own: PHub's pushes wait for
         nobody, so a push could race rank 0's request; Calibrator.start)."""
         if self.cc:
-            self._barrier = barrier
             self.c.start(barrier)
 
     def dilate_fixed(self) -> None:
@@ -89,12 +88,10 @@ class PhubTiming:
         summed = agree(cal.encode([a for a, _, _ in spans], [b for _, b, _ in spans], ratio, self.rank, self.world))
         measured, why = cal.decide(summed, len(spans), self.world, hw or 0.0, fallback=d.time_scale)
         self.c.hw_op_s = float(np.median(hw)) if hw else 0.0     # the delay line's compensation per op
-        tdf = self.c.after_round(measured, why, ops=len(spans), my_compute_ratio=ratio,
-                                 op_hw_p50_s=self.c.hw_op_s or None)
-        # One iteration on the hardware (its compute, as modeled, and its first key's
-        # exchange) must fit the wall time the point allows an iteration at this TDF.
+        # One iteration on the hardware: its compute, as modeled, and its first key's exchange.
         step_hw = (modeled / d.time_scale) / self.cc["iterations"] + self.c.hw_op_s
-        cal.refuse_if_crawling(tdf, step_hw, self.cc["iteration_wall_s"], len(self.c.rounds) - 1, why)
+        tdf = self.c.after_round(measured, why, step_hw_s=step_hw, ops=len(spans), my_compute_ratio=ratio,
+                                 op_hw_p50_s=self.c.hw_op_s or None)
         d.time_scale = tdf
         log.info("calibration round %d: TDF %g (%s)", len(self.c.rounds) - 1, tdf, why.get("limited_by"))
         self._mark()
@@ -103,7 +100,7 @@ class PhubTiming:
     def finish(self, host: str) -> dict[str, Any]:
         """After the last round: a fresh device at the TDF (its statistics are the run's)
         and the calibration record."""
-        self.c.finish(self._barrier)       # the network at the final TDF, impairments back on
+        self.c.finish()                    # the network at the final TDF, impairments back on
         d = self.model.device              # a profile model's PacedDevice (the workload checks)
         d._reset_stats()
         d.debt_s = 0.0

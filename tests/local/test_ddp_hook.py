@@ -29,19 +29,8 @@ N, STEPS = 2, 6
 
 
 def free_port_base() -> int:
-    import random
-    import socket
-    for _ in range(100):
-        base = random.randrange(10000, 32000)     # below the kernel's ephemeral range (32768-)
-        try:
-            for ip, port in [(loopback_ip(r), base + 1 + r) for r in range(N)] + [("127.0.0.1", base + 60),
-                                                                               ("127.0.1.200", base)]:
-                with socket.socket() as s:
-                    s.bind((ip, port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free ports")
+    from testbed.loopback_ports import free_port_base as free_below_ephemeral  # noqa: PLC0415
+    return free_below_ephemeral(61, [loopback_ip(r) for r in range(N)] + ["127.0.0.1", "127.0.1.200"])
 
 
 def wait_all(procs, logs) -> None:

@@ -71,9 +71,12 @@ def ring_program(pipeline) -> RingProgram | None:
     another program offers `ring_program()` -> None or the RingProgram fields
     as a tuple (so that programs need not import the switch)."""
     entry = _ring_entry(pipeline)
-    if entry is None:
-        return None
-    return RingProgram(entry) if entry is pipeline else RingProgram(*entry)
+    return None if entry is None else _program(entry)
+
+
+def _program(entry: Any) -> RingProgram:
+    """The RingProgram of a ring entry (_ring_entry's: the forward pipeline or a tuple)."""
+    return RingProgram(*entry) if type(entry) is tuple else RingProgram(entry)
 
 
 def _l2_table(fwd: ForwardingPipeline) -> bytes:
@@ -144,7 +147,7 @@ class RingLoop:
             return None
         last = self._program
         if last is None or last[0] is not entry:
-            last = self._program = (entry, RingProgram(entry) if entry is pipeline else RingProgram(*entry))
+            last = self._program = (entry, _program(entry))
         return last[1]
 
     @property
