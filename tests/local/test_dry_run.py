@@ -18,14 +18,16 @@ pytestmark = pytest.mark.local
 TESTBED = [sys.executable, "-m", "testbed"]
 
 
-def _children(pid: int) -> set[int]:
+def _children(pid: int) -> set[tuple[int, str]]:
     out = set()
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 stat = Path(f"/proc/{entry.name}/stat").read_text()
                 if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
-                    out.add(int(entry.name))
+                    # the child's command line too, so that a failure names what ran
+                    argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").strip()
+                    out.add((int(entry.name), argv.decode(errors="replace") or stat[:stat.rindex(")") + 1]))
             except (OSError, ValueError):
                 pass
     return out
@@ -49,7 +51,7 @@ def _dry_run(args: list[str], tmp_path: Path) -> dict:
     with open(out_path, "w") as out_f, open(err_path, "w") as err_f:
         proc = subprocess.Popen([*TESTBED, "run", *args, "--dry-run", "--json"], cwd=tmp_path, env=env,
                                 stdout=out_f, stderr=err_f)
-        seen: set[int] = set()
+        seen: set[tuple[int, str]] = set()
         while proc.poll() is None:
             seen |= _children(proc.pid)
             time.sleep(0.05)
