@@ -9,7 +9,8 @@ of a whole array of them as uint32 columns.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+
+from testbed.libc import libc as c_library
 
 MSG_DONTWAIT = 0x40
 MSG_TRUNC = 0x20
@@ -37,7 +38,7 @@ FLAGS_IDX = (MMsgHdr.msg_hdr.offset + MsgHdr.msg_flags.offset) // 4
 
 def _load():
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = c_library()
         rf, sf = libc.recvmmsg, libc.sendmmsg
     except (OSError, AttributeError):
         return None, None

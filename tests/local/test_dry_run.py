@@ -17,6 +17,21 @@ pytestmark = pytest.mark.local
 
 TESTBED = [sys.executable, "-m", "testbed"]
 
+# Runs the CLI with an audit hook that logs every way Python starts a process.
+# Polling /proc for children misses one that lives a few milliseconds (a library's
+# `ldconfig -p` did, now and then in CI); the hook sees each one, every time.
+SPAWN_WATCH = """
+import os, runpy, sys
+SPAWNS = {"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.spawn", "os.system", "pty.spawn"}
+def hook(event, args):
+    if event in SPAWNS:
+        with open(os.environ["DRY_RUN_SPAWN_LOG"], "a") as f:
+            f.write(f"{event} {args!r}\\n")
+sys.addaudithook(hook)
+sys.argv[0] = "testbed"
+runpy.run_module("testbed", run_name="__main__", alter_sys=True)
+"""
+
 
 def _children(pid: int) -> set[tuple[int, str]]:
     out = set()
@@ -45,18 +60,22 @@ def _dry_run(args: list[str], tmp_path: Path) -> dict:
     results = PROJECT_ROOT / "results"
     before_results = sorted(p for p in results.rglob("*")) if results.exists() else []
     before_ns = _netns()
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    # Anything the dry run started would be its child: watch its children while it runs.
+    spawn_log = tmp_path / "spawns.txt"
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "DRY_RUN_SPAWN_LOG": str(spawn_log)}
+    # Anything the dry run started would be its child: the audit hook logs each start,
+    # and its children are watched too (a process started outside Python's own calls).
     out_path, err_path = tmp_path / "plan.json", tmp_path / "stderr.txt"
     with open(out_path, "w") as out_f, open(err_path, "w") as err_f:
-        proc = subprocess.Popen([*TESTBED, "run", *args, "--dry-run", "--json"], cwd=tmp_path, env=env,
-                                stdout=out_f, stderr=err_f)
+        proc = subprocess.Popen([sys.executable, "-c", SPAWN_WATCH, "run", *args, "--dry-run", "--json"],
+                                cwd=tmp_path, env=env, stdout=out_f, stderr=err_f)
         seen: set[tuple[int, str]] = set()
         while proc.poll() is None:
             seen |= _children(proc.pid)
             time.sleep(0.05)
     out, err = out_path.read_text(), err_path.read_text()
     assert proc.returncode == 0, err
+    spawns = spawn_log.read_text() if spawn_log.exists() else ""
+    assert not spawns, f"the dry run started processes:\n{spawns}"
     assert not seen, f"the dry run started processes: {seen}"
     assert _netns() == before_ns
     after_results = sorted(p for p in results.rglob("*")) if results.exists() else []

@@ -22,7 +22,6 @@ plane thread (P4Runtime server) programs the switch through `pipeline` and
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import json
 import logging
 import os
@@ -38,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from testbed.libc import libc as c_library
 from testbed.switch.pipeline import Pipeline, make_pipeline
 from testbed.switch.soft.config import ConfigError, SwitchConfig
 from testbed.switch.soft import dataplane
@@ -80,7 +80,7 @@ class _Timer:
                     ("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
 
     def __init__(self) -> None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = c_library()
         self._create, self._settime = libc.timerfd_create, libc.timerfd_settime
         fd = self._create(1, os.O_NONBLOCK | os.O_CLOEXEC)  # CLOCK_MONOTONIC
         if fd < 0:
