@@ -25,7 +25,8 @@ switch process, so the 1 MiB number is partly the switch's per-packet cost.
 (the numpy reference), "compiled_noloop" (the compiled packet loops of
 hosts/ina/_hostpath.c with the receive/send loop in Python) and "compiled"
 (with the C receive/send loop, hosts/ina/hostloop.py; its counts of results
-taken in, bursts, ppoll waits and naps in `loop`), at each window,
+taken in, bursts, ppoll waits and naps in `loop`), "compiled_nogso" (the same
+with one message per datagram instead of UDP GSO messages), at each window,
 and per impl the client alone (`client_only`): the same 1 MiB allreduce in
 process against an io that answers every chunk at once (no kernel, no switch),
 so worker CPU per packet minus client_only is the system calls' share.
@@ -103,7 +104,8 @@ LOADED_NEW: dict = {
 def worker_main(cfg: dict) -> None:
     mod = importlib.import_module(cfg["module"])
     rank = cfg["rank"]
-    io = mod.UdpIo((loopback_ip(rank), cfg["wport"]), ("127.0.0.1", cfg["base"] + rank + 1))
+    io_kw = {} if cfg.get("gso", True) else {"gso": False}      # A/B of UDP GSO sends
+    io = mod.UdpIo((loopback_ip(rank), cfg["wport"]), ("127.0.0.1", cfg["base"] + rank + 1), **io_kw)
     kw = {} if cfg["window"] is None else {"window": cfg["window"]}
     if cfg.get("impl"):
         kw["impl"] = cfg["impl"]
@@ -138,7 +140,8 @@ def worker_main(cfg: dict) -> None:
     lp = getattr(c, "_loop", None)
     if lp is not None:          # the compiled loop's own counts (hosts/ina/hostloop.py)
         summ["loop"] = {"taken": lp.taken, "bursts": lp.bursts, "sleeps": lp.sleeps, "naps": lp.naps,
-                        "returns_idle_timer_other_budget": lp.returns}
+                        "gso_msgs": lp.gso_msgs, "returns_idle_timer_other_budget": lp.returns}
+    summ["io_gso_msgs"] = getattr(io, "gso_msgs", 0)
     c.close()
     Path(cfg["out"]).write_text(json.dumps({"rank": rank, "records": out, "stats": summ}))
 
@@ -146,7 +149,7 @@ def worker_main(cfg: dict) -> None:
 # -- orchestration -----------------------------------------------------------------
 def measure(*, module: str = "hosts.ina.transport", window: int | None = None, iters: int = 10,
             bulk_iters: int = 5, warmup: int = 1, impl: str | None = None,
-            coalesce: int | None = None, loop: bool = True) -> dict:
+            coalesce: int | None = None, loop: bool = True, gso: bool = True) -> dict:
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-ina-") as td:
         tmp = Path(td)
@@ -155,7 +158,8 @@ def measure(*, module: str = "hosts.ina.transport", window: int | None = None, i
         procs, sw_stats = [], {}
         try:
             for r in range(N):
-                cfg = {"module": module, "impl": impl, "coalesce": coalesce, "loop": loop, "rank": r, "base": base, "wport": wport, "window": window,
+                cfg = {"module": module, "impl": impl, "coalesce": coalesce, "loop": loop, "gso": gso,
+                       "rank": r, "base": base, "wport": wport, "window": window,
                        "iters": iters, "bulk_iters": bulk_iters, "warmup": warmup,
                        "sizes": SIZES, "out": str(tmp / f"w{r}.json")}
                 procs.append(subprocess.Popen(
@@ -173,7 +177,9 @@ def measure(*, module: str = "hosts.ina.transport", window: int | None = None, i
             sw_stats = sw.stop() or {}
         res = [json.loads((tmp / f"w{r}.json").read_text()) for r in range(N)]
     out: dict = {"module": module, "impl": res[0]["stats"].get("impl", "python"), "coalesce": coalesce,
-                 "loop": "loop" in res[0]["stats"],
+                 "loop": "loop" in res[0]["stats"], "gso": gso,
+                 "gso_msgs": sum(w["stats"].get("io_gso_msgs", 0) + w["stats"].get("loop", {}).get("gso_msgs", 0)
+                                 for w in res),
                  "window": window or "default", "workers": N, "slot_count": SLOT_COUNT,
                  "load_avg_before": load0, "load_avg_after": os.getloadavg(), "sizes": {}}
     for name, size, k in SIZES:
@@ -300,6 +306,7 @@ def run(out_dir) -> dict:
     for w in (64, 256):                         # the three back to back per window
         side[f"python_w{w}"] = measure(window=w, impl="python")
         side[f"compiled_noloop_w{w}"] = measure(window=w, impl="compiled", loop=False)
+        side[f"compiled_nogso_w{w}"] = measure(window=w, impl="compiled", gso=False)
         side[f"compiled_w{w}"] = measure(window=w, impl="compiled")
     alone = [client_only(impl) for impl in ("python", "compiled", "python", "compiled")]
     res = {"benchmark": "ina_transport", "cpu_count": os.cpu_count(),
@@ -322,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--impl", choices=["python", "compiled"], default=None)
     ap.add_argument("--no-loop", action="store_true",
                     help="compiled: without the C receive/send loop (hosts/ina/hostloop.py)")
+    ap.add_argument("--no-gso", action="store_true", help="one message per datagram (no UDP GSO sends)")
     ap.add_argument("--coalesce", type=int, default=None,
                     help="compiled loop: answers to nap for (0: off; default hosts/ina/hostloop.py's)")
     a = ap.parse_args(argv)
@@ -337,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(json.dumps(measure(module=a.module, window=a.window, iters=a.iters,
                              bulk_iters=a.bulk_iters, impl=a.impl, coalesce=a.coalesce,
-                             loop=not a.no_loop), indent=1))
+                             loop=not a.no_loop, gso=not a.no_gso), indent=1))
     return 0
 
 

@@ -311,8 +311,9 @@ static PyObject *from_fixed(PyObject *self, PyObject *args) {
  *   else (another run's result, a mismatch, the run's last window): status 2,
  *   nothing changed, for the Python path. clock: None (CLOCK_MONOTONIC, as
  *   time.monotonic) or the client's clock, read where the Python path reads it.
- * run(stop_at, keep, max_pkts, vec_min, lat, coalesce) -> (status, n, t_empty)
- *   fd mode: recvmmsg bursts into rec, burst() on each, sendmmsg of its sends,
+ * run(stop_at, keep, max_pkts, vec_min, lat, coalesce, gso) -> (status, n, t_empty)
+ *   fd mode: recvmmsg bursts into rec, burst() on each, sendmmsg of its sends
+ *   (gso=1: runs of equal-length datagrams as UDP GSO messages, below),
  *   until: the socket is empty (keep=0), or with keep=1 until a timer is due
  *   (sc next_dl) or stop_at passes with the socket empty (waiting in ppoll
  *   without the GIL in between), max_pkts taken, or a burst is not the run's
@@ -325,10 +326,21 @@ static PyObject *from_fixed(PyObject *self, PyObject *args) {
 #include <netinet/in.h>
 #include <time.h>
 
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+/* Datagrams per UDP GSO message: the kernel's UDP_MAX_SEGMENTS is 64 up to Linux 6.8. */
+#define GSO_MAX_SEGS 64
+#define GSO_CMSG CMSG_SPACE(sizeof(uint16_t))
+
 enum { SC_SRTT, SC_RTTVAR, SC_RACK, SC_RTO_CACHE, SC_NEXT_DL, SC_LAST_RX, SC_PROBES, SC_PROBE_AT,
        SC_SENDS, SC_TIMEOUT, SC_MIN_TIMEOUT, SC_ADAPTIVE, SC_FLOOR_BASE, SC_FLOOR_FRAME, SC_N };
 enum { CNT_RESULTS, CNT_SENT, CNT_FOREIGN, CNT_DUPS, CNT_REMAINING, CNT_MAX_EXP, CNT_SEND_ERRORS,
-       CNT_BURSTS, CNT_SLEEPS, CNT_NAPS, CNT_N };   /* bursts taken in, ppoll waits, naps (diagnostics) */
+       CNT_BURSTS, CNT_SLEEPS, CNT_NAPS, CNT_GSO_MSGS, CNT_GSO_REFUSED, CNT_N };
+/* bursts taken in, ppoll waits, naps, GSO messages sent, GSO messages the kernel refused (diagnostics) */
 enum { ST_IDLE = 0, ST_TIMER = 1, ST_OTHER = 2, ST_BUDGET = 3 };
 #define NBUF 16                 /* buffers a Loop holds: 14 with a socket */
 
@@ -343,8 +355,11 @@ typedef struct {
     unsigned job;
     int fd;
     struct sockaddr_in dest;
-    struct mmsghdr *rh, *sh;
+    struct mmsghdr *rh, *sh, *gh;     /* gh: the burst's GSO messages */
     struct iovec *riov, *siov;
+    uint8_t *gcm;                      /* their control messages (GSO_CMSG bytes each) */
+    int64_t *gfirst;                   /* each GSO message's first datagram */
+    int gso_off;                       /* the kernel refused UDP GSO once: plain sendmmsg from then on */
     uint8_t *seen;
     int64_t *acc_slot, *acc_row;
     /* the run */
@@ -381,6 +396,7 @@ static void loop_dealloc(Loop *L) {
     loop_clear_run(L);
     for (int i = 0; i < L->nbufs; i++) PyBuffer_Release(&L->bufs[i]);
     PyMem_Free(L->rh); PyMem_Free(L->sh); PyMem_Free(L->riov); PyMem_Free(L->siov);
+    PyMem_Free(L->gh); PyMem_Free(L->gcm); PyMem_Free(L->gfirst);
     PyMem_Free(L->seen); PyMem_Free(L->acc_slot); PyMem_Free(L->acc_row);
     Py_TYPE(L)->tp_free((PyObject *)L);
 }
@@ -443,7 +459,13 @@ static int loop_init(Loop *L, PyObject *args, PyObject *kw) {
         L->sh = PyMem_Calloc((size_t)L->batch, sizeof(struct mmsghdr));
         L->riov = PyMem_Calloc((size_t)L->batch, sizeof(struct iovec));
         L->siov = PyMem_Calloc((size_t)L->batch, sizeof(struct iovec));
-        if (!L->rh || !L->sh || !L->riov || !L->siov) { PyErr_NoMemory(); return -1; }
+        L->gh = PyMem_Calloc((size_t)L->batch, sizeof(struct mmsghdr));
+        L->gcm = PyMem_Calloc((size_t)L->batch, GSO_CMSG);
+        L->gfirst = PyMem_Calloc((size_t)L->batch, sizeof(int64_t));
+        if (!L->rh || !L->sh || !L->riov || !L->siov || !L->gh || !L->gcm || !L->gfirst) {
+            PyErr_NoMemory();
+            return -1;
+        }
         for (Py_ssize_t i = 0; i < L->batch; i++) {
             L->riov[i].iov_base = L->rec + i * RX_STRIDE;
             L->riov[i].iov_len = RX_STRIDE;
@@ -453,6 +475,12 @@ static int loop_init(Loop *L, PyObject *args, PyObject *kw) {
             L->sh[i].msg_hdr.msg_namelen = sizeof L->dest;
             L->sh[i].msg_hdr.msg_iov = &L->siov[i];
             L->sh[i].msg_hdr.msg_iovlen = 1;
+            L->gh[i].msg_hdr.msg_name = &L->dest;
+            L->gh[i].msg_hdr.msg_namelen = sizeof L->dest;
+            struct cmsghdr *c = (struct cmsghdr *)(L->gcm + i * GSO_CMSG);
+            c->cmsg_level = SOL_UDP;
+            c->cmsg_type = UDP_SEGMENT;
+            c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
         }
     }
     return 0;
@@ -737,15 +765,12 @@ static PyObject *loop_burst(Loop *L, PyObject *args) {
     return res;
 }
 
-/* sendmmsg of the burst's sends; _mmsg.MmsgUdp.send's error handling */
-static int send_burst(Loop *L, int64_t nsend) {
-    for (int64_t j = 0; j < nsend; j++) {
-        L->siov[j].iov_base = L->pkts + L->txo[j];
-        L->siov[j].iov_len = (size_t)L->txl[j];
-    }
+/* sendmmsg of datagrams first..first+n-1 of the burst (siov), one per message;
+ * _mmsg.MmsgUdp.send's error handling */
+static int send_plain(Loop *L, int64_t first, int64_t n) {
     int64_t done = 0;
-    while (done < nsend) {
-        int r = sendmmsg(L->fd, L->sh + done, (unsigned)(nsend - done), 0);
+    while (done < n) {
+        int r = sendmmsg(L->fd, L->sh + first + done, (unsigned)(n - done), 0);
         if (r <= 0) {
             int e = r < 0 ? errno : 0;
             if (e == EINTR) continue;
@@ -758,13 +783,74 @@ static int send_burst(Loop *L, int64_t nsend) {
     return 0;
 }
 
+/* The burst's datagrams as UDP GSO messages (_mmsg.gso_groups' rule): each run of
+ * equal lengths, at most GSO_MAX_SEGS long, is one message the kernel cuts back
+ * into those datagrams, so the IP output path (route, netfilter, device) runs
+ * once per message instead of once per datagram. The receiver sees the same
+ * datagrams in the same order (a host's interface without checksum offload, as
+ * Mininet's hosts are set up, segments in software before the wire). */
+static int64_t gso_groups(Loop *L, int64_t nsend) {
+    int64_t g = 0, i = 0;
+    while (i < nsend) {
+        size_t seg = L->siov[i].iov_len;
+        int64_t j = i + 1;
+        while (j < nsend && j - i < GSO_MAX_SEGS && L->siov[j].iov_len == seg) j++;
+        struct msghdr *m = &L->gh[g].msg_hdr;
+        m->msg_iov = &L->siov[i];
+        m->msg_iovlen = (size_t)(j - i);
+        if (j - i > 1) {
+            uint8_t *cb = L->gcm + g * GSO_CMSG;
+            uint16_t s16 = (uint16_t)seg;
+            memcpy(CMSG_DATA((struct cmsghdr *)cb), &s16, sizeof s16);
+            m->msg_control = cb;
+            m->msg_controllen = GSO_CMSG;
+        } else {
+            m->msg_control = NULL;
+            m->msg_controllen = 0;
+        }
+        L->gfirst[g++] = i;
+        i = j;
+    }
+    return g;
+}
+
+/* The burst's sends: as GSO messages where asked and the kernel takes them; a
+ * message it refuses goes datagram by datagram (and a refusal of GSO itself,
+ * EIO/EINVAL/EOPNOTSUPP/ENOPROTOOPT, turns GSO off for this loop). */
+static int send_burst(Loop *L, int64_t nsend, int gso) {
+    for (int64_t j = 0; j < nsend; j++) {
+        L->siov[j].iov_base = L->pkts + L->txo[j];
+        L->siov[j].iov_len = (size_t)L->txl[j];
+    }
+    if (!gso || L->gso_off || nsend < 2) return send_plain(L, 0, nsend);
+    int64_t ng = gso_groups(L, nsend), done = 0;
+    while (done < ng) {
+        int r = sendmmsg(L->fd, L->gh + done, (unsigned)(ng - done), 0);
+        if (r > 0) { L->cnt[CNT_GSO_MSGS] += r; done += r; continue; }
+        int e = r < 0 ? errno : 0;
+        if (e == EINTR) continue;
+        if (e == EBADF) { PyErr_SetFromErrno(PyExc_OSError); return -1; }
+        int64_t first = L->gfirst[done], end = done + 1 < ng ? L->gfirst[done + 1] : nsend;
+        if (e == EIO || e == EINVAL || e == EOPNOTSUPP || e == ENOPROTOOPT) {
+            L->cnt[CNT_GSO_REFUSED]++;         /* no GSO here: the rest one message per datagram */
+            L->gso_off = 1;
+            return send_plain(L, first, nsend - first);
+        }
+        if (send_plain(L, first, end - first) < 0) return -1;
+        done++;
+    }
+    return 0;
+}
+
 static PyObject *loop_run(Loop *L, PyObject *args) {
     double stop_at;
     int keep;
     Py_ssize_t max_pkts, vec_min;
     PyObject *lat;
     Py_ssize_t coalesce;
-    if (!PyArg_ParseTuple(args, "dpnnO!n", &stop_at, &keep, &max_pkts, &vec_min, &PyList_Type, &lat, &coalesce))
+    int gso;
+    if (!PyArg_ParseTuple(args, "dpnnO!np", &stop_at, &keep, &max_pkts, &vec_min, &PyList_Type, &lat,
+                          &coalesce, &gso))
         return NULL;
     if (L->fd < 0) { PyErr_SetString(PyExc_ValueError, "_hostpath.Loop.run: no socket"); return NULL; }
     Py_ssize_t total = 0;
@@ -786,7 +872,7 @@ static PyObject *loop_run(Loop *L, PyObject *args) {
             int st = do_burst(L, L->rec, L->lens, n, vec_min, Py_None, lat, &nsend);
             if (st < 0) return NULL;
             if (st == ST_OTHER) return Py_BuildValue("ind", ST_OTHER, (Py_ssize_t)n, t_empty);
-            if (nsend && send_burst(L, nsend) < 0) return NULL;
+            if (nsend && send_burst(L, nsend, gso) < 0) return NULL;
             L->cnt[CNT_BURSTS]++;
             napped = 0;
             total += n;

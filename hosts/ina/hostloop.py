@@ -38,7 +38,7 @@ IDLE, TIMER, OTHER, BUDGET = 0, 1, 2, 3     # Loop.run / Loop.burst status
 SC_FIELDS = ("srtt", "rttvar", "rack", "rto_cache", "next_dl", "last_rx", "probes", "probe_at", "sends",
              "timeout_s", "min_timeout_s", "adaptive_rto", "floor_base_s", "floor_frame_s")
 CNT_FIELDS = ("results", "sent", "foreign", "dups", "remaining", "max_exp", "send_errors", "bursts",
-              "sleeps", "naps")
+              "sleeps", "naps", "gso_msgs", "gso_refused")
 TX_MAX = 512            # sends per burst: at most its results (<= receive.DRAIN, <= a recv batch)
 RX_BATCH = 256          # datagrams per recvmmsg (UdpIo's batch)
 # Loop.run naps for about this many answers' time when they trickle in with at least
@@ -75,6 +75,10 @@ class HostLoop:
         self.run_tag = 0
         self.taken = 0          # results taken in by the loop (the rest: the Python path)
         self.coalesce = COALESCE
+        # Send runs of equal-length chunks as UDP GSO messages (the io's choice; off for
+        # good once the kernel refuses one): `gso_msgs` of them so far.
+        self.gso = bool(getattr(client.io, "gso", False))
+        self.gso_msgs = 0
         # diagnostics of Loop.run: calls by status, bursts taken, waits in ppoll
         self.returns = [0, 0, 0, 0]
         self.bursts = self.sleeps = self.naps = 0
@@ -101,7 +105,7 @@ class HostLoop:
         self.sc[:] = (_NAN if t.srtt is None else t.srtt, t.rttvar, t.rack, t.rto_cache, t.next_dl,
                       _NAN if t.last_rx is None else t.last_rx, t.probes, t.probe_at, t.sends, t.timeout_s,
                       t.min_timeout_s, 1.0 if t.adaptive_rto else 0.0, t.floor_base_s, t.floor_frame_s)
-        self.cnt[:] = (0, 0, 0, 0, h.remaining, h.max_exp, 0, 0, 0, 0)
+        self.cnt[:] = (0, 0, 0, 0, h.remaining, h.max_exp, 0, 0, 0, 0, 0, 0)
 
     def pull(self, h: Any, stats: Any) -> int:
         """sc/cnt back into the timers, the handle and the stats; the send errors."""
@@ -111,8 +115,12 @@ class HostLoop:
         t.rttvar, t.rack, t.rto_cache, t.next_dl = var, rack, rto_cache, next_dl
         t.last_rx = None if math.isnan(last_rx) else last_rx
         t.probes, t.probe_at, t.sends = int(probes), probe_at, sends
-        results, sent, foreign, dups, remaining, max_exp, errors, bursts, sleeps, naps = self.cnt.tolist()
+        (results, sent, foreign, dups, remaining, max_exp, errors, bursts, sleeps, naps, gso_msgs,
+         gso_refused) = self.cnt.tolist()
         self.naps += naps
+        self.gso_msgs += gso_msgs
+        if gso_refused:
+            self.gso = False
         self.taken += results
         self.bursts += bursts
         self.sleeps += sleeps

@@ -118,7 +118,7 @@ class ResultIntake:
         lp.push(h)
         try:
             st, k, _ = lp.c.run(time.monotonic() + timeout, keep, DRAIN if not keep else 16 * DRAIN,
-                                _VEC_MIN, self.stats.latencies_s, lp.coalesce)
+                                _VEC_MIN, self.stats.latencies_s, lp.coalesce, lp.gso)
         finally:
             errors = lp.pull(h, self.stats)
             if errors:

@@ -20,10 +20,12 @@ class UdpIo:
 
     Besides send/recv, where libc has recvmmsg/sendmmsg (Linux), `recv_block`
     and `send_many` move bursts of datagrams in one system call each; the
-    client uses them for whole windows of chunks (mmsg=False: plain calls only)."""
+    client uses them for whole windows of chunks (mmsg=False: plain calls only),
+    and send runs of equal-length chunks as UDP GSO messages (gso=False: one
+    message per datagram; the datagrams on the wire are the same)."""
 
     def __init__(self, bind: tuple[str, int], switch: tuple[str, int], rcvbuf: int = 4 << 20,
-                 *, mmsg: bool = True, batch: int = 256):
+                 *, mmsg: bool = True, batch: int = 256, gso: bool = True):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -39,7 +41,7 @@ class UdpIo:
         self._mm = None
         if mmsg and _mmsg.HAVE_MMSG:
             try:
-                self._mm = _mmsg.MmsgUdp(s, self.switch, RX_DTYPE, batch)
+                self._mm = _mmsg.MmsgUdp(s, self.switch, RX_DTYPE, batch, gso=gso)
             except OSError:
                 self._mm = None
         if self._mm is not None:
@@ -50,6 +52,15 @@ class UdpIo:
     @property
     def send_errors(self) -> int:
         return self._send_errors + (self._mm.send_errors if self._mm is not None else 0)
+
+    @property
+    def gso(self) -> bool:
+        """Whether bursts go as UDP GSO messages (False once the kernel refused one)."""
+        return self._mm is not None and self._mm.gso
+
+    @property
+    def gso_msgs(self) -> int:
+        return self._mm.gso_msgs if self._mm is not None else 0
 
     def loop_socket(self) -> tuple[int, bytes] | None:
         """(fd, the switch's sockaddr_in) for the compiled loop (hosts/ina/hostloop.py),

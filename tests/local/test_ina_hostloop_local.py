@@ -69,8 +69,8 @@ def reflector():
         r.close()
 
 
-def _run(impl: str, refl: Reflector, window: int, tensors) -> tuple[list[bytes], InaClient]:
-    io = UdpIo(("127.0.0.1", 0), refl.addr)
+def _run(impl: str, refl: Reflector, window: int, tensors, gso: bool = True) -> tuple[list[bytes], InaClient]:
+    io = UdpIo(("127.0.0.1", 0), refl.addr, gso=gso)
     c = InaClient(io, 1, 0, 1, window=window, impl=impl, timeout_s=0.02, max_retries=50)
     try:
         out = [c.allreduce(x, **kw).tobytes() for x, kw in tensors]
@@ -100,11 +100,18 @@ def test_the_loop_on_a_socket_matches_the_python_path_under_loss_and_duplicates(
 
 
 @pytest.mark.skipif(not hostpath.available(), reason="hosts/ina/_hostpath.c not built (make setup)")
-def test_the_loop_naps_to_take_trickling_answers_in_bursts(reflector):
+@pytest.mark.parametrize("gso", [True, False])
+def test_the_loop_naps_to_take_trickling_answers_in_bursts(reflector, gso):
     """A wide window of chunks on the wire: the loop waits for answers to pile up
-    (naps) instead of waking per datagram, and still gets every result right."""
+    (naps) instead of waking per datagram, and still gets every result right,
+    with its sends as UDP GSO messages or one message per datagram."""
     x = np.arange(64 * 2000, dtype=np.int32)
-    got, c = _run("compiled", reflector(), 256, [(x, {}), (x, {})])
+    got, c = _run("compiled", reflector(), 256, [(x, {}), (x, {})], gso=gso)
     assert all(np.frombuffer(g, np.int32).tolist() == x.tolist() for g in got)
     assert c._loop.naps > 0
     assert c._loop.taken > 0.5 * c.stats.results      # at most ~87%: each last window is Python's
+    # the first window of each tensor goes through UdpIo (one GSO message per 64 chunks),
+    # the loop's bursts of more than one answer as GSO messages too
+    assert (c.io.gso_msgs >= 2 * 256 // 64) if gso else c.io.gso_msgs == 0
+    assert (c._loop.gso_msgs > 0) if gso else c._loop.gso_msgs == 0
+    assert c._loop.gso == gso
