@@ -50,6 +50,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hosts.common import program  # noqa: E402
+from hosts.common.calibration import CalibrationRefused  # noqa: E402
 from hosts.common.config import ps_port  # noqa: E402
 from hosts.common.results import JsonlWriter  # noqa: E402
 from hosts.common.tcp import NetError  # noqa: E402
@@ -201,13 +202,22 @@ class Worker:
         compensation. Elsewhere TDF follows the network's own slowdown."""
         from hosts.common.calibration import Calibrator
 
+        from hosts.glm.training import epoch_order, minibatches
+
         cc = self.cfg.calibration
+        # The run's share of the point's deadline per iteration: a TDF at which an
+        # iteration on the modeled hardware would take longer is refused at once.
+        # Only a modeled device's compute runs at the TDF (a measured one's does not).
+        iterations = self.cfg.epochs * len(minibatches(epoch_order(self.ds.n_samples, self.cfg.seed, 0),
+                                                       self.cfg.batch))
+        per_iter = cc["run_wall_s"] / iterations if self.device.base_scale is not None else 0.0
         cal = Calibrator(cc["hw_op_s"], self.dilation, self.cfg.network_dilation, self.cfg.rank,
-                         self.comm.expect_delay)
+                         self.comm.expect_delay, iteration_wall_s=per_iter)
         cal.start()
         for _ in range(cc["rounds"]):
-            measured, why, lat, ratio = self._calibration_round(cc)
-            tdf = cal.after_round(measured, why, op_p50_s=float(np.median(lat)) if lat else None,
+            measured, why, lat, ratio, step_hw = self._calibration_round(cc)
+            tdf = cal.after_round(measured, why, step_hw_s=step_hw,
+                                  op_p50_s=float(np.median(lat)) if lat else None,
                                   ops=len(lat), my_compute_ratio=ratio)
             if self.device.base_scale is not None:
                 self.dilation = tdf
@@ -225,7 +235,8 @@ class Worker:
         # the PS serves exactly the schedule allreduce_schedule() lists.
 
     def _calibration_round(self, cc: dict[str, Any]):
-        """Run the first `batches` mini-batches; every worker gets the same verdict."""
+        """Run the first `batches` mini-batches; every worker gets the same verdict.
+        Also one iteration's modeled hardware time: its compute and its allreduces."""
         from hosts.common import calibration as cal
         from hosts.glm.training import epoch_order, minibatches
 
@@ -245,7 +256,8 @@ class Worker:
             [a for a, _ in spans], [b for _, b in spans], ratio, self.cfg.rank, self.cfg.world)))
         measured, why = cal.decide(summed, len(spans), self.cfg.world, cc["hw_op_s"],
                                    fallback=self.dilation)
-        return measured, why, lat, ratio
+        step_hw = (hw + len(spans) * cc["hw_op_s"]) / cc["batches"]
+        return measured, why, lat, ratio, step_hw
 
     def train(self) -> None:
         from hosts.glm.training import epoch_order, minibatches
@@ -419,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
         log.error("network: %s", e)
         job.write_summary(False, f"{type(e).__name__}: {e}")
         return EXIT_NET
+    except CalibrationRefused as e:
+        log.error("%s", e)
+        job.write_summary(False, f"{type(e).__name__}: {e}")
+        return program.EXIT_REFUSED
     except (ArithmeticError, ValueError) as e:  # e.g. FixedPointOverflow, diverging model
         log.exception("training failed")
         job.write_summary(False, f"{type(e).__name__}: {e}")

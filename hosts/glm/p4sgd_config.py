@@ -46,7 +46,7 @@ class P4sgdConfig:
     timeout_s: float
     out: str
     trace: str | None              # this host's trace (hosts.common.trace), None = not recorded
-    calibration: dict | None       # {"hw_op_s", "rounds", "batches"}: calibrate time_scale first
+    calibration: dict | None       # {"hw_op_s", "rounds", "batches", "run_wall_s"}: calibrate time_scale first
     # {"control": [switch control files], "hardware": {latency_s, link_rate_bps, ...},
     # "headroom": k, "hw_op_s": one allreduce on the hardware}: the soft switch can dilate
     # the network (hosts.common.network_dilation)
@@ -148,12 +148,14 @@ def _parse_calibration(c: Checker) -> dict | None:
     ok, val = c.value("calibration", True)
     if not ok:
         return None
-    if not isinstance(val, dict) or set(val) != {"hw_op_s", "rounds", "batches"}:
-        c.error("calibration", f"must be null or {{hw_op_s, rounds, batches}}, got {val!r}")
+    if not isinstance(val, dict) or set(val) != {"hw_op_s", "rounds", "batches", "run_wall_s"}:
+        c.error("calibration", f"must be null or {{hw_op_s, rounds, batches, run_wall_s}}, got {val!r}")
         return None
     bad = [k for k in ("rounds", "batches") if not isinstance(val[k], int) or val[k] < 1]
-    if bad or not isinstance(val["hw_op_s"], (int, float)) or val["hw_op_s"] < 0:
-        c.error("calibration", f"hw_op_s must be >= 0, rounds and batches integers >= 1; got {val!r}")
+    if (bad or not isinstance(val["hw_op_s"], (int, float)) or val["hw_op_s"] < 0
+            or not isinstance(val["run_wall_s"], (int, float)) or val["run_wall_s"] <= 0):
+        c.error("calibration", f"hw_op_s must be >= 0, rounds and batches integers >= 1, run_wall_s > 0; "
+                               f"got {val!r}")
         return None
     return dict(val)
 

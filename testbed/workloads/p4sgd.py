@@ -350,8 +350,11 @@ class P4sgdRuntime(WorkloadRuntime):
             "port": ctx.tcp_port_base(P4SGD_TCP_PORT), "fixed_point_exp": wl.fixed_point_exp,
             "device": wl.device_spec(), "snapshot_every": wl.snapshot_every,
             "start_at": ctx.start_at, "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
+            # run_wall_s: the wall time the point's deadline (timeout_s) leaves the training run;
+            # a calibrated TDF that would not fit it is refused (hosts.common.calibration)
             "calibration": ({"hw_op_s": hw_op_time(wl, len(workers)), "rounds": wl.calibration_rounds,
-                             "batches": wl.calibration_batches} if wl.calibrated else None),
+                             "batches": wl.calibration_batches, "run_wall_s": wl.timeout_s}
+                            if wl.calibrated else None),
             "network_dilation": network_dilation(wl, ctx.switch, len(workers)),
             "xrt": wl.xrt.host_spec() if wl.xrt is not None else None,
         }

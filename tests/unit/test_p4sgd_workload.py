@@ -374,3 +374,45 @@ def test_all_p4sgd_figures_render(tmp_path):
     paths = draw_figures(run)
     assert sorted(p.name for p in paths) == sorted(f"{n}.{e}" for n in FIGURES for e in ("png", "pdf"))
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_a_calibration_that_would_not_fit_the_deadline_is_refused_on_every_worker(tmp_path):
+    """A TDF at which the run's iterations would take longer than the point's deadline
+    leaves them (run_wall_s / iterations each) is refused at once, on every worker,
+    naming what was measured; a generous deadline calibrates and trains."""
+    from hosts.common.calibration import CalibrationRefused
+
+    dev = {"type": "u280", "time_scale": 500.0}
+    # hw_op_s 1 ns: any real allreduce reads as an emulator 1e4+ times slower
+    tight = {"hw_op_s": 1e-9, "rounds": 1, "batches": 2, "run_wall_s": 1e-3}
+    group = LocalAllreduceGroup(2, timeout_s=30)
+    raised: dict[int, BaseException] = {}
+
+    def one(rank):
+        cfg = prog.P4sgdConfig.from_json(_cfg(tmp_path, rank, 2, device=dev, calibration=tight))
+        w = JsonlWriter(cfg.out)
+        try:
+            prog.Worker(cfg, w).run(_local_comm(group, rank))
+        except BaseException as e:  # noqa: BLE001 - checked below
+            raised[rank] = e
+        finally:
+            w.close()
+
+    ts = [threading.Thread(target=one, args=(r,)) for r in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert set(raised) == {0, 1} and all(isinstance(e, CalibrationRefused) for e in raised.values())
+    assert "calibration round 0 chose TDF" in str(raised[0]) and "op(s) took" in str(raised[0])
+    out = run_workers(tmp_path / "ok", 2, device=dev, calibration=dict(tight, run_wall_s=1e6))
+    cal = next(r for r in out[0] if r["type"] == "calibration")
+    assert cal["rounds"][0]["tdf_out"] > 1e4             # the same TDF, accepted
+
+
+def test_the_host_config_needs_the_calibration_deadline(tmp_path):
+    with pytest.raises(ConfigError, match="run_wall_s"):
+        prog.P4sgdConfig.from_json(_cfg(tmp_path, calibration={"hw_op_s": 1e-6, "rounds": 1, "batches": 2}))
+    with pytest.raises(ConfigError, match="run_wall_s > 0"):
+        prog.P4sgdConfig.from_json(_cfg(tmp_path, calibration={"hw_op_s": 1e-6, "rounds": 1, "batches": 2,
+                                                                "run_wall_s": 0}))
