@@ -56,7 +56,12 @@ class _Server(paramiko.ServerInterface):
                 channel.sendall(chunk)
             rc = proc.wait()
             channel.send_exit_status(rc if rc >= 0 else 128 - rc)   # as a shell reports a signal
-            channel.close()
+            # EOF, and the client closes the channel. paramiko answers the exec
+            # request only after check_channel_exec_request returns: a command that
+            # ends first (`kill`, `true`) and a close from here would beat that answer,
+            # and the client's exec_command failed with "Channel closed" (under load).
+            # Data, the exit status and EOF before the answer are fine for the client.
+            channel.shutdown_write()
 
         threading.Thread(target=feed, daemon=True).start()
         threading.Thread(target=pump, daemon=True).start()
