@@ -202,14 +202,11 @@ class Worker:
         compensation. Elsewhere TDF follows the network's own slowdown."""
         from hosts.common.calibration import Calibrator
 
-        from hosts.glm.training import epoch_order, minibatches
-
         cc = self.cfg.calibration
         # The run's share of the point's deadline per iteration: a TDF at which an
         # iteration on the modeled hardware would take longer is refused at once.
         # Only a modeled device's compute runs at the TDF (a measured one's does not).
-        iterations = self.cfg.epochs * len(minibatches(epoch_order(self.ds.n_samples, self.cfg.seed, 0),
-                                                       self.cfg.batch))
+        iterations = self.cfg.epochs * -(-self.ds.n_samples // self.cfg.batch)    # minibatches()' count
         per_iter = cc["run_wall_s"] / iterations if self.device.base_scale is not None else 0.0
         cal = Calibrator(cc["hw_op_s"], self.dilation, self.cfg.network_dilation, self.cfg.rank,
                          self.comm.expect_delay, iteration_wall_s=per_iter)

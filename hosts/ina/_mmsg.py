@@ -123,18 +123,9 @@ class MmsgUdp:
             iov[1:2 * k:2] = lens[done:done + k]
             if self.gso and k > 1:
                 self._send_gso(np.asarray(lens[done:done + k]))
-                done += k
-                continue
-            r = sendmmsg(self.fd, self._sptr, k, 0)
-            if r <= 0:
-                e = ctypes.get_errno() if r < 0 else 0
-                if e == errno.EINTR:
-                    continue
-                if e == errno.EBADF:
-                    raise OSError(e, os.strerror(e))
-                r = 1                      # skip the datagram the kernel refused
-                self.send_errors += 1
-            done += r
+            else:
+                self._send_plain(0, k)
+            done += k
         return done
 
     def _send_plain(self, first: int, k: int) -> None:
