@@ -40,7 +40,7 @@ class SwitchAllreduce:
     def connect(cls, *, rank: int, world: int, my_ip: str, ina: InaSettings, run: dict,
                 connect_timeout_s: float, timeout_s: float) -> "SwitchAllreduce":
         try:
-            io = UdpIo((my_ip, ina.worker_port), (ina.switch_ip, ina.switch_port))
+            io = UdpIo((my_ip, ina.worker_port), (ina.switch_ip, ina.switch_port), gso=ina.gso)
         except OSError as e:
             raise NetError(str(e)) from None
         client = InaClient(io, ina.job_id, rank, world, window=ina.window,

@@ -184,6 +184,10 @@ class InaSettings:
     congestion_window: bool = False
     # the worker's packet loops (hosts/ina/hostpath.py): None = compiled where built
     impl: str | None = None
+    # Send runs of chunks as UDP GSO messages (hosts/ina/_mmsg.py). Off unless the network
+    # says the host's uplink passes no host-side qdisc or nftables rule, which would shape
+    # or drop a whole message as one packet (Network.switch_info, workers[host].gso).
+    gso: bool = False
 
     @classmethod
     def parse(cls, c: "Checker", algorithm: str | None) -> "InaSettings | None":
@@ -218,7 +222,7 @@ class InaSettings:
                 if v not in (None, "compiled", "python"):
                     c.error(f"ina.{k}", f"must be compiled, python or null, got {v!r}")
                 d[k] = v
-            elif k == "congestion_window":
+            elif k in ("congestion_window", "gso"):
                 if not isinstance(v, bool):
                     c.error(f"ina.{k}", f"must be true or false, got {v!r}")
                 d[k] = v

@@ -290,6 +290,15 @@ def _bandwidth_rows(out: ImpairmentPlan, plan: TopologyPlan, dirs: list[Directio
     return rows
 
 
+def host_egress_untouched(impairments: ImpairmentPlan, host: str, htb_at_host: bool) -> bool:
+    """Nothing at the host's own interface acts on what it sends: no htb, no nftables
+    egress rule, no netem. Only then may its INA worker send UDP GSO messages: those
+    are cut into frames after the interface's qdisc and netdev egress hook, which would
+    shape a whole message as one packet, or drop it as one."""
+    return (not htb_at_host and host not in impairments.nft_egress
+            and not any(n.get("node") == host for n in impairments.netem))
+
+
 def shaped_by_switch(impairments: ImpairmentPlan, switch: str, port: int) -> bool:
     """The link into switch:port is shaped by the soft switch (so its far end, a
     host's interface, carries no htb)."""

@@ -159,7 +159,20 @@ class MininetNetwork(Network):
             # BMv2 serves a few thousand packets/s: its packet sockets drop the excess of
             # a burst, so the workers' INA clients adapt their window (hosts/ina/cwnd.py).
             info["ina"] = {**info.get("ina", {}), "congestion_window": True}
+        info["workers"] = {h: {"gso": gso} for h, gso in self._host_gso().items()}
         return info
+
+    def _host_gso(self) -> dict[str, bool]:
+        """Per host: may its INA worker send UDP GSO messages (impairments.host_egress_untouched:
+        no htb, nftables egress rule or netem at its own interface)?"""
+        out = {}
+        for ln in self.plan.links:
+            if ln.node1 in self.hosts:
+                values = self.link_values.get(ln.node1, self._base_values)
+                htb = (values.bandwidth_mbps is not None
+                       and not imp.shaped_by_switch(self.impairments, ln.node2, ln.port2))
+                out[ln.node1] = imp.host_egress_untouched(self.impairments, ln.node1, htb)
+        return out
 
     @staticmethod
     def _p4runtime_port(sw: str) -> int:

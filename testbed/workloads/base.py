@@ -157,7 +157,7 @@ def straggler_for(scenario: Any, host: str) -> dict[str, float] | None:
 
 
 _INA_KEYS = ("switch_ip", "switch_port", "switch_mac", "job_id", "worker_port", "window",
-             "retx_timeout_s", "max_retries", "congestion_window")
+             "retx_timeout_s", "max_retries", "congestion_window", "gso")
 _INA_ALIASES = {"ip": "switch_ip", "mac": "switch_mac", "ina_port": "switch_port"}
 
 

@@ -46,3 +46,8 @@ def test_the_network_asks_for_the_congestion_window(tmp_path, switch, window_ada
         assert cfg.ina.window == 32                                  # the scenario's setting
         assert cfg.ina.job_id == (1 if h in ("w1", "w2") else 2)     # two jobs of two workers
         assert (cfg.ina.switch_ip, cfg.ina.switch_mac) == (switch["ip"], switch["mac"])
+
+
+def test_gso_is_what_the_network_says_per_host_and_off_otherwise(tmp_path):
+    cfgs = worker_configs(tmp_path, {**SOFT, "workers": {"w1": {"gso": True}, "w2": {"gso": False}}})
+    assert [cfgs[h].ina.gso for h in ("w1", "w2", "w3", "w4")] == [True, False, False, False]
