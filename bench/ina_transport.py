@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import inspect
 import json
 import os
 import subprocess
@@ -104,7 +105,8 @@ LOADED_NEW: dict = {
 def worker_main(cfg: dict) -> None:
     mod = importlib.import_module(cfg["module"])
     rank = cfg["rank"]
-    io_kw = {} if cfg.get("gso", True) else {"gso": False}      # A/B of UDP GSO sends
+    # A/B of UDP GSO sends (an older copy of the transport given as --module has no gso)
+    io_kw = {"gso": cfg["gso"]} if "gso" in inspect.signature(mod.UdpIo).parameters else {}
     io = mod.UdpIo((loopback_ip(rank), cfg["wport"]), ("127.0.0.1", cfg["base"] + rank + 1), **io_kw)
     kw = {} if cfg["window"] is None else {"window": cfg["window"]}
     if cfg.get("impl"):

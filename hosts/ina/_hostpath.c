@@ -359,7 +359,6 @@ typedef struct {
     struct iovec *riov, *siov;
     uint8_t *gcm;                      /* their control messages (GSO_CMSG bytes each) */
     int64_t *gfirst;                   /* each GSO message's first datagram */
-    int gso_off;                       /* the kernel refused UDP GSO once: plain sendmmsg from then on */
     uint8_t *seen;
     int64_t *acc_slot, *acc_row;
     /* the run */
@@ -814,15 +813,16 @@ static int64_t gso_groups(Loop *L, int64_t nsend) {
     return g;
 }
 
-/* The burst's sends: as GSO messages where asked and the kernel takes them; a
- * message it refuses goes datagram by datagram (and a refusal of GSO itself,
- * EIO/EINVAL/EOPNOTSUPP/ENOPROTOOPT, turns GSO off for this loop). */
-static int send_burst(Loop *L, int64_t nsend, int gso) {
+/* The burst's sends: as GSO messages where *gso and the kernel takes them; a
+ * message it refuses goes datagram by datagram, and a refusal of GSO itself
+ * (EIO/EINVAL/EOPNOTSUPP/ENOPROTOOPT) clears *gso for the rest of this run() and
+ * counts in CNT_GSO_REFUSED (the caller then turns it off on the socket). */
+static int send_burst(Loop *L, int64_t nsend, int *gso) {
     for (int64_t j = 0; j < nsend; j++) {
         L->siov[j].iov_base = L->pkts + L->txo[j];
         L->siov[j].iov_len = (size_t)L->txl[j];
     }
-    if (!gso || L->gso_off || nsend < 2) return send_plain(L, 0, nsend);
+    if (!*gso || nsend < 2) return send_plain(L, 0, nsend);
     int64_t ng = gso_groups(L, nsend), done = 0;
     while (done < ng) {
         int r = sendmmsg(L->fd, L->gh + done, (unsigned)(ng - done), 0);
@@ -831,9 +831,9 @@ static int send_burst(Loop *L, int64_t nsend, int gso) {
         if (e == EINTR) continue;
         if (e == EBADF) { PyErr_SetFromErrno(PyExc_OSError); return -1; }
         int64_t first = L->gfirst[done], end = done + 1 < ng ? L->gfirst[done + 1] : nsend;
-        if (e == EIO || e == EINVAL || e == EOPNOTSUPP || e == ENOPROTOOPT) {
+        if (e == EIO || e == EINVAL || e == EOPNOTSUPP || e == ENOPROTOOPT) {     /* _mmsg.GSO_REFUSALS */
             L->cnt[CNT_GSO_REFUSED]++;         /* no GSO here: the rest one message per datagram */
-            L->gso_off = 1;
+            *gso = 0;
             return send_plain(L, first, nsend - first);
         }
         if (send_plain(L, first, end - first) < 0) return -1;
@@ -872,7 +872,7 @@ static PyObject *loop_run(Loop *L, PyObject *args) {
             int st = do_burst(L, L->rec, L->lens, n, vec_min, Py_None, lat, &nsend);
             if (st < 0) return NULL;
             if (st == ST_OTHER) return Py_BuildValue("ind", ST_OTHER, (Py_ssize_t)n, t_empty);
-            if (nsend && send_burst(L, nsend, gso) < 0) return NULL;
+            if (nsend && send_burst(L, nsend, &gso) < 0) return NULL;
             L->cnt[CNT_BURSTS]++;
             napped = 0;
             total += n;

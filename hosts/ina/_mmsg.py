@@ -7,7 +7,7 @@
 - `send(base_addr, offs, lens)` sends datagrams that are slices of caller-owned
   memory (base_addr + offs[i], lens[i] bytes) to `dest` in one system call per
   `batch` datagrams: no bytes objects, no per-datagram Python work. With
-  `gso` (the default), each run of equal-length datagrams (`gso_groups`) goes as
+  `gso`, each run of equal-length datagrams (`gso_groups`) goes as
   one UDP GSO message, which the kernel cuts back into those datagrams after one
   pass through its output path; a message it refuses goes datagram by datagram,
   and a refusal of GSO itself turns it off for the socket.
@@ -54,7 +54,7 @@ def _sockaddr_in(addr: tuple[str, int]) -> bytes:
 
 class MmsgUdp:
     def __init__(self, sock: socket.socket, dest: tuple[str, int], rx_dtype: np.dtype,
-                 batch: int = 256, *, gso: bool = True):
+                 batch: int = 256, *, gso: bool = False):
         if not HAVE_MMSG:
             raise OSError(errno.ENOSYS, "recvmmsg/sendmmsg not available")
         self.fd, self.batch = sock.fileno(), batch
@@ -80,7 +80,7 @@ class MmsgUdp:
         self._siov = np.zeros(2 * batch, np.uint64)
         self._sraw = np.zeros(batch * HDR_SIZE, np.uint8)
         sh = (MMsgHdr * batch).from_buffer(self._sraw)
-        siov = self._siov.ctypes.data
+        siov = self._siov_addr = self._siov.ctypes.data
         for i in range(batch):
             sh[i].msg_hdr.msg_name = name
             sh[i].msg_hdr.msg_namelen = 16
@@ -148,7 +148,7 @@ class MmsgUdp:
         starts, counts = gso_groups(lens)
         g = len(starts)
         w = self._gwords
-        w[:g, 2] = self._siov.ctypes.data + 16 * starts.astype(np.uint64)
+        w[:g, 2] = self._siov_addr + 16 * starts.astype(np.uint64)
         w[:g, 3] = counts
         multi = counts > 1
         w[:g, 4] = np.where(multi, self._cmsg_base + _CMSG.itemsize * np.arange(g, dtype=np.uint64), 0)

@@ -75,10 +75,8 @@ class HostLoop:
         self.run_tag = 0
         self.taken = 0          # results taken in by the loop (the rest: the Python path)
         self.coalesce = COALESCE
-        # Send runs of equal-length chunks as UDP GSO messages (the io's choice; off for
-        # good once the kernel refuses one): `gso_msgs` of them so far.
-        self.gso = bool(getattr(client.io, "gso", False))
-        self.gso_msgs = 0
+        self.io = client.io
+        self.gso_msgs = 0       # UDP GSO messages the loop sent
         # diagnostics of Loop.run: calls by status, bursts taken, waits in ppoll
         self.returns = [0, 0, 0, 0]
         self.bursts = self.sleeps = self.naps = 0
@@ -94,6 +92,12 @@ class HostLoop:
         self.c.set_run(seg.tag, seg.seq0, seg.n, seg.c0, seg.op, h.nchunks - 1 - seg.c0, last,
                        seg.buf, h.ints2d)
         self.run_tag = seg.tag
+
+    @property
+    def gso(self) -> bool:
+        """Send runs of equal-length chunks as UDP GSO messages: the socket's setting
+        (UdpIo.gso), which a refusal by the kernel, here or in UdpIo, turns off."""
+        return bool(getattr(self.io, "gso", False))
 
     def unbind(self) -> None:
         self.c.clear_run()
@@ -120,7 +124,7 @@ class HostLoop:
         self.naps += naps
         self.gso_msgs += gso_msgs
         if gso_refused:
-            self.gso = False
+            self.io.gso = False
         self.taken += results
         self.bursts += bursts
         self.sleeps += sleeps

@@ -20,12 +20,12 @@ class UdpIo:
 
     Besides send/recv, where libc has recvmmsg/sendmmsg (Linux), `recv_block`
     and `send_many` move bursts of datagrams in one system call each; the
-    client uses them for whole windows of chunks (mmsg=False: plain calls only),
-    and send runs of equal-length chunks as UDP GSO messages (gso=False: one
-    message per datagram; the datagrams on the wire are the same)."""
+    client uses them for whole windows of chunks (mmsg=False: plain calls only).
+    gso=True: runs of equal-length chunks go as UDP GSO messages (the datagrams on
+    the wire are the same); only where the network allows it (InaSettings.gso)."""
 
     def __init__(self, bind: tuple[str, int], switch: tuple[str, int], rcvbuf: int = 4 << 20,
-                 *, mmsg: bool = True, batch: int = 256, gso: bool = True):
+                 *, mmsg: bool = True, batch: int = 256, gso: bool = False):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -57,6 +57,11 @@ class UdpIo:
     def gso(self) -> bool:
         """Whether bursts go as UDP GSO messages (False once the kernel refused one)."""
         return self._mm is not None and self._mm.gso
+
+    @gso.setter
+    def gso(self, on: bool) -> None:
+        if self._mm is not None:
+            self._mm.gso = on
 
     @property
     def gso_msgs(self) -> int:

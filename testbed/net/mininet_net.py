@@ -165,14 +165,14 @@ class MininetNetwork(Network):
     def _host_gso(self) -> dict[str, bool]:
         """Per host: may its INA worker send UDP GSO messages (impairments.host_egress_untouched:
         no htb, nftables egress rule or netem at its own interface)?"""
-        out = {}
-        for ln in self.plan.links:
-            if ln.node1 in self.hosts:
-                values = self.link_values.get(ln.node1, self._base_values)
-                htb = (values.bandwidth_mbps is not None
-                       and not imp.shaped_by_switch(self.impairments, ln.node2, ln.port2))
-                out[ln.node1] = imp.host_egress_untouched(self.impairments, ln.node1, htb)
-        return out
+        return {ln.node1: imp.host_egress_untouched(self.impairments, ln.node1, self._htb_at_node1(ln))
+                for ln in self.plan.links if ln.node1 in self.hosts}
+
+    def _htb_at_node1(self, ln: Any) -> bool:
+        """htb shapes the link at its node1 end (a link with a rate is shaped by htb at
+        both ends, except a host uplink the soft switch shapes at its receive ring)."""
+        return (self.link_values.get(ln.node1, self._base_values).bandwidth_mbps is not None
+                and not imp.shaped_by_switch(self.impairments, ln.node2, ln.port2))
 
     @staticmethod
     def _p4runtime_port(sw: str) -> int:
@@ -383,7 +383,7 @@ class MininetNetwork(Network):
             mac1 = (self.hosts[ln.node1].mac if ln.node1 in self.hosts
                     else switch_port_mac(ln.node1, ln.port1))
             # htb at each sending end, but not at a host whose uplink the switch shapes.
-            params1 = {} if imp.shaped_by_switch(self.impairments, ln.node2, ln.port2) else params
+            params1 = params if self._htb_at_node1(ln) else {}
             net.addLink(ln.node1, ln.node2, port1=ln.port1, port2=ln.port2, cls=TCLink,
                         addr1=mac1, addr2=switch_port_mac(ln.node2, ln.port2),
                         params1=params1, params2=params)
@@ -504,9 +504,8 @@ class MininetNetwork(Network):
             values = self.link_values.get(ln.node1, self._base_values)
             if values.bandwidth_mbps is None:
                 continue
-            ends = [(ln.node2, ln.port2)]
-            if not imp.shaped_by_switch(self.impairments, ln.node2, ln.port2):
-                ends.insert(0, (ln.node1, ln.port1))
+            ends = [(ln.node1, ln.port1)] if self._htb_at_node1(ln) else []
+            ends.append((ln.node2, ln.port2))
             for node, port in ends:
                 intf = f"{node}-eth{port}"
                 rc, out = self.run(node, ["tc", "class", "show", "dev", intf])
