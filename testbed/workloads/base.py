@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from testbed.process_env import one_blas_thread
 from testbed.results import PROJECT_ROOT, read_jsonl
 
 PYTHON = sys.executable  # the venv's interpreter: host programs run with it
@@ -127,12 +128,13 @@ def switch_job(point: Any) -> list[Any]:
 
 
 def host_env() -> dict[str, str]:
-    """Environment for host programs: the project importable, no stray venv vars needed."""
+    """Environment for host programs: the project importable, no stray venv vars
+    needed, one BLAS thread (unless the user's environment says otherwise)."""
     import os
     env = dict(os.environ)
     env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+    return one_blas_thread(env)
 
 
 def register_figures_if_loaded(*names: str) -> bool:

@@ -174,3 +174,14 @@ def test_bulk_allreduce_over_udp_sockets_with_loss(tmp_path, mmsg):
         for x, y in zip(xs, out[r]):
             assert y.tobytes() == fp.quantized_sum(x).tobytes()
     assert sum(c.stats.retransmissions for c in clients) > 0
+
+
+def test_the_switch_process_runs_one_thread_whatever_blas_would_start(tmp_path, monkeypatch):
+    """testbed.process_env: numpy's OpenBLAS helper threads would busy-wait on the shared cores."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    p = start_switch(tmp_path, *free_ports(), 0.0)
+    try:
+        assert len(list(Path(f"/proc/{p.pid}/task").iterdir())) == 1
+    finally:
+        stop(p)

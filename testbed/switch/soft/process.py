@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from testbed.process_env import one_blas_thread
+
 log = logging.getLogger(__name__)
 
 
@@ -100,6 +102,7 @@ class SoftSwitchProcess:
         self.config_path.write_text(json.dumps(self.config, indent=1))
         env = dict(os.environ if self.env is None else self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        one_blas_thread(env)
         with open(self.log_path, "ab") as logf:
             self.proc = self.popen_fn(self.argv, stdin=subprocess.DEVNULL, stdout=logf,
                                       stderr=subprocess.STDOUT, env=env)
