@@ -303,7 +303,9 @@ def pcap(pcap_files: tuple[str, ...], as_json: bool, show_packets: int) -> None:
     PCAP_FILES: one or more pcaps, or a folder of them (e.g. a point's
     results/<scenario>/<run>/pcaps/<point>/). Aggregation packets from several
     files are merged by time: give a switch's *_in.pcap (contributions) and
-    *_out.pcap (results) together to see completion latency.
+    *_out.pcap (results) together to see completion latency. Frames captured
+    cut short (switch.capture_bytes) count at their length on the wire and
+    decode from their headers; the summary says they were cut.
     """
     from testbed import pcap_ina
     from testbed.pcap import PcapError, format_summary, summarize

@@ -3,6 +3,11 @@
 The summary (hosts, flows, packets, bytes, retransmissions seen) parses frames
 with struct for speed; decoding of the in-network aggregation protocol lives in
 testbed.pcap_ina and uses the one wire-format module.
+
+Truncated captures (a snaplen: `switch.capture_bytes`, tcpdump -s) keep each
+frame's first bytes and its length on the wire (the record's orig_len): bytes
+and TCP segment lengths are counted from the wire length, headers are read from
+the captured bytes only, and the summary says how the frames were cut.
 """
 from __future__ import annotations
 
@@ -23,7 +28,8 @@ class PcapError(Exception):
 @dataclass
 class Frame:
     ts: float
-    data: bytes
+    data: bytes               # the captured bytes: the frame's first wire_len bytes at most
+    wire_len: int = -1        # the frame's length on the wire (-1: len(data), not truncated)
     src_ip: str | None = None
     dst_ip: str | None = None
     proto: str = "other"      # tcp | udp | arp | icmp | other
@@ -32,6 +38,15 @@ class Frame:
     payload_off: int = 0      # offset of the L4 payload in data
     tcp_seq: int = 0
     tcp_flags: int = 0
+
+    def __post_init__(self) -> None:
+        if self.wire_len < len(self.data):
+            self.wire_len = len(self.data)
+
+    @property
+    def truncated(self) -> bool:
+        """Captured shorter than it was on the wire (the capture's snaplen cut it)."""
+        return self.wire_len > len(self.data)
 
 
 def read_frames(path: str | Path) -> Iterator[Frame]:
@@ -45,11 +60,13 @@ def read_frames(path: str | Path) -> Iterator[Frame]:
     with reader:
         for data, meta in reader:
             ts = meta.sec + meta.usec / 1e6 if hasattr(meta, "sec") else float(meta[0]) + meta[1] / 1e6
-            yield parse_frame(bytes(data), ts)
+            yield parse_frame(bytes(data), ts, getattr(meta, "wirelen", -1))
 
 
-def parse_frame(data: bytes, ts: float = 0.0) -> Frame:
-    f = Frame(ts, data)
+def parse_frame(data: bytes, ts: float = 0.0, wire_len: int = -1) -> Frame:
+    """The frame's addresses and ports, read from the captured bytes only;
+    wire_len: its length on the wire when the capture cut it (-1: not cut)."""
+    f = Frame(ts, data, wire_len)
     if len(data) < 14:
         return f
     ethertype = struct.unpack_from("!H", data, 12)[0]
@@ -96,10 +113,13 @@ class TraceSummary:
     protocols: dict[str, int]
     hosts: dict[str, dict[str, int]]
     flows: dict[str, FlowStats]
+    truncated: int = 0              # frames captured shorter than on the wire
+    snaplen: int | None = None      # what those were cut to (None: none was cut)
 
     def to_dict(self) -> dict:
         return {
             "path": self.path, "packets": self.packets, "bytes": self.bytes,
+            "truncated_frames": self.truncated, "snaplen": self.snaplen,
             "duration_s": round(self.duration_s, 6), "protocols": self.protocols, "hosts": self.hosts,
             "flows": {k: {"packets": v.packets, "bytes": v.bytes, "retransmissions": v.retransmissions,
                           "duration_s": round(v.last_ts - v.first_ts, 6)} for k, v in self.flows.items()},
@@ -112,7 +132,9 @@ def summarize(path: str | Path) -> TraceSummary:
 
     A TCP retransmission is a data segment whose (seq, length) this flow already
     carried. A UDP retransmission is a datagram whose payload this flow already
-    carried (the aggregation protocol resends identical packets on timeout).
+    carried (the aggregation protocol resends identical packets on timeout); of
+    a truncated datagram, its length and the payload bytes captured.
+    Bytes are lengths on the wire, also of truncated frames.
     """
     from testbed import wire  # noqa: PLC0415
 
@@ -121,9 +143,13 @@ def summarize(path: str | Path) -> TraceSummary:
     protocols: dict[str, int] = defaultdict(int)
     hosts: dict[str, dict[str, int]] = defaultdict(lambda: {"tx_packets": 0, "rx_packets": 0, "tx_bytes": 0, "rx_bytes": 0})
     flows: dict[str, FlowStats] = {}
+    truncated, snaplen = 0, None
     for fr in read_frames(path):
         packets += 1
-        nbytes += len(fr.data)
+        nbytes += fr.wire_len
+        if fr.truncated:
+            truncated += 1
+            snaplen = max(snaplen or 0, len(fr.data))
         first = fr.ts if first is None else first
         last = fr.ts
         proto = fr.proto
@@ -133,9 +159,9 @@ def summarize(path: str | Path) -> TraceSummary:
         if fr.src_ip is None:
             continue
         hosts[fr.src_ip]["tx_packets"] += 1
-        hosts[fr.src_ip]["tx_bytes"] += len(fr.data)
+        hosts[fr.src_ip]["tx_bytes"] += fr.wire_len
         hosts[fr.dst_ip]["rx_packets"] += 1
-        hosts[fr.dst_ip]["rx_bytes"] += len(fr.data)
+        hosts[fr.dst_ip]["rx_bytes"] += fr.wire_len
         if fr.proto not in ("tcp", "udp"):
             continue
         key = f"{fr.proto} {fr.src_ip}:{fr.sport} > {fr.dst_ip}:{fr.dport}"
@@ -143,13 +169,13 @@ def summarize(path: str | Path) -> TraceSummary:
         if st is None:
             st = flows[key] = FlowStats(first_ts=fr.ts)
         st.packets += 1
-        st.bytes += len(fr.data)
+        st.bytes += fr.wire_len
         st.last_ts = fr.ts
-        payload_len = len(fr.data) - fr.payload_off
+        payload_len = fr.wire_len - fr.payload_off
         if fr.proto == "tcp" and payload_len > 0:
             sig = (fr.tcp_seq, payload_len)
         elif fr.proto == "udp":
-            sig = hash(fr.data[fr.payload_off:])
+            sig = hash((payload_len, fr.data[fr.payload_off:]))
         else:
             continue
         if sig in st.seen:
@@ -157,12 +183,15 @@ def summarize(path: str | Path) -> TraceSummary:
         else:
             st.seen.add(sig)
     return TraceSummary(str(path), packets, nbytes, (last - first) if first is not None else 0.0,
-                        dict(protocols), dict(hosts), flows)
+                        dict(protocols), dict(hosts), flows, truncated, snaplen)
 
 
 def format_summary(s: TraceSummary, max_flows: int = 20) -> str:
-    lines = [f"{s.path}: {s.packets} packets, {s.bytes} bytes, {s.duration_s:.3f} s",
-             "protocols: " + ", ".join(f"{k}={v}" for k, v in sorted(s.protocols.items()))]
+    lines = [f"{s.path}: {s.packets} packets, {s.bytes} bytes, {s.duration_s:.3f} s"]
+    if s.truncated:
+        lines.append(f"truncated: frames captured to {s.snaplen} bytes (snaplen), {s.truncated} of "
+                     f"{s.packets} cut; bytes are wire lengths, payloads were not captured whole")
+    lines.append("protocols: " + ", ".join(f"{k}={v}" for k, v in sorted(s.protocols.items())))
     if s.hosts:
         lines.append("hosts:")
         lines.append(f"  {'address':<16}{'tx pkts':>10}{'tx bytes':>12}{'rx pkts':>10}{'rx bytes':>12}")

@@ -8,7 +8,9 @@ retransmissions, results received.
 
 Give it the switch's `<intf>_in.pcap` files for contributions and `_out.pcap`
 files for results (or all of a point's pcaps): frames from several files are
-merged by timestamp.
+merged by timestamp. Frames the capture cut short (`switch.capture_bytes`, at
+least the headers) decode from their headers as whole ones do; the summary
+counts them.
 
 Refusals. Membership is bound to ports: the aggregation switch drops a
 contribution whose worker id is not bound to the port it came in on
@@ -63,6 +65,7 @@ class InaPacket:
     exponent: int
     source: str
     refused_port: bool = False       # refused by the port binding (see the module docstring)
+    truncated: bool = False          # captured without all its values (the capture's snaplen)
 
     @property
     def is_result(self) -> bool:
@@ -165,6 +168,7 @@ class InaAnalysis:
             "completed_chunks": sum(c.first_result is not None for c in self.chunks.values()),
             "retransmissions": sum(c.retransmissions for c in self.chunks.values()),
             "duplicates": sum(c.duplicates for c in self.chunks.values()),
+            "truncated_packets": sum(p.truncated for p in self.packets),
             "completion_latency_s": _percentiles(lat),
             "per_worker": {f"job{j}/worker{w}": v for (j, w), v in sorted(self.workers.items())},
             "refused_by_port_binding": [
@@ -185,6 +189,9 @@ class InaAnalysis:
                  f"  {d['packets']} packets: {d['contributions']} contributions, {d['results']} results",
                  f"  chunks: {d['chunks']} seen, {d['completed_chunks']} completed; "
                  f"retransmissions {d['retransmissions']}, duplicates {d['duplicates']}"]
+        if d["truncated_packets"]:
+            lines.append(f"  truncated: {d['truncated_packets']} packets captured without all their values "
+                         "(snaplen); decoded from their headers")
         p = d["completion_latency_s"]
         if p:
             lines.append("  completion latency (first contribution -> first result at this capture point): "
@@ -230,13 +237,14 @@ def decode(paths: Iterable[str | Path]) -> list[InaPacket]:
     out: list[InaPacket] = []
     for path in paths:
         for fr in read_frames(path):
-            parsed = wire.parse_frame(fr.data)
+            parsed = wire.parse_frame(fr.data, fr.wire_len)
             if parsed is None:
                 continue
             h = parsed.header
             out.append(InaPacket(fr.ts, wire.ip_str(parsed.src_ip), wire.ip_str(parsed.dst_ip), h.job_id, h.slot,
                                  h.slot_ver, h.worker_id, h.seq, wire.OP_NAMES.get(h.op, str(h.op)), h.flags,
-                                 h.count, h.exponent, Path(path).name))
+                                 h.count, h.exponent, Path(path).name,
+                                 truncated=len(parsed.values) < h.count))
     out.sort(key=lambda p: p.ts)
     return out
 

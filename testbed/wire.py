@@ -231,8 +231,13 @@ class ParsedFrame(NamedTuple):
     values: np.ndarray
 
 
-def parse_frame(frame: bytes) -> ParsedFrame | None:
-    """Decode an INA frame (either direction); None if it is not a well-formed one."""
+def parse_frame(frame: bytes, wire_len: int | None = None) -> ParsedFrame | None:
+    """Decode an INA frame (either direction); None if it is not a well-formed one.
+
+    wire_len: the frame's length on the wire when `frame` holds only its first
+    bytes (a pcap record cut at the capture's snaplen). The headers must still be
+    captured whole (VALUES_OFFSET bytes); `count` is checked against wire_len, and
+    `values` holds only the values captured whole (fewer than header.count)."""
     if len(frame) < VALUES_OFFSET or frame[12:14] != b"\x08\x00" or frame[14] != 0x45 \
             or frame[23] != IPPROTO_UDP:
         return None
@@ -240,11 +245,14 @@ def parse_frame(frame: bytes) -> ParsedFrame | None:
     if not (is_ina_port(dport) or is_ina_port(sport)):
         return None
     h = unpack_header(frame)
+    # A capture never holds more than the wire carried: a shorter wire_len is ignored.
+    length = len(frame) if wire_len is None else max(wire_len, len(frame))
     if h.version != INA_VERSION or h.count > MAX_VALUES_PER_PACKET \
-            or len(frame) < VALUES_OFFSET + 4 * h.count:
+            or length < VALUES_OFFSET + 4 * h.count:
         return None
+    captured = min(h.count, (len(frame) - VALUES_OFFSET) // 4)
     return ParsedFrame(frame[6:12], frame[0:6], frame[26:30], frame[30:34], sport, dport,
-                       h, values_from_bytes(frame, h.count))
+                       h, values_from_bytes(frame, captured))
 
 
 # -- scapy layers (lazy) -----------------------------------------------------

@@ -61,7 +61,8 @@ P4RUNTIME_BASE_PORT = 9558  # s1 -> 9559, the P4Runtime default
 class MininetNetwork(Network):
     def __init__(self, topology: Any, links: Any, hosts: list[str] | None, switch_cls: type,
                  switch_config_base: dict[str, Any] | None, run_dir: str | Path, seed: int = 0,
-                 capture: bool = False, *, log_dir: str | Path | None = None,
+                 capture: bool = False, *, capture_bytes: int | None = None,
+                 log_dir: str | Path | None = None,
                  pcap_dir: str | Path | None = None, registry: RunRegistry | None = None,
                  backend: str | None = None, p4runtime: bool = False, bmv2_build: Any = None,
                  recorder: Any = None, ina_traffic: bool = True):
@@ -79,6 +80,7 @@ class MininetNetwork(Network):
         self.switch_config_base = dict(switch_config_base or {})
         self.seed = int(seed)
         self.capture = capture
+        self.capture_bytes = capture_bytes  # snaplen of the captures; None: whole frames
         self.soft = accepts_switch_config(switch_cls)
         self.backend = backend or ("soft" if self.soft else switch_cls.__name__)
 
@@ -347,6 +349,7 @@ class MininetNetwork(Network):
             # Distinct, reproducible random streams per switch.
             "seed": self.seed * 1000 + int(sw[1:]),
             "pcap_dir": str(self.pcap_dir) if self.capture else None,
+            "pcap_snaplen": self.capture_bytes if self.capture else None,
             # A tree's uplinks: the delay line charges L0 once per path (dilation.py, "Trees").
             "inter_switch_ports": self.plan.inter_switch_ports(sw),
             # Host uplinks this switch shapes at its receive rings (links.shaper auto).
@@ -573,7 +576,9 @@ class MininetNetwork(Network):
             time.sleep(0.02)
 
     def _capture_argv(self, intf: str) -> list[str]:
-        return ["tcpdump", "-U", "-n", "-Z", "root", "-i", intf, "-w", str(self.pcap_dir / f"{intf}.pcap")]
+        snaplen = [] if self.capture_bytes is None else ["-s", str(self.capture_bytes)]
+        return ["tcpdump", "-U", "-n", "-Z", "root", "-i", intf, *snaplen,
+                "-w", str(self.pcap_dir / f"{intf}.pcap")]
 
     # --- dry run -------------------------------------------------------------
     def _record_build(self, rec: Any) -> None:

@@ -20,7 +20,9 @@ from pydantic import (
     model_validator,
 )
 
+from testbed import wire
 from testbed.results import PROJECT_ROOT
+from testbed.switch.soft.pcap import MAX_SNAPLEN
 from testbed.workloads import seal_registry
 
 # allow_inf_nan=False: `.inf` / `.nan` are valid YAML floats but no valid delay,
@@ -33,6 +35,12 @@ MAX_WORKERS = 199
 # Dict fields whose keys are dotted paths into the scenario (`links.loss_pct`):
 # overrides must treat the rest of a path as one key there, not as nesting.
 DOTTED_KEYS = {"dotted_keys": True}
+
+
+def bounds_why(reason: str) -> dict[str, str]:
+    """json_schema_extra of a field whose bounds need a reason: the loader's
+    out-of-bounds error says it (validate._bounds_why)."""
+    return {"bounds_why": reason}
 
 
 # --- figures ----------------------------------------------------------------
@@ -143,6 +151,11 @@ class Links(LinkParams):
 
 
 # --- switch -----------------------------------------------------------------
+# The shortest capture whose aggregation frames still decode: Ethernet, IPv4, UDP
+# and the INA header, where the values begin (`testbed pcap`, testbed.pcap_ina).
+MIN_CAPTURE_BYTES = wire.VALUES_OFFSET
+
+
 class Switch(BaseModel):
     """The switch implementation and the program it runs."""
 
@@ -155,6 +168,18 @@ class Switch(BaseModel):
         "ina", min_length=1, description="P4 program under p4/ (the soft switch mirrors it).")
     capture: bool = Field(
         True, description="Write a pcap per switch interface into the run folder.")
+    capture_bytes: Optional[int] = Field(
+        None, ge=MIN_CAPTURE_BYTES, le=MAX_SNAPLEN,
+        json_schema_extra=bounds_why(f"a capture keeps at least the headers `testbed pcap` decodes, Ethernet + "
+                                     f"IPv4 + UDP + aggregation header = {MIN_CAPTURE_BYTES} bytes "
+                                     f"(testbed/wire.py), at most {MAX_SNAPLEN}, the largest pcap snaplen; "
+                                     "null keeps whole frames"),
+        description="Bytes kept of each captured frame (the pcaps' snaplen, tcpdump's `-s`); "
+                    "null: whole frames. Longer frames are cut, and their records keep the "
+                    "length on the wire, so `testbed pcap` still counts every byte and decodes "
+                    "every aggregation header; only payloads are lost. At least "
+                    f"{MIN_CAPTURE_BYTES}: Ethernet + IPv4 + UDP + the aggregation header "
+                    "(testbed/wire.py); needs `capture: true`.")
     options: dict[str, Any] = Field(
         default_factory=dict, description="Backend-specific settings, passed through unchanged.")
 
@@ -390,6 +415,7 @@ PROGRAM_FILES = {"soft": "{}.p4info.txtpb"}
 SOFT_RESERVED = {
     "name": "the switch name", "ports": "the topology", "forwarding": "the control plane",
     "impairments": "links", "seed": "sweep.seed", "pcap_dir": "switch.capture",
+    "pcap_snaplen": "switch.capture_bytes",
     "stats_path": "the runner", "ready_path": "the runner", "p4runtime_addr": "the runner",
     "pipeline": "switch.program",
 }
@@ -397,8 +423,9 @@ NICE_RANGE = (-20, 19)
 
 
 def switch_problems(sw: Switch) -> list[tuple[Loc, str]]:
-    """`switch.program` exists for the backend; `switch.options` the backend can use."""
-    problems: list[tuple[Loc, str]] = []
+    """`switch.program` exists for the backend; `switch.options` the backend can use;
+    `switch.capture_bytes` keeps the headers of what is captured."""
+    problems: list[tuple[Loc, str]] = capture_problems(sw)
     pattern = PROGRAM_FILES.get(sw.backend)
     if pattern and not (P4_DIR / pattern.format(sw.program)).is_file():
         known = sorted(p.name[:-len(pattern.format(""))] for p in P4_DIR.glob(pattern.format("*")))
@@ -431,6 +458,16 @@ def switch_problems(sw: Switch) -> list[tuple[Loc, str]]:
                     problems.append((("switch", "options", key),
                                      f"must be an integer in {lo}..{hi}, got {v!r}"))
     return problems
+
+
+def capture_problems(sw: Switch) -> list[tuple[Loc, str]]:
+    """`switch.capture_bytes` cuts what is captured: refused without a capture.
+    (Its bounds, the headers and the largest snaplen, are the field's own.)"""
+    if sw.capture_bytes is None or sw.capture:
+        return []
+    return [(("switch", "capture_bytes"),
+             f"{sw.capture_bytes}, but switch.capture is false (nothing is captured): remove "
+             "switch.capture_bytes (--set switch.capture_bytes=null) or set switch.capture: true")]
 
 
 def net_problems(scn: Scenario, hosts: list[str]) -> list[tuple[Loc, str]]:

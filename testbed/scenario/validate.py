@@ -379,7 +379,7 @@ def _explain(err: dict[str, Any], raw: Any) -> tuple[Loc, str]:
         return loc, f"must be a finite number, got {_describe(value)}"
     if kind in _BOUNDS:
         bound = next(iter(ctx.values()))
-        return loc, f"must be {_BOUNDS[kind]} {bound}, got {_describe(value)}"
+        return loc, f"must be {_BOUNDS[kind]} {bound}, got {_describe(value)}{_bounds_why(raw, loc)}"
     if kind == "too_short":
         return loc, f"needs at least {ctx.get('min_length')} item(s), got {ctx.get('actual_length', 0)}"
     if kind == "string_pattern_mismatch":
@@ -388,6 +388,16 @@ def _explain(err: dict[str, Any], raw: Any) -> tuple[Loc, str]:
     if kind == "value_error":
         return loc, str(err["msg"]).removeprefix("Value error, ")
     return loc, f"{err['msg']}; got {_describe(value)}"
+
+
+def _bounds_why(raw: Any, loc: Loc) -> str:
+    """Why a field's bounds are what they are, where the field says (models.bounds_why)."""
+    for model in _models_for(_type_at(raw, loc[:-1]), _raw_child_at(raw, loc[:-1])):
+        field = model.model_fields.get(str(loc[-1]))
+        extra = field.json_schema_extra if field is not None else None
+        if isinstance(extra, dict) and extra.get("bounds_why"):
+            return f"; {extra['bounds_why']}"
+    return ""
 
 
 def _raw_child_at(raw: Any, loc: Loc) -> Any:

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from testbed.results import PROJECT_ROOT
+from testbed.scenario import load_scenario
 
 pytestmark = pytest.mark.local
 
 TESTBED = [sys.executable, "-m", "testbed"]
+QUICKSTART = PROJECT_ROOT / "scenarios" / "quickstart.yaml"
 
 # Runs the CLI with an audit hook that logs every way Python starts a process.
 # Polling /proc for children misses one that lives a few milliseconds (a library's
@@ -88,7 +90,7 @@ def _commands(point: dict, node: str) -> list[str]:
 
 
 def test_quickstart_dry_run_lists_host_programs_switch_and_table_entries(tmp_path):
-    plan = _dry_run([str(PROJECT_ROOT / "scenarios/quickstart.yaml"), "--quick"], tmp_path)
+    plan = _dry_run([str(QUICKSTART), "--quick"], tmp_path)
     assert plan["net"] == "mininet" and len(plan["points"]) == 9
     switch_point = next(p for p in plan["points"] if "algorithm=switch" in p["label"])
     for h in ("w1", "w2", "w3", "w4"):
@@ -112,6 +114,9 @@ def test_quickstart_dry_run_lists_host_programs_switch_and_table_entries(tmp_pat
     loss = next(p for p in plan["points"] if p["label"].startswith("006-loss"))
     s1 = json.loads(next(v for k, v in loss["configs"].items() if k.endswith("s1.config.json")))
     assert s1["impairments"]["1"]["ingress"]["loss_pct"] == 1
+    # switch.capture_bytes reaches the soft switch as its pcaps' snaplen.
+    assert s1["pcap_snaplen"] == load_scenario(QUICKSTART).switch.capture_bytes
+    assert s1["pcap_dir"]
 
 
 def test_p4sgd_dry_run_lists_workers_and_its_job(tmp_path):
@@ -124,12 +129,15 @@ def test_p4sgd_dry_run_lists_workers_and_its_job(tmp_path):
 
 
 def test_bmv2_dry_run_records_the_compile_and_simple_switch(tmp_path):
-    plan = _dry_run([str(PROJECT_ROOT / "scenarios/quickstart.yaml"), "--quick",
-                     "--set", "switch.backend=bmv2"], tmp_path)
+    plan = _dry_run([str(QUICKSTART), "--quick", "--set", "switch.backend=bmv2"], tmp_path)
     p = plan["points"][0]
     assert any(c.startswith("p4c-bm2-ss") or "p4c" in c.split()[0] for c in _commands(p, "runner"))
     assert any("simple_switch_grpc" in c and "--grpc-server-addr 127.0.0.1:9559" in c
                for c in _commands(p, "s1"))
+    # BMv2 cannot capture: tcpdump on each switch port, cut at switch.capture_bytes.
+    snap = load_scenario(QUICKSTART).switch.capture_bytes
+    tcpdumps = [c for c in _commands(p, "s1") if "tcpdump" in c]
+    assert len(tcpdumps) == 4 and all(f" -s {snap} -w " in c for c in tcpdumps), tcpdumps
 
 
 def _tofino_inventory(tmp_path: Path) -> Path:

@@ -185,3 +185,96 @@ def test_the_switch_process_runs_one_thread_whatever_blas_would_start(tmp_path, 
         assert len(list(Path(f"/proc/{p.pid}/task").iterdir())) == 1
     finally:
         stop(p)
+
+
+def _allreduce_through_switch(work: Path, snaplen: int | None, xs: list[list[np.ndarray]]) -> list:
+    """One soft switch (UDP ports) capturing into work/pcaps at `snaplen` (the
+    config key switch.capture_bytes sets); N clients allreduce xs through it.
+    Returns the clients (their stats)."""
+    import threading
+    base, wport = free_ports()
+    cfg = loopback_switch_config(N, base, wport, slot_count=32, pcap_dir=str(work / "pcaps"),
+                                 pcap_snaplen=snaplen)
+    sw = SoftSwitchProcess(cfg, work).start()
+    out: dict = {}
+    clients = [InaClient(UdpIo((worker_ip(r), wport), ("127.0.0.1", base + r + 1)),
+                         1, r, N, window=32, timeout_s=1.0, max_retries=20) for r in range(N)]
+    try:
+        def work_of(r):
+            try:
+                out[r] = [clients[r].wait(clients[r].submit(x[r]), timeout=30) for x in xs]
+            except BaseException as e:  # noqa: BLE001 - reported below
+                out[r] = e
+        ts = [threading.Thread(target=work_of, args=(r,)) for r in range(N)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+    finally:
+        for c in clients:
+            c.close()
+        stop(sw)
+    for r in range(N):
+        assert r in out and not isinstance(out[r], BaseException), out.get(r)
+        for x, y in zip(xs, out[r]):
+            assert y.tobytes() == fp.quantized_sum(x).tobytes()
+    return clients
+
+
+def test_switch_pcaps_cut_to_capture_bytes_decode_as_whole_ones(tmp_path):
+    """switch.capture_bytes end to end on the soft switch (pcap_snaplen): a run
+    capturing only the headers writes records of at most that many bytes with each
+    frame's length on the wire, and `testbed pcap` finds the same chunks and
+    workers in them as in a whole-frame run, and says the frames were cut."""
+    from click.testing import CliRunner
+    from scapy.utils import RawPcapReader
+
+    from testbed import wire
+    from testbed.cli import main
+    from testbed.pcap_ina import analyze
+    from testbed.scenario.models import MIN_CAPTURE_BYTES
+
+    snap = MIN_CAPTURE_BYTES                       # the headers alone: every value is cut off
+    rng = np.random.default_rng(8)
+    xs = [[rng.standard_normal(3000).astype(np.float32) for _ in range(N)] for _ in range(2)]
+    # Per tensor: its data chunks and the MAX round that agrees on the scale first.
+    chunks = 2 * (-(-3000 // wire.MAX_VALUES_PER_PACKET) + 1)
+    runs = {}
+    for name, snaplen in (("whole", None), ("cut", snap)):
+        (tmp_path / name).mkdir()
+        clients = _allreduce_through_switch(tmp_path / name, snaplen, xs)
+        pcaps = sorted((tmp_path / name / "pcaps").glob("*.pcap"))
+        assert len(pcaps) == 2 * N
+        runs[name] = (pcaps, analyze(pcaps).to_dict(), sum(c.stats.retransmissions for c in clients))
+
+    records = cut_records = 0
+    for p in runs["cut"][0]:
+        with RawPcapReader(str(p)) as r:
+            assert r.snaplen == snap, p
+            for data, meta in r:
+                records += 1
+                cut_records += meta.wirelen > snap
+                count = wire.unpack_header(data).count
+                assert meta.wirelen == wire.VALUES_OFFSET + 4 * count, (p, meta)   # the length on the wire
+                assert len(data) == meta.caplen == min(snap, meta.wirelen), (p, meta)
+    assert records >= 2 * N * chunks                # each contribution in, each result out
+
+    for name, (_, a, retx) in runs.items():
+        assert a["chunks"] == a["completed_chunks"] == chunks, name
+        assert a["contributions"] - a["retransmissions"] - a["duplicates"] == N * chunks, name
+        assert all(v["contributions"] - v["retransmissions"] >= chunks for v in a["per_worker"].values())
+    whole, cut = runs["whole"][1], runs["cut"][1]
+    assert whole.pop("truncated_packets") == 0
+    assert cut["packets"] == records and cut.pop("truncated_packets") == cut_records > records // 2
+    if runs["whole"][2] == runs["cut"][2] == 0:     # no timeout on either run: the very same traffic
+        for a in (whole, cut):
+            # Timing, and which worker completed each chunk (a result carries its id), vary by run.
+            a.pop("completion_latency_s")
+            for v in a["per_worker"].values():
+                v.pop("results")
+        assert cut == whole
+
+    out = CliRunner().invoke(main, ["pcap", str(tmp_path / "cut" / "pcaps")])
+    assert out.exit_code == 0, out.output
+    assert out.output.count(f"truncated: frames captured to {snap} bytes (snaplen)") == 2 * N
+    assert f"chunks: {chunks} seen, {chunks} completed" in out.output

@@ -16,7 +16,7 @@ Python pipelines list L2 hits before flood copies within a batch, the compiled
 loop keeps arrival order); all registers and counters; the stats say which
 path ran.
 
-Pcaps on in every run (snaplen 256, so that longer frames are cut): each
+Pcaps on in every run (config pcap_snaplen 256, so that longer frames are cut): each
 port's `_in.pcap` must hold exactly the frames sent to it, in order, and its
 `_out.pcap` exactly the frames its capture socket got, in order (lengths and
 bytes up to the snaplen; timestamps non-decreasing per file, within the run's
@@ -206,21 +206,15 @@ def one(cfg: dict, frames, ports, work: Path, io_impl: str = "ring_fastpath",
     from testbed.switch.ina import InaPipeline
     from testbed.switch.pipeline import make_pipeline
     from testbed.switch.soft.config import SwitchConfig
-    from testbed.switch.soft.pcap import PcapWriter
     from testbed.switch.soft.switch import SoftSwitch
 
     nports = sorted(int(p) for p in cfg["ports"])
     raw = {**cfg, "name": "s1", "ports": {str(p): f"s{p}" for p in nports}, "io_impl": io_impl,
            "pipeline": program, "pipeline_impl": "compiled", "batch": 1024,
            "stats_path": str(work / "stats.json"), "ready_path": str(work / "ready"),
-           "pcap_dir": str(work / f"pcap-{io_impl}")}
+           "pcap_dir": str(work / f"pcap-{io_impl}"), "pcap_snaplen": SNAP}
     t0 = time.time()
     sw = SoftSwitch(SwitchConfig.from_dict(raw))
-    # The switch's writers, reopened with a small snaplen (the loop uses these dicts).
-    for d in (sw.pcap_in, sw.pcap_out):
-        for p, w in d.items():
-            w.close()
-            d[p] = PcapWriter(w.path, snaplen=SNAP)
     caps = {}
     for p in nports:
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))

@@ -9,9 +9,9 @@ import pytest
 
 from testbed.switch.pipeline import (PIPELINES, ForwardingPipeline, make_pipeline,
                                      register_pipeline)
-from testbed.switch.soft.config import DEFAULT_BATCH, ConfigError, SwitchConfig
+from testbed.switch.soft.config import DEFAULT_BATCH, KNOWN_KEYS, ConfigError, SwitchConfig
 from testbed.switch.soft.impairments import DelayQueue, Impair, PortImpairment
-from testbed.switch.soft.pcap import PcapWriter
+from testbed.switch.soft.pcap import MAX_SNAPLEN, PcapWriter
 
 pytestmark = pytest.mark.unit
 
@@ -303,6 +303,22 @@ def test_config_errors_name_the_field(bad, field):
     with pytest.raises(ConfigError) as ei:
         SwitchConfig.from_dict(base_cfg(**bad), "cfg.json")
     assert f"cfg.json: {field}" in str(ei.value)
+
+
+def test_config_pcap_snaplen():
+    # Absent or null: whole frames, as the writers did before the key existed.
+    assert SwitchConfig.from_dict(base_cfg()).pcap_snaplen == MAX_SNAPLEN == 262144
+    assert SwitchConfig.from_dict(base_cfg(pcap_snaplen=None)).pcap_snaplen == MAX_SNAPLEN
+    assert SwitchConfig.from_dict(base_cfg(pcap_snaplen=96)).pcap_snaplen == 96
+    assert "pcap_snaplen" in KNOWN_KEYS
+
+
+@pytest.mark.parametrize("bad", [0, -1, MAX_SNAPLEN + 1, True, "96", 96.0])
+def test_config_pcap_snaplen_errors_name_the_key(bad):
+    with pytest.raises(ConfigError) as ei:
+        SwitchConfig.from_dict(base_cfg(pcap_snaplen=bad), "cfg.json")
+    assert str(ei.value) == (f"cfg.json: pcap_snaplen: must be an integer in 1..262144 (bytes kept of "
+                             f"each frame) or null (whole frames), got {bad!r}")
 
 
 def test_config_missing_required():

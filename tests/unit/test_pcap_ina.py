@@ -92,3 +92,84 @@ def test_contributions_refused_by_the_port_binding_are_shown(tmp_path):
     assert "job1/worker0 arriving on port 2 (bound to port 1): 2" in out.output
     assert "s1 job 1: Ingress.bad_port 2 (worker id not bound to the ingress port" in out.output
     assert out.output.count(" refused ") >= 2                          # the packet list marks them
+
+
+def _write_point_pcaps(pdir, records, snaplen):
+    """records: (port, direction, ts, frame) -> <pdir>/s1-eth<port>_<direction>.pcap,
+    written by the switch's own PcapWriter at `snaplen`."""
+    from testbed.switch.soft.pcap import PcapWriter
+
+    pdir.mkdir()
+    writers = {}
+    for port, direction, ts, frame in records:
+        key = f"s1-eth{port}_{direction}.pcap"
+        if key not in writers:
+            writers[key] = PcapWriter(pdir / key, snaplen)
+        writers[key].write(frame, ts)
+    for w in writers.values():
+        w.close()
+    return sorted(pdir.glob("*.pcap"))
+
+
+def test_truncated_captures_decode_as_whole_ones_and_say_so(tmp_path):
+    """The same frames captured whole and cut to 64 bytes (switch.capture_bytes):
+    identical chunk and worker statistics and trace summaries (bytes at their wire
+    length); records keep the original length; the summaries say they were cut."""
+    from click.testing import CliRunner
+    from scapy.utils import RawPcapReader
+
+    from testbed.cli import main
+    from testbed.pcap import summarize
+
+    job = job_config(1, 3, slot_count=8)
+    pipe = InaPipeline(pipeline_config(job))
+    vals = np.arange(16, dtype=np.int32)
+    sends = [(w, seq, 0) for seq in range(8) for w in range(3)]
+    sends.insert(4, (1, 0, wire.FLAG_RETX))         # w1 resends chunk 0
+    sends.insert(9, (2, 2, 0))                      # w2 sends chunk 2 twice: a duplicate
+    records, t = [], 200.0
+    for w, seq, flags in sends:
+        frame = contribution(job, w, slot=seq, seq=seq, values=vals + w, flags=flags, window=8)
+        t += 0.001
+        records.append((w + 1, "in", t, frame))
+        for port, out in pipe.process_batch([frame], [w + 1], t):
+            records.append((port, "out", t + 0.0002, out))
+    snap = 64
+    assert all(len(f) > snap for *_, f in records)                    # every frame gets cut
+    whole = _write_point_pcaps(tmp_path / "whole", records, 262144)
+    cut = _write_point_pcaps(tmp_path / "cut", records, snap)
+
+    by_file = {}
+    for p in cut:
+        with RawPcapReader(str(p)) as r:
+            assert r.snaplen == snap
+            by_file[p.name] = [(len(data), meta.caplen, meta.wirelen) for data, meta in r]
+    port1_in = [len(f) for port, d, _, f in records if (port, d) == (1, "in")]
+    assert by_file["s1-eth1_in.pcap"] == [(snap, snap, n) for n in port1_in]
+
+    a_whole, a_cut = analyze(whole).to_dict(), analyze(cut).to_dict()
+    assert a_whole["chunks"] == a_whole["completed_chunks"] == 8
+    assert (a_whole["retransmissions"], a_whole["duplicates"]) == (1, 1)
+    assert a_whole["per_worker"]["job1/worker1"] == {"contributions": 9, "retransmissions": 1, "results": 1}
+    assert a_whole["results"] == 8 * 3 + 2     # per worker and chunk, and to each late copy
+    assert a_whole.pop("truncated_packets") == 0
+    assert a_cut.pop("truncated_packets") == a_cut["packets"] == len(records)
+    assert a_cut == a_whole
+
+    for pw, pc in zip(whole, cut):
+        s_whole, s_cut = summarize(pw).to_dict(), summarize(pc).to_dict()
+        assert (s_whole.pop("truncated_frames"), s_whole.pop("snaplen")) == (0, None)
+        assert (s_cut.pop("truncated_frames"), s_cut.pop("snaplen")) == (s_cut["packets"], snap)
+        s_whole.pop("path"), s_cut.pop("path")
+        assert s_cut == s_whole, pc.name
+
+    out_cut = CliRunner().invoke(main, ["pcap", str(tmp_path / "cut")])
+    assert out_cut.exit_code == 0, out_cut.output
+    assert out_cut.output.count(f"truncated: frames captured to {snap} bytes (snaplen)") == len(cut)
+    assert f"truncated: {len(records)} packets captured without all their values" in out_cut.output
+    out_whole = CliRunner().invoke(main, ["pcap", str(tmp_path / "whole")])
+    assert out_whole.exit_code == 0 and "truncated:" not in out_whole.output
+    # The aggregation lines are the same but for the truncation note.
+    ina = lambda text: [ln for ln in text[text.index("in-network aggregation:"):].splitlines()  # noqa: E731
+                        if not ln.startswith("  truncated:")]
+    assert ina(out_cut.output) == ina(out_whole.output)

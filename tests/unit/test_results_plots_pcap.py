@@ -9,7 +9,7 @@ from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
 from testbed import results as res
-from testbed.pcap import PcapError, summarize
+from testbed.pcap import PcapError, format_summary, summarize
 from testbed.plots import PlotError, draw_figures
 
 
@@ -83,6 +83,42 @@ def test_pcap_summary_counts_flows_hosts_and_retransmissions(tmp_path):
     assert s["retransmissions"] == 1
     assert s["hosts"][a]["tx_packets"] == 3 and s["hosts"][b]["tx_packets"] == 2
     assert len(s["flows"]) == 3
+
+
+def test_pcap_summary_of_a_truncated_capture_counts_wire_lengths(tmp_path):
+    """Frames cut at a snaplen: bytes, TCP segment lengths and UDP lengths come
+    from each record's original length, so the summary matches the whole capture;
+    it says the frames were cut. Cut here: a resend of 50 of 100 bytes (no
+    retransmission), two datagrams alike in their first bytes (none either)."""
+    from testbed.switch.soft.pcap import PcapWriter
+
+    a, b = "10.0.0.1", "10.0.0.2"
+    pkts = [
+        Ether() / IP(src=a, dst=b) / TCP(sport=1000, dport=47000, seq=1, flags="PA") / (b"x" * 100),
+        Ether() / IP(src=a, dst=b) / TCP(sport=1000, dport=47000, seq=101, flags="PA") / (b"y" * 100),
+        Ether() / IP(src=a, dst=b) / TCP(sport=1000, dport=47000, seq=101, flags="PA") / (b"y" * 50),
+        Ether() / IP(src=a, dst=b) / TCP(sport=1000, dport=47000, seq=1, flags="PA") / (b"x" * 100),  # retx
+        Ether() / IP(src=b, dst=a) / TCP(sport=47000, dport=1000, ack=201, flags="A"),
+        Ether() / IP(src=b, dst=a) / UDP(sport=5, dport=6) / (b"h" * 40),
+        Ether() / IP(src=b, dst=a) / UDP(sport=5, dport=6) / (b"h" * 41),
+    ]
+    summaries = {}
+    for snaplen in (262144, 60):
+        path = tmp_path / f"s{snaplen}.pcap"
+        with PcapWriter(path, snaplen) as w:
+            for i, p in enumerate(pkts):
+                w.write(bytes(p), 1700000000 + i * 0.01)
+        summaries[snaplen] = summarize(path)
+    whole, cut = summaries[262144], summaries[60]
+    assert (whole.truncated, whole.snaplen) == (0, None)
+    assert (cut.truncated, cut.snaplen) == (6, 60)      # all but the bare ACK (54 bytes)
+    assert whole.to_dict()["retransmissions"] == 1
+    assert whole.bytes == sum(len(p) for p in pkts)
+    for key in ("packets", "bytes", "protocols", "hosts", "flows", "retransmissions"):
+        assert cut.to_dict()[key] == whole.to_dict()[key], key
+    text = format_summary(cut)
+    assert "truncated: frames captured to 60 bytes (snaplen), 6 of 7 cut" in text
+    assert "truncated:" not in format_summary(whole)
 
 
 def test_pcap_bad_input_errors(tmp_path):

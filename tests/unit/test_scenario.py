@@ -19,6 +19,7 @@ from testbed.scenario import (
     load_scenario_text,
     register_figure_names,
 )
+from testbed import wire
 from testbed.scenario import models as scenario_models
 from testbed.scenario.models import DEFAULT_MAX_POINTS
 from testbed.scenario.reference import REGENERATE, render_markdown
@@ -118,6 +119,47 @@ def test_other_cross_field_checks():
     assert "figures.0: unknown figure 'nope'" in text
     assert "sweep.cases.1.name: duplicate case name 'a'" in text
     assert "sweep.quick.cases.0: no case named 'b'" in text
+
+
+def test_capture_bytes_defaults_to_whole_frames():
+    sw = load_scenario_text(MINIMAL, "s.yaml").switch
+    assert sw.capture is True and sw.capture_bytes is None
+    # The quickstart keeps every header but not the payloads.
+    quick = load_scenario(QUICKSTART).switch.capture_bytes
+    assert scenario_models.MIN_CAPTURE_BYTES <= quick < 1500
+
+
+def test_capture_bytes_must_keep_the_aggregation_headers():
+    # Ethernet 14 + IPv4 20 + UDP 8 + INA header 16, as testbed.wire lays out a frame.
+    assert scenario_models.MIN_CAPTURE_BYTES == wire.VALUES_OFFSET == 58
+    [line] = errors_of(MINIMAL + "switch: {capture_bytes: 57}\n")
+    assert line.startswith("s.yaml:3: switch.capture_bytes: must be >= 58, got 57 (an integer); a capture "
+                           "keeps at least the headers `testbed pcap` decodes, Ethernet + IPv4 + UDP + "
+                           "aggregation header = 58 bytes (testbed/wire.py)")
+    assert load_scenario_text(MINIMAL + "switch: {capture_bytes: 58}\n", "s.yaml").switch.capture_bytes == 58
+    [line] = errors_of(MINIMAL + "switch: {capture_bytes: 262145}\n")
+    assert "switch.capture_bytes: must be <= 262144, got 262145" in line and "largest pcap snaplen" in line
+    [line] = errors_of(MINIMAL, ("switch.capture_bytes=40",))
+    assert "switch.capture_bytes: must be >= 58, got 40" in line and line.endswith(
+        "(from --set switch.capture_bytes=40)")
+    [line] = errors_of(MINIMAL + "switch: {capture_bytes: true}\n")
+    assert "switch.capture_bytes: expected an integer, got true" in line
+
+
+def test_capture_bytes_without_capture_is_an_error_that_says_how_to_fix_it():
+    [line] = errors_of(MINIMAL + "switch: {capture: false, capture_bytes: 96}\n")
+    assert "switch.capture_bytes: 96, but switch.capture is false (nothing is captured)" in line
+    assert "--set switch.capture_bytes=null" in line
+    # ... which is what turning capture off on the quickstart takes.
+    [line] = errors_of(QUICKSTART.read_text(), ("switch.capture=false",))
+    assert "switch.capture_bytes" in line
+    scn = load_scenario(QUICKSTART, ["switch.capture=false", "switch.capture_bytes=null"])
+    assert (scn.switch.capture, scn.switch.capture_bytes) == (False, None)
+
+
+def test_pcap_snaplen_is_not_a_soft_switch_option():
+    [line] = errors_of(MINIMAL + "switch: {options: {pcap_snaplen: 96}}\n")
+    assert "switch.options.pcap_snaplen: set by the testbed from switch.capture_bytes" in line
 
 
 def test_registered_figure_names_are_accepted():

@@ -87,6 +87,32 @@ def test_parse_frame():
     assert wire.parse_frame(non_ina + bytes(16)) is None
 
 
+def test_parse_frame_of_a_truncated_capture_reads_only_captured_bytes():
+    """A pcap record cut at a snaplen: the header decodes as in the whole frame;
+    `values` holds the values captured whole, none read past the captured bytes."""
+    vals = list(range(-5, 5))
+    f = frame(values=vals)                                    # 58 + 40 bytes
+    whole = wire.parse_frame(f)
+    for snap in (58, 61, 62, 96, len(f) - 1):
+        cut = wire.parse_frame(f[:snap], wire_len=len(f))
+        assert cut is not None and cut.header == whole.header, snap
+        assert cut[:6] == whole[:6]                           # addresses and ports
+        assert list(cut.values) == vals[:(snap - 58) // 4], snap
+    assert wire.parse_frame(f[:57], wire_len=len(f)) is None  # the header itself cut
+    assert wire.parse_frame(f[:60]) is None                   # without wire_len: values missing
+    # Checks on whole frames hold for cut ones: count beyond the wire length, a
+    # count over 64, another version, not INA.
+    short = frame(values=np.zeros(2), count=9)
+    assert wire.parse_frame(short[:60], wire_len=len(short)) is None
+    assert wire.parse_frame(frame(values=np.zeros(2), count=65)[:60], wire_len=58 + 4 * 65) is None
+    assert wire.parse_frame(frame(version=2)[:58], wire_len=70) is None
+    non_ina = wire.eth_ip_udp(A["src_mac"], A["dst_mac"], A["src_ip"], A["dst_ip"], 1, 53, 16)
+    assert wire.parse_frame(non_ina + bytes(16), wire_len=200) is None
+    # A wire length shorter than the captured bytes cannot be: the bytes count.
+    assert wire.parse_frame(f, wire_len=10).header == whole.header
+    assert list(wire.parse_frame(f, wire_len=10).values) == vals
+
+
 def test_values_wrap_like_int32():
     f = frame(values=[2**31 - 1, -2**31, -1])
     assert np.array_equal(wire.values_from_bytes(f, 3), np.array([2**31 - 1, -2**31, -1], np.int32))

@@ -10,10 +10,11 @@ from typing import Any
 
 from testbed.switch.pipeline import parse_mac
 from testbed.switch.soft.impairments import Impair
+from testbed.switch.soft.pcap import MAX_SNAPLEN
 
 log = logging.getLogger("softswitch")
 
-KNOWN_KEYS = ("name", "ports", "forwarding", "flood", "impairments", "seed", "pcap_dir",
+KNOWN_KEYS = ("name", "ports", "forwarding", "flood", "impairments", "seed", "pcap_dir", "pcap_snaplen",
               "stats_path", "ready_path", "batch", "pipeline", "pipeline_impl", "p4runtime_addr", "io_impl",
               "io_spin_us", "inter_switch_ports", "ingress_mbps")
 # How the "ina" pipeline runs (testbed/switch/ina/fastpath.py); absent = compiled when built.
@@ -71,6 +72,9 @@ class SwitchConfig:
     impairments: dict[int, dict[str, Impair]] = field(default_factory=dict)
     seed: int = 0
     pcap_dir: Path | None = None
+    # Bytes of each frame the pcaps keep (their snaplen); longer frames are cut,
+    # their records keep the wire length. Null in the file: whole frames.
+    pcap_snaplen: int = MAX_SNAPLEN
     batch: int = DEFAULT_BATCH
     pipeline: str = "forward"
     p4runtime_addr: str | None = None
@@ -201,6 +205,12 @@ class SwitchConfig:
             else:
                 err(k, "must be a path string" + (" or null" if k == "pcap_dir" else ""))
                 paths[k] = None
+        snaplen = d.get("pcap_snaplen")
+        if snaplen is None:
+            snaplen = MAX_SNAPLEN
+        if not isinstance(snaplen, int) or isinstance(snaplen, bool) or not 1 <= snaplen <= MAX_SNAPLEN:
+            err("pcap_snaplen", f"must be an integer in 1..{MAX_SNAPLEN} (bytes kept of each frame) "
+                                f"or null (whole frames), got {snaplen!r}")
         p4addr = d.get("p4runtime_addr")
         if p4addr is not None and not isinstance(p4addr, str):
             err("p4runtime_addr", "must be 'host:port' or null")
@@ -227,8 +237,8 @@ class SwitchConfig:
             raise ConfigError("\n".join(errs))
         return cls(name=name, ports=dict(sorted(ports.items())), stats_path=paths["stats_path"],
                    ready_path=paths["ready_path"], forwarding=list(fwd), flood=flood,
-                   impairments=imps, seed=seed, pcap_dir=paths["pcap_dir"], batch=batch,
-                   pipeline=pipeline, p4runtime_addr=p4addr, io_impl=io_impl,
+                   impairments=imps, seed=seed, pcap_dir=paths["pcap_dir"], pcap_snaplen=snaplen,
+                   batch=batch, pipeline=pipeline, p4runtime_addr=p4addr, io_impl=io_impl,
                    io_spin_us=spin, inter_switch_ports=frozenset(inter), ingress_mbps=rates,
                    raw=dict(d))
 

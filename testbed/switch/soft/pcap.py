@@ -15,12 +15,14 @@ PCAP_MAGIC_US = 0xA1B2C3D4
 LINKTYPE_ETHERNET = 1
 _GLOBAL = struct.Struct("<IHHiIII")
 _RECORD = struct.Struct("<IIII")
+# Whole frames: the largest snaplen tcpdump and Wireshark write (MAXIMUM_SNAPLEN).
+MAX_SNAPLEN = 262144
 
 
 class PcapWriter:
     """Appends frames to a pcap file; call close() (or use as a context manager)."""
 
-    def __init__(self, path: str | Path, snaplen: int = 262144, flush_bytes: int = 1 << 20):
+    def __init__(self, path: str | Path, snaplen: int = MAX_SNAPLEN, flush_bytes: int = 1 << 20):
         self.path = Path(path)
         self.snaplen = snaplen
         self.flush_bytes = flush_bytes

@@ -173,8 +173,9 @@ class SoftSwitch:
             config.pcap_dir.mkdir(parents=True, exist_ok=True)
             for no, io in self.ports.items():
                 base = _pcap_name(io.name)
-                self.pcap_in[no] = PcapWriter(config.pcap_dir / f"{base}_in.pcap")
-                self.pcap_out[no] = PcapWriter(config.pcap_dir / f"{base}_out.pcap")
+                # Both packet paths cut frames at the writer's snaplen (fastloop.RingLoop).
+                self.pcap_in[no] = PcapWriter(config.pcap_dir / f"{base}_in.pcap", config.pcap_snaplen)
+                self.pcap_out[no] = PcapWriter(config.pcap_dir / f"{base}_out.pcap", config.pcap_snaplen)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
