@@ -7,6 +7,12 @@ unlimited, a receiver in h2 counts. Reports delivered pps and loss per rate,
 the soft/bridge ratio, and the soft switch's CPU time per packet. The soft
 switch runs in both port I/O implementations (`io_impl`: mmap_ring, the packet
 ring, and mmsg, recvmmsg/sendmmsg), each at normal and raised priority.
+Then each of NDR_KINDS' no-drop rate (bench/ndr.py: the highest paced rate
+forwarded with at most 0.1 % loss), since an unpaced sender cannot overrun the
+bridge, which forwards in the sender's own system call, but can overrun a
+switch process.
+
+    python -m bench.switch_forwarding run [--kinds K,..] [--rates R,..] [--ndr K,..|'']
 
 This is a measurement, not a test: nothing here asserts timings.
 
@@ -30,10 +36,15 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import ndr
+
 ROOT = Path(__file__).resolve().parent.parent
 RATES = [10_000, 50_000, 100_000, 200_000, 0]  # pps; 0 = as fast as the sender can
 PAYLOAD = 172          # UDP payload: 214-byte Ethernet frames, as in research/feasibility.md
 DURATION = 3.0         # seconds per rate
+NDR_KINDS = ["bridge", "soft_fast", "soft_prio_fast"]   # whose no-drop rate `run` searches
+NDR_TRIAL_S = 2.0      # seconds per no-drop-rate trial
+NDR_STEPS = 6          # halvings after the first trial: resolution ~1/64 of the range
 UDP_PORT = 5001
 
 
@@ -305,6 +316,7 @@ def inner(a: argparse.Namespace) -> dict:
                 for kind in kinds[k:] + kinds[:k]:
                     rows.append(measure(net, kind, rate, a.duration, a.size, work, rep))
                     print(_fmt_row(rows[-1]), file=sys.stderr, flush=True)
+        no_drop = no_drop_rates(net, a, rows, work) if a.ndr else {}
     finally:
         net.stop()
         for sw in net.switches:
@@ -314,7 +326,40 @@ def inner(a: argparse.Namespace) -> dict:
             "frame_bytes": a.size + 42, "duration_s_per_rate": a.duration, "repeats": a.repeats,
             "batch": a.batch, "prio_nice": PRIO_NICE, "cpus": os.cpu_count(),
             "loadavg_start": load0, "loadavg_end": os.getloadavg(),
-            "rows": rows, "summary": summarize(rows, rates, kinds)}
+            "rows": rows, "summary": summarize(rows, rates, kinds), "ndr": no_drop}
+
+
+def no_drop_rates(net, a: argparse.Namespace, rows: list[dict], work: Path) -> dict:
+    """Each of --ndr's kinds' no-drop rate (bench/ndr.py), --repeats times in a
+    rotating order, searched up to --ndr-max or 1.05 x the bridge's unpaced rate."""
+    kinds = a.ndr.split(",")
+    hi = a.ndr_max
+    if not hi:
+        unpaced = [r["delivered_pps"] for r in rows if r["switch"] == "bridge" and r["rate_target_pps"] == 0]
+        if not unpaced:
+            raise SystemExit("--ndr needs --ndr-max, or the bridge measured unpaced (rate 0 in --rates)")
+        hi = 1.05 * max(unpaced)
+    runs: dict[str, list[dict]] = {k: [] for k in kinds}
+    for rep in range(a.repeats):
+        for kind in kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]:
+            res = ndr.search(lambda rate, kind=kind: measure(net, kind, rate, a.ndr_duration, a.size, work,
+                                                             rep=100 + rep),
+                             hi, a.ndr_steps)
+            runs[kind].append(res)
+            print(f"{kind:<15} no-drop rate {res['ndr_pps'] / 1e3:7.1f}k/s ({res['limited_by']}-bound, "
+                  f"+-{res['resolution_pps'] / 1e3:.0f}k, {len(res['trials'])} trials)",
+                  file=sys.stderr, flush=True)
+    out: dict = {"hi_pps": hi, "trial_s": a.ndr_duration, "steps": a.ndr_steps,
+                 "loss_ok_pct": ndr.LOSS_OK_PCT, "kinds": {}}
+    for kind, rr in runs.items():
+        out["kinds"][kind] = {"ndr_pps": float(np.mean([r["ndr_pps"] for r in rr])),
+                              "ndr_pps_runs": [r["ndr_pps"] for r in rr],
+                              "limited_by": [r["limited_by"] for r in rr], "searches": rr}
+    b = out["kinds"].get("bridge", {}).get("ndr_pps")
+    for kind in kinds:
+        if kind != "bridge" and b:
+            out[f"ratio_{kind}_over_bridge"] = out["kinds"][kind]["ndr_pps"] / b
+    return out
 
 
 def _mean(rr: list[dict], key: str) -> float | None:
@@ -376,6 +421,15 @@ def print_table(res: dict) -> None:
         for k in soft:
             line += f" {row.get(k, {}).get('cpu_us_per_pkt') or nan:>16.2f}"
         print(line)
+    nd = res.get("ndr") or {}
+    if nd:
+        print(f"no-drop rate (loss <= {nd['loss_ok_pct']}%, {nd['trial_s']}s trials, bisection up to "
+              f"{nd['hi_pps'] / 1e3:.0f}k/s):")
+        for kind, d in nd["kinds"].items():
+            ratio = nd.get(f"ratio_{kind}_over_bridge")
+            print(f"  {kind:<15} {d['ndr_pps'] / 1e3:7.1f}k/s  runs "
+                  + ", ".join(f"{x / 1e3:.0f}k ({w})" for x, w in zip(d["ndr_pps_runs"], d["limited_by"]))
+                  + (f"  / bridge {ratio:.2f}" if ratio else ""))
 
 
 # --- entry points -----------------------------------------------------------------------
@@ -399,7 +453,7 @@ def unavailable_reason() -> str | None:
 
 
 def run(out_dir: str | Path, rates: list[int] | None = None, duration: float = DURATION,
-        repeats: int = 2, kinds: list[str] | None = None) -> dict:
+        repeats: int = 2, kinds: list[str] | None = None, ndr_kinds: list[str] | None = None) -> dict:
     """Bench entry point: results/bench/switch_forwarding-<timestamp>.json."""
     reason = unavailable_reason()
     if reason:
@@ -413,6 +467,9 @@ def run(out_dir: str | Path, rates: list[int] | None = None, duration: float = D
             "--work", str(work), "--rates", ",".join(str(r) for r in (rates or RATES)),
             "--duration", str(duration), "--repeats", str(repeats), "--own-netns",
             "--kinds", ",".join(kinds or PAIRS)]
+    ndr_kinds = [k for k in (NDR_KINDS if ndr_kinds is None else ndr_kinds) if k in (kinds or PAIRS)]
+    if ndr_kinds and 0 in (rates or RATES):
+        argv += ["--ndr", ",".join(ndr_kinds)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(private_netns_argv(argv), cwd=ROOT, env=env, timeout=900)
     if proc.returncode != 0 or not out.exists():
@@ -449,6 +506,11 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("--kinds", default=",".join(PAIRS))
     i.add_argument("--repeats", type=int, default=2)
     i.add_argument("--batch", type=int, default=256, help="soft switch batch")
+    i.add_argument("--ndr", default="", help="kinds whose no-drop rate to search (bench/ndr.py)")
+    i.add_argument("--ndr-max", type=float, default=0.0,
+                   help="upper end of the search (default 1.05 x the bridge's unpaced rate)")
+    i.add_argument("--ndr-duration", type=float, default=NDR_TRIAL_S)
+    i.add_argument("--ndr-steps", type=int, default=NDR_STEPS)
     i.add_argument("--own-netns", action="store_true",
                    help="we are in a private netns (set by `run`): may change its sysctls")
     b = sub.add_parser("run", help="the whole benchmark (enters a private netns itself)")
@@ -457,6 +519,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--duration", type=float, default=DURATION)
     b.add_argument("--repeats", type=int, default=2)
     b.add_argument("--kinds", default=",".join(PAIRS), help=f"subset of {','.join(PAIRS)}")
+    b.add_argument("--ndr", default=None,
+                   help=f"kinds whose no-drop rate to search (default: those of {','.join(NDR_KINDS)} "
+                        "in --kinds; '' for none; needs rate 0 in --rates)")
     a = ap.parse_args(argv)
     if a.cmd in ("send", "recv", "inner"):
         res = {"send": cmd_send, "recv": cmd_recv, "inner": inner}[a.cmd](a)
@@ -473,7 +538,11 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(kinds) - set(PAIRS))
         if unknown:
             ap.error(f"--kinds: unknown {unknown}; known: {', '.join(PAIRS)}")
-        run(a.out_dir, [int(x) for x in a.rates.split(",")], a.duration, a.repeats, kinds)
+        ndr_kinds = [k for k in NDR_KINDS if k in kinds] if a.ndr is None else [k for k in a.ndr.split(",") if k]
+        unknown = sorted(set(ndr_kinds) - set(kinds))
+        if unknown:
+            ap.error(f"--ndr: {unknown} not in --kinds")
+        run(a.out_dir, [int(x) for x in a.rates.split(",")], a.duration, a.repeats, kinds, ndr_kinds)
         return 0
     ap.print_help()
     return 2
