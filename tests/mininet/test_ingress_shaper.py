@@ -11,6 +11,8 @@ lower bound on time, so a slow machine cannot fail it: for every read, the
 frames it got must have been due by the time it returned. The same through
 Engine.run (the compiled loop, forwarding s1's frames out of s2), and through
 RxRing.recv (the Python path). Unshaped, the whole burst is there at once.
+A soft switch gives a shaped port the ring its link's queue needs, an unshaped
+one a deeper ring.
 """
 from __future__ import annotations
 
@@ -131,6 +133,11 @@ def inner() -> dict:
         if f[:6] == dst:
             arrived.append(int.from_bytes(f[14:18], "big"))
     out["engine"] = {"n": n, "early": _early(reads, t0), "arrived": arrived == list(range(N))}
+    for r in rings.values():
+        r.close()
+    for so in socks.values():
+        so.close()
+    out["ring_frames"] = _switch_ring_frames(Path(sys.argv[1]))
     out["bad_shape"] = []
     for args in ((-1.0, 0.0), (1e6, -1.0), (1e6, 2.0)):
         try:
@@ -139,6 +146,19 @@ def inner() -> dict:
         except ValueError:
             pass
     return out
+
+
+def _switch_ring_frames(work: Path) -> dict:
+    """A soft switch on s1 (its link shaped) and s2: each port's ring slots."""
+    from testbed.switch.soft.config import SwitchConfig
+    from testbed.switch.soft.switch import SoftSwitch
+    sw = SoftSwitch(SwitchConfig.from_dict({
+        "name": "s1", "ports": {"1": "s1", "2": "s2"}, "io_impl": "ring_fastpath", "ingress_mbps": {"1": 10},
+        "stats_path": str(work / "stats.json"), "ready_path": str(work / "ready")}))
+    try:
+        return {no: io.stats()["ring_frames"] for no, io in sw.ports.items()}
+    finally:
+        sw.close()
 
 
 def test_a_shaped_port_hands_frames_out_no_faster_than_its_link(tmp_path):
@@ -166,6 +186,9 @@ def test_a_shaped_port_hands_frames_out_no_faster_than_its_link(tmp_path):
     eg = r["engine"]
     assert eg["n"] == N and eg["arrived"] and eg["early"] == [], eg
     assert r["bad_shape"] == []
+    # A shaped port's ring is its link's queue (4096 slots); an unshaped one only
+    # absorbs the switch's waits for a core: deeper (dataplane.ring_bytes).
+    assert r["ring_frames"] == {"1": 4096, "2": 16384}, r["ring_frames"]
 
 
 if __name__ == "__main__":

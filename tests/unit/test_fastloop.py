@@ -206,3 +206,13 @@ def test_the_loop_reuses_a_ring_program_until_the_pipeline_offers_another():
     fast.drop_simulator.set_probability(1, 0.0)
     assert loop.program_for(fast) is b                     # the same entry again
     assert loop.program_for(InaPipeline(cfg)) is None
+
+
+def test_receive_rings_shaped_as_their_links_queue_unshaped_deeper_within_a_budget():
+    from testbed.switch.soft.dataplane import (RING_BUDGET_BYTES, RING_BYTES, UNSHAPED_RING_MAX_BYTES,
+                                               ring_bytes)
+    assert ring_bytes(True, 2) == ring_bytes(True, 200) == RING_BYTES
+    assert ring_bytes(False, 4) == UNSHAPED_RING_MAX_BYTES > RING_BYTES
+    assert ring_bytes(False, 16) == RING_BUDGET_BYTES // 16
+    assert ring_bytes(False, 199) == RING_BYTES          # never below a shaped port's
+    assert all(n * ring_bytes(False, n) <= max(RING_BUDGET_BYTES, n * RING_BYTES) for n in range(1, 300))
