@@ -143,37 +143,49 @@ def test_udp_client_times_out_clearly_without_a_switch():
 def test_bulk_allreduce_over_udp_sockets_with_loss(tmp_path, mmsg):
     """Long vectors through real UDP sockets (recvmmsg/sendmmsg bursts, or plain
     recv/sendto) and the soft switch dropping 5%: bit-exact on every worker."""
-    import threading
     base, wport = free_ports()
     sw = start_switch(tmp_path, base, wport, 0.05)
     rng = np.random.default_rng(5)
     xs = [[rng.standard_normal(20_000).astype(np.float32) * 10.0 ** r for r in range(N)]
           for _ in range(2)]
-    out: dict = {}
     clients = [InaClient(UdpIo((worker_ip(r), wport), ("127.0.0.1", base + r + 1), mmsg=mmsg),
                          1, r, N, window=32, timeout_s=0.05, max_retries=50) for r in range(N)]
     try:
         assert all((getattr(c.io, "recv_block", None) is not None) == mmsg for c in clients) \
             or not mmsg
-        def work(r):
-            try:
-                out[r] = [clients[r].wait(clients[r].submit(x[r]), timeout=30) for x in xs]
-            except BaseException as e:  # noqa: BLE001 - reported below
-                out[r] = e
-        ts = [threading.Thread(target=work, args=(r,)) for r in range(N)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(60)
+        out = _allreduce_on_threads(clients, xs)
     finally:
         for c in clients:
             c.close()
         stop(sw)
+    _assert_bit_exact(out, xs)
+    assert sum(c.stats.retransmissions for c in clients) > 0
+
+
+def _allreduce_on_threads(clients: list, xs: list[list[np.ndarray]]) -> dict:
+    """Each client allreduces its share x[rank] of every x in xs on a thread of
+    its own; rank -> its results, or the exception it raised."""
+    import threading
+    out: dict = {}
+
+    def work(r):
+        try:
+            out[r] = [clients[r].wait(clients[r].submit(x[r]), timeout=30) for x in xs]
+        except BaseException as e:  # noqa: BLE001 - reported by _assert_bit_exact
+            out[r] = e
+    ts = [threading.Thread(target=work, args=(r,)) for r in range(len(clients))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    return out
+
+
+def _assert_bit_exact(out: dict, xs: list[list[np.ndarray]]) -> None:
     for r in range(N):
-        assert not isinstance(out.get(r), BaseException) and r in out, out.get(r)
+        assert r in out and not isinstance(out[r], BaseException), out.get(r)
         for x, y in zip(xs, out[r]):
             assert y.tobytes() == fp.quantized_sum(x).tobytes()
-    assert sum(c.stats.retransmissions for c in clients) > 0
 
 
 def test_the_switch_process_runs_one_thread_whatever_blas_would_start(tmp_path, monkeypatch):
@@ -191,33 +203,19 @@ def _allreduce_through_switch(work: Path, snaplen: int | None, xs: list[list[np.
     """One soft switch (UDP ports) capturing into work/pcaps at `snaplen` (the
     config key switch.capture_bytes sets); N clients allreduce xs through it.
     Returns the clients (their stats)."""
-    import threading
     base, wport = free_ports()
     cfg = loopback_switch_config(N, base, wport, slot_count=32, pcap_dir=str(work / "pcaps"),
                                  pcap_snaplen=snaplen)
     sw = SoftSwitchProcess(cfg, work).start()
-    out: dict = {}
     clients = [InaClient(UdpIo((worker_ip(r), wport), ("127.0.0.1", base + r + 1)),
                          1, r, N, window=32, timeout_s=1.0, max_retries=20) for r in range(N)]
     try:
-        def work_of(r):
-            try:
-                out[r] = [clients[r].wait(clients[r].submit(x[r]), timeout=30) for x in xs]
-            except BaseException as e:  # noqa: BLE001 - reported below
-                out[r] = e
-        ts = [threading.Thread(target=work_of, args=(r,)) for r in range(N)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(60)
+        out = _allreduce_on_threads(clients, xs)
     finally:
         for c in clients:
             c.close()
         stop(sw)
-    for r in range(N):
-        assert r in out and not isinstance(out[r], BaseException), out.get(r)
-        for x, y in zip(xs, out[r]):
-            assert y.tobytes() == fp.quantized_sum(x).tobytes()
+    _assert_bit_exact(out, xs)
     return clients
 
 
