@@ -187,7 +187,7 @@ def test_a_shaped_port_hands_frames_out_no_faster_than_its_link(tmp_path):
     assert eg["n"] == N and eg["arrived"] and eg["early"] == [], eg
     assert r["bad_shape"] == []
     # A shaped port's ring is its link's queue (4096 slots); an unshaped one only
-    # absorbs the switch's waits for a core: deeper (dataplane.ring_bytes).
+    # absorbs the switch's waits for a core: deeper (dataplane.rx_ring_bytes).
     assert r["ring_frames"] == {"1": 4096, "2": 16384}, r["ring_frames"]
 
 

@@ -210,7 +210,7 @@ def test_the_loop_reuses_a_ring_program_until_the_pipeline_offers_another():
 
 def test_receive_rings_shaped_as_their_links_queue_unshaped_deeper_within_a_budget():
     from testbed.switch.soft.dataplane import (RING_BUDGET_BYTES, RING_BYTES, UNSHAPED_RING_MAX_BYTES,
-                                               ring_bytes)
+                                               rx_ring_bytes as ring_bytes)
     assert ring_bytes(True, 2) == ring_bytes(True, 200) == RING_BYTES
     assert ring_bytes(False, 4) == UNSHAPED_RING_MAX_BYTES > RING_BYTES
     assert ring_bytes(False, 16) == RING_BUDGET_BYTES // 16

@@ -56,7 +56,7 @@ UNSHAPED_RING_MAX_BYTES = 32 << 20
 RING_BUDGET_BYTES = 256 << 20
 
 
-def ring_bytes(shaped: bool, ports: int) -> int:
+def rx_ring_bytes(shaped: bool, ports: int) -> int:
     """One port's receive ring on a switch with `ports` ring ports (see above)."""
     if shaped:
         return RING_BYTES
@@ -576,7 +576,7 @@ def _hostport(s: str, spec: str) -> tuple[str, int]:
 def open_port(spec: str, batch: int = 64, io_impl: str | None = None,
               ring_bytes: int = RING_BYTES) -> PortIO:
     """An interface name -> AfPacketPort (io_impl: ring_fastpath|mmap_ring|mmsg, None = the
-    default; ring_bytes: its receive ring, ring_bytes()); 'udp:...' -> UdpPortIO."""
+    default; ring_bytes: its receive ring, rx_ring_bytes()); 'udp:...' -> UdpPortIO."""
     if spec.startswith("udp:"):
         return UdpPortIO(spec, batch)
     return AfPacketPort(spec, batch, mode=io_impl, ring_bytes=ring_bytes)

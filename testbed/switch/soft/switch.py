@@ -42,7 +42,7 @@ from testbed.switch.pipeline import Pipeline, make_pipeline
 from testbed.switch.soft.config import ConfigError, SwitchConfig
 from testbed.switch.soft import dataplane
 from testbed.switch.soft.config import IO_IMPLS
-from testbed.switch.soft.dataplane import PortDown, PortIO, open_port, resolve_io_impl, ring_bytes
+from testbed.switch.soft.dataplane import PortDown, PortIO, open_port, resolve_io_impl, rx_ring_bytes
 from testbed.switch.soft.fastloop import RingLoop
 from testbed.switch.soft.dilation import POLL_S as DILATION_POLL_S
 from testbed.switch.soft.dilation import UDP_MODE_HEADER_BYTES, DilationControl
@@ -134,7 +134,7 @@ class SoftSwitch:
             for no, intf in specs.items():
                 self.ports[no] = (intf if not isinstance(intf, str)
                                   else open_port(intf, config.batch, io_impl,
-                                                 ring_bytes(no in config.ingress_mbps, len(specs))))
+                                                 rx_ring_bytes(no in config.ingress_mbps, len(specs))))
             self._shape_ingress(config.ingress_mbps)
         except BaseException:
             self.close()
