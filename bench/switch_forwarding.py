@@ -538,8 +538,8 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(kinds) - set(PAIRS))
         if unknown:
             ap.error(f"--kinds: unknown {unknown}; known: {', '.join(PAIRS)}")
-        ndr_kinds = [k for k in NDR_KINDS if k in kinds] if a.ndr is None else [k for k in a.ndr.split(",") if k]
-        unknown = sorted(set(ndr_kinds) - set(kinds))
+        ndr_kinds = None if a.ndr is None else [k for k in a.ndr.split(",") if k]   # None: run() picks
+        unknown = sorted(set(ndr_kinds or []) - set(kinds))
         if unknown:
             ap.error(f"--ndr: {unknown} not in --kinds")
         run(a.out_dir, [int(x) for x in a.rates.split(",")], a.duration, a.repeats, kinds, ndr_kinds)

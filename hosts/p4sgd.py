@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import os
 
-# Before numpy loads: BLAS worker threads busy-wait, and with every emulated
-# host sharing a few cores they would steal the CPU the other hosts' timing needs.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+from testbed.process_env import one_blas_thread
+
+# Before numpy loads (also when run by hand, without the runner's host_env): BLAS
+# worker threads busy-wait on the cores every emulated host shares.
+one_blas_thread(os.environ)
 
 import logging  # noqa: E402
 import sys  # noqa: E402

@@ -155,9 +155,7 @@ def test_bulk_allreduce_over_udp_sockets_with_loss(tmp_path, mmsg):
             or not mmsg
         out = _allreduce_on_threads(clients, xs)
     finally:
-        for c in clients:
-            c.close()
-        stop(sw)
+        _close(clients, sw)
     _assert_bit_exact(out, xs)
     assert sum(c.stats.retransmissions for c in clients) > 0
 
@@ -179,6 +177,12 @@ def _allreduce_on_threads(clients: list, xs: list[list[np.ndarray]]) -> dict:
     for t in ts:
         t.join(60)
     return out
+
+
+def _close(clients: list, sw: SoftSwitchProcess) -> None:
+    for c in clients:
+        c.close()
+    stop(sw)
 
 
 def _assert_bit_exact(out: dict, xs: list[list[np.ndarray]]) -> None:
@@ -212,9 +216,7 @@ def _allreduce_through_switch(work: Path, snaplen: int | None, xs: list[list[np.
     try:
         out = _allreduce_on_threads(clients, xs)
     finally:
-        for c in clients:
-            c.close()
-        stop(sw)
+        _close(clients, sw)
     _assert_bit_exact(out, xs)
     return clients
 
