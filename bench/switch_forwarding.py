@@ -270,6 +270,10 @@ def measure(net, kind: str, rate: int, duration: float, size: int, work: Path,
            "loss_pct": 100.0 * (1 - r["received"] / s["sent"]) if s["sent"] else 0.0,
            "sender_cpu_s": s["cpu_s"], "receiver_cpu_s": r["cpu_s"],
            "machine_busy_pct": 100.0 * (1 - (idle1 - idle0) / max(1e-9, tot1 - tot0))}
+    # Every process's CPU (sender, switch, receiver, softirqs), per frame delivered: what
+    # a path costs the machine, the bound on its rate when the cores are all busy.
+    res["machine_cpu_us_per_delivered"] = (1e6 * res["machine_busy_pct"] / 100 * (os.cpu_count() or 1)
+                                           * s["duration_s"] / r["received"] if r["received"] else None)
     if snap0 and snap1:
         p1, p2 = snap1["ports"]["1"], snap1["ports"]["2"]
         rx = p1["rx"] - snap0["ports"]["1"]["rx"]
@@ -354,12 +358,29 @@ def no_drop_rates(net, a: argparse.Namespace, rows: list[dict], work: Path) -> d
     for kind, rr in runs.items():
         out["kinds"][kind] = {"ndr_pps": float(np.mean([r["ndr_pps"] for r in rr])),
                               "ndr_pps_runs": [r["ndr_pps"] for r in rr],
-                              "limited_by": [r["limited_by"] for r in rr], "searches": rr}
-    b = out["kinds"].get("bridge", {}).get("ndr_pps")
+                              "limited_by": [r["limited_by"] for r in rr],
+                              **_cost_at_ndr(rr), "searches": rr}
+    b = out["kinds"].get("bridge", {})
     for kind in kinds:
-        if kind != "bridge" and b:
-            out[f"ratio_{kind}_over_bridge"] = out["kinds"][kind]["ndr_pps"] / b
+        if kind != "bridge" and b.get("ndr_pps"):
+            out[f"ratio_{kind}_over_bridge"] = out["kinds"][kind]["ndr_pps"] / b["ndr_pps"]
+        own = out["kinds"][kind].get("machine_cpu_us_per_frame")
+        if kind != "bridge" and own and b.get("machine_cpu_us_per_frame"):
+            # The ratio the two paths' CPU costs alone allow with both cores busy.
+            out[f"cpu_cost_ratio_{kind}_over_bridge"] = b["machine_cpu_us_per_frame"] / own
     return out
+
+
+def _cost_at_ndr(searches: list[dict]) -> dict:
+    """What a frame costs at the no-drop rate (each search's fastest passing trial,
+    where nothing was lost, so no CPU went to frames dropped): the machine's CPU
+    per frame, and the switch process's own share of it (all, and in user space)."""
+    best = [max((t for t in s["trials"] if ndr.passed(t)), key=lambda t: t["delivered_pps"], default=None)
+            for s in searches]
+    best = [t for t in best if t is not None]
+    return {"machine_cpu_us_per_frame": _mean(best, "machine_cpu_us_per_delivered"),
+            "switch_cpu_us_per_frame": _mean(best, "switch_cpu_us_per_pkt"),
+            "switch_user_us_per_frame": _mean(best, "switch_user_us_per_pkt")}
 
 
 def _mean(rr: list[dict], key: str) -> float | None:
@@ -430,6 +451,18 @@ def print_table(res: dict) -> None:
             print(f"  {kind:<15} {d['ndr_pps'] / 1e3:7.1f}k/s  runs "
                   + ", ".join(f"{x / 1e3:.0f}k ({w})" for x, w in zip(d["ndr_pps_runs"], d["limited_by"]))
                   + (f"  / bridge {ratio:.2f}" if ratio else ""))
+        print("cost per frame at the no-drop rate (machine CPU: all processes and softirqs; "
+              "the switch process's part of it, of which user space):")
+        for kind, d in nd["kinds"].items():
+            cost = nd.get(f"cpu_cost_ratio_{kind}_over_bridge")
+            print(f"  {kind:<15} machine {_us(d.get('machine_cpu_us_per_frame'))}"
+                  + (f"  switch {_us(d['switch_cpu_us_per_frame'])} (user {_us(d['switch_user_us_per_frame'])})"
+                     if d.get("switch_cpu_us_per_frame") else "")
+                  + (f"  -> bridge's cost / this cost {cost:.2f}" if cost else ""))
+
+
+def _us(x: float | None) -> str:
+    return f"{x:.2f} us" if x is not None else "n/a"
 
 
 # --- entry points -----------------------------------------------------------------------

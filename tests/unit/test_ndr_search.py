@@ -59,3 +59,36 @@ def test_a_trial_that_sent_nothing_fails():
 def test_bad_search_bounds_are_refused(hi, steps):
     with pytest.raises(ValueError):
         ndr.search(lambda r: {}, hi, steps)
+
+
+def test_the_cost_per_frame_is_read_at_the_no_drop_rate_and_compared_with_the_bridge(monkeypatch):
+    """bench.switch_forwarding.no_drop_rates: each kind's machine CPU per frame is
+    taken from its fastest passing trial (a lossy trial's frames that were dropped
+    cost CPU too and would inflate it), and the bridge's cost over the switch's
+    is the ratio the costs alone allow."""
+    import argparse
+
+    from bench import switch_forwarding as sf
+
+    capacity = {"bridge": 600_000, "soft_fast": 450_000}
+    cost_us = {"bridge": 3.0, "soft_fast": 4.0}
+
+    def measure(net, kind, rate, duration, size, work, rep=0):
+        delivered = min(rate, capacity[kind])
+        lossy = delivered < rate           # a lossy trial: what dropped frames cost counted too
+        return {"sent": rate * 2, "sent_pps": rate, "delivered_pps": delivered,
+                "loss_pct": 100.0 * (1 - delivered / rate),
+                "machine_cpu_us_per_delivered": cost_us[kind] * (1.5 if lossy else 1.0),
+                "switch_cpu_us_per_pkt": None if kind == "bridge" else 1.0,
+                "switch_user_us_per_pkt": None if kind == "bridge" else 0.2}
+
+    monkeypatch.setattr(sf, "measure", measure)
+    a = argparse.Namespace(ndr="bridge,soft_fast", ndr_max=620_000, repeats=2, ndr_duration=1.0,
+                           size=172, ndr_steps=6)
+    out = sf.no_drop_rates(None, a, [], None)
+    assert out["kinds"]["soft_fast"]["machine_cpu_us_per_frame"] == pytest.approx(4.0)
+    assert out["kinds"]["bridge"]["machine_cpu_us_per_frame"] == pytest.approx(3.0)
+    assert out["cpu_cost_ratio_soft_fast_over_bridge"] == pytest.approx(0.75)
+    assert out["kinds"]["soft_fast"]["switch_user_us_per_frame"] == pytest.approx(0.2)
+    assert out["ratio_soft_fast_over_bridge"] == pytest.approx(
+        out["kinds"]["soft_fast"]["ndr_pps"] / out["kinds"]["bridge"]["ndr_pps"])
