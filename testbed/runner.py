@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from hosts.common.program import EXIT_REFUSED
 from testbed import results as res
 from testbed.manifest import base_manifest
 from testbed.net.cpu_isolation import CpuIsolation
@@ -362,14 +363,25 @@ def _wait_programs(procs: dict[str, tuple[HostProgram, Any]], timeout_s: float, 
                 if not prog.daemon:
                     pending.append(host)
             elif rc != 0:
-                raise PointFailed(f"host {host} exited with code {rc}; last lines of "
-                                  f"{logs / (host + '.log')}:\n{_tail(logs / (host + '.log'))}")
+                raise PointFailed(_host_failed(host, rc, logs / (host + ".log")))
         if not pending:
             return
         if time.monotonic() > deadline:
             raise PointFailed(f"timed out after {timeout_s:.0f}s waiting for {', '.join(pending)}; "
                               f"see {logs}")
         time.sleep(0.05)
+
+
+def _host_failed(host: str, rc: int, log: Path) -> str:
+    """Why the point failed with this host. A host that refused its run (EXIT_REFUSED, e.g.
+    a calibration that would crawl) is named so, with its last error line, first: the
+    record's first line is what `testbed show` prints."""
+    tail = _tail(log)
+    if rc == EXIT_REFUSED:
+        why = next((line.split(": ERROR ", 1)[1] for line in reversed(tail.splitlines()) if ": ERROR " in line),
+                   "see its log")
+        return f"host {host} refused the point (exit code {rc}): {why}\nlast lines of {log}:\n{tail}"
+    return f"host {host} exited with code {rc}; last lines of {log}:\n{tail}"
 
 
 def _stop_programs(procs: dict[str, tuple[HostProgram, Any]]) -> None:

@@ -39,7 +39,8 @@ class TorchWorkerConfig:
     out: str                     # JSON lines: iteration records + summary
     trace: str | None            # <host>.trace.jsonl (hosts/common/trace.py)
     ina: InaSettings | None = None
-    # time_scale auto: {"rounds": K} (hosts/dnn/timing.py); None: a fixed TDF
+    # time_scale auto: {"rounds": K, "iteration_wall_s": the wall time the point allows an
+    # iteration (a TDF that would make one longer is refused)} (hosts/dnn/timing.py); None: a fixed TDF
     calibration: dict | None = None
     # hardware seconds of one allreduce by size: {"values": [...], "hw_s": [...]}
     # (testbed.fidelity.network_model, evaluated by the workload; hosts cannot import it)
@@ -112,10 +113,12 @@ class TorchWorkerConfig:
         if c.data.get("ina") is not None and collective != "switch":
             c.error("ina", f'only used by collective "switch", not {collective!r}')
         calibration = c.data.get("calibration")
-        if calibration is not None and (not isinstance(calibration, dict) or set(calibration) != {"rounds"}
-                                        or not isinstance(calibration["rounds"], int)
-                                        or calibration["rounds"] < 1):
-            c.error("calibration", f"must be null or {{\"rounds\": >= 1}}, got {calibration!r}")
+        if calibration is not None and (not isinstance(calibration, dict)
+                                        or set(calibration) != {"rounds", "iteration_wall_s"}
+                                        or not isinstance(calibration["rounds"], int) or calibration["rounds"] < 1
+                                        or not isinstance(calibration["iteration_wall_s"], (int, float))
+                                        or calibration["iteration_wall_s"] <= 0):
+            c.error("calibration", f"must be null or {{rounds >= 1, iteration_wall_s > 0}}, got {calibration!r}")
         hw_table = c.data.get("hw_table")
         if hw_table is not None:
             try:

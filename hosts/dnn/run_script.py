@@ -15,7 +15,8 @@ Role "ps" (collective ps only): the parameter server, serving allreduces of
 whatever size the workers send until they all send the end-of-stream.
 
 Exit codes: 0 ok, 1 the script raised, 2 bad config or output path, 3 network
-failure or timeout.
+failure or timeout, 4 calibration refused a TDF at which the run would crawl
+(hosts.common.calibration.CalibrationRefused).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import time
 import traceback
 
 from hosts.common import program
+from hosts.common.calibration import CalibrationRefused
 from hosts.common.tcp import NetError
 
 EXIT_OK, EXIT_SCRIPT = 0, 1
@@ -116,6 +118,9 @@ def run_worker(cfg, config_path: str) -> int:
     except NetError as e:
         error, code = str(e), EXIT_NET
         log.error("%s", e)
+    except CalibrationRefused as e:          # raised through the script (report.iteration, DDP's hook)
+        error, code = f"{type(e).__name__}: {e}", program.EXIT_REFUSED
+        log.error("%s", error)
     except Exception as e:  # noqa: BLE001 - the user's script: report it whole
         error = f"{type(e).__name__}: {e}"
         log.error("the script failed:\n%s", traceback.format_exc())

@@ -30,6 +30,12 @@ Where the TDF comes from (`calibration` in the worker config, time_scale auto):
   collective, then the agreement. There is no modeled compute to measure, so
   the TDF is the network's (x headroom). The call then proceeds dilated.
 
+A round whose TDF would make one iteration (its modeled compute and collective
+calls) take longer than `iteration_wall_s`, the wall time the point's deadline
+allows an iteration, is refused at once (hosts.common.calibration.
+CalibrationRefused; run_script exits EXIT_REFUSED): one stalled op in an
+undilated round reads as an emulator thousands of times slower.
+
 The mode is decided at the first collective call, identically on every rank
 (the same script). Calibration iterations are marked `calibration: true` in
 the records and left out of the trace and of the summary; the device starts
@@ -79,7 +85,8 @@ class Dilation:
         modeled = cfg.device.get("type", "cpu") != "cpu"
         self.nd = dict(cfg.network_dilation) if cfg.network_dilation and modeled else None
         self.rounds = int(cfg.calibration["rounds"]) if cfg.calibration and modeled else 0
-        self.calibrator = cal.Calibrator(0.0, rt.device.time_scale, self.nd, cfg.rank, self._expect_delay)
+        self.calibrator = cal.Calibrator(0.0, rt.device.time_scale, self.nd, cfg.rank, self._expect_delay,
+                                         iteration_wall_s=cfg.calibration["iteration_wall_s"] if self.rounds else 0.0)
         self.mode: str | None = None if self.rounds else "fixed"
         self.warmup_left = WARMUP_ITERATIONS
         self.record: dict | None = None
@@ -168,7 +175,11 @@ class Dilation:
         summed = np.asarray(rt.collective.allreduce(vec.astype(np.float32)), np.float64).reshape(-1)
         measured, why = cal.decide(summed, len(spans), rt.cfg.world, hw or 0.0, fallback=self.tdf)
         c.hw_op_s = float(np.median(hw)) if hw else 0.0
-        tdf = c.after_round(measured, why, ops=len(spans), my_compute_ratio=ratio,
+        # One iteration on the hardware: its modeled compute and its collective calls
+        # (a probe: one call per bucket, no compute); a TDF at which it would outrun the
+        # wall time the point allows an iteration is refused (CalibrationRefused).
+        step_hw = self.hw_s + sum(self.table(v) for _, _, v in self.spans)
+        tdf = c.after_round(measured, why, step_hw_s=step_hw, ops=len(spans), my_compute_ratio=ratio,
                             op_hw_p50_s=c.hw_op_s or None, mode=self.mode)
         rt.device.time_scale = tdf
         self._begin_window()

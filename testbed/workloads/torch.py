@@ -33,13 +33,14 @@ from typing import Any, Literal, Optional
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
+from hosts.dnn.timing import WARMUP_ITERATIONS
 from testbed.results import PROJECT_ROOT, read_jsonl
 from testbed.workloads import register_workload
 from testbed.workloads.allreduce import InaParams
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for,
                                      switch_job)
-from testbed.workloads.calibrated import CalibratedWorkloadParams
+from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams
 
 FIGURES = ("torch_loss_vs_time", "torch_iteration_time")
 TORCH_TCP_PORT = 47800      # ring ranks +1+rank, the PS the base (hosts.common.config)
@@ -82,7 +83,9 @@ class TorchWorkload(CalibratedWorkloadParams):
                     "hosts/dnn/timing.py) or a number (fixed TDF); the network is dilated to it too.")
     seed: int = Field(1, ge=0, description="Passed to the script's environment (TESTBED_SEED).")
     timeout_s: float = Field(300.0, gt=0, description="A collective call that makes no progress this "
-                                                      "long fails; the point fails after this + 60 s.")
+                                                      "long fails; the point fails after this + 60 s, plus "
+                                                      f"{ITERATION_WALL_S:g} s per calibration iteration "
+                                                      "(time_scale auto).")
     ina: InaParams = Field(default_factory=InaParams, description="In-switch transport (collective switch).")
     ddp_hook: bool = Field(True, description="DDP's gradient buckets go through the testbed hook (timed and "
                            "traced). false (collective gloo only): DDP's own allreduce, the hook-overhead "
@@ -232,7 +235,8 @@ class TorchRuntime(WorkloadRuntime):
             "script": str(resolve_path(wl.script)), "args": list(wl.args), "batch_size": wl.batch_size,
             "seed": wl.seed, "device": wl.device_spec(), "start_at": ctx.start_at,
             "connect_timeout_s": 60.0, "timeout_s": wl.timeout_s,
-            "calibration": {"rounds": wl.calibration_rounds} if wl.calibrated else None,
+            "calibration": ({"rounds": wl.calibration_rounds, "iteration_wall_s": ITERATION_WALL_S}
+                            if wl.calibrated else None),
             "hw_table": hw_table(wl, len(workers)) if wl.modeled else None,
             "network_dilation": network_dilation(wl, ctx.switch or {}, len(workers)),
             "ddp_hook": wl.ddp_hook,
@@ -260,7 +264,12 @@ class TorchRuntime(WorkloadRuntime):
         return switch_job(point)
 
     def timeout_s(self, ctx: PointContext) -> float:
-        return ctx.point.scenario.workload.timeout_s + 60.0
+        # The script's iteration count is its own: the deadline can allow ITERATION_WALL_S
+        # (the calibration's refusal budget) to the calibration iterations only; the
+        # measured run has timeout_s.
+        wl = ctx.point.scenario.workload
+        cal = WARMUP_ITERATIONS + wl.calibration_rounds if wl.calibrated else 0
+        return wl.timeout_s + ITERATION_WALL_S * cal + 60.0
 
     def collect(self, ctx: PointContext) -> list[dict[str, Any]]:
         return collect_point(ctx.point.scenario, ctx.work_dir)

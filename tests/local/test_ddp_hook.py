@@ -33,11 +33,11 @@ def free_port_base() -> int:
     return free_below_ephemeral(61, [loopback_ip(r) for r in range(N)] + ["127.0.0.1", "127.0.1.200"])
 
 
-def wait_all(procs, logs) -> None:
+def wait_all(procs, logs, expect_rc: int = 0) -> None:
     try:
         for p, log in zip(procs, logs):
             rc = p.wait(timeout=180)
-            assert rc == 0, f"exit {rc}:\n{Path(log).read_text()[-3000:]}"
+            assert rc == expect_rc, f"exit {rc}:\n{Path(log).read_text()[-3000:]}"
     finally:
         for p in procs:
             if p.poll() is None:
@@ -48,7 +48,10 @@ def wait_all(procs, logs) -> None:
 PS_IP = "127.0.1.200"
 
 
-def run_testbed(tmp: Path, collective: str, ina_base: tuple[int, int] | None = None) -> dict[str, torch.Tensor]:
+def run_testbed(tmp: Path, collective: str, ina_base: tuple[int, int] | None = None, *,
+                worker: dict | None = None, expect_rc: int = 0) -> dict[str, torch.Tensor] | None:
+    """worker: keys of the workers' configs to override; expect_rc: every host's exit code
+    (not 0: no weights to compare, None returned)."""
     tmp.mkdir(parents=True, exist_ok=True)
     base = free_port_base()
     peers = [{"name": f"w{r + 1}", "ip": loopback_ip(r)} for r in range(N)]
@@ -82,14 +85,16 @@ def run_testbed(tmp: Path, collective: str, ina_base: tuple[int, int] | None = N
                "args": [str(tmp / f"w{r + 1}.pt"), str(STEPS)], "batch_size": 16, "seed": 1,
                "device": {"type": "cpu"}, "straggler": None, "start_at": None,
                "connect_timeout_s": 60, "timeout_s": 60, "out": str(tmp / f"w{r + 1}.jsonl"),
-               "trace": str(tmp / f"w{r + 1}.trace.jsonl"), "ina": ina}
+               "trace": str(tmp / f"w{r + 1}.trace.jsonl"), "ina": ina, **(worker or {})}
         (tmp / f"w{r + 1}.json").write_text(json.dumps(cfg))
         logs.append(tmp / f"w{r + 1}.log")
         with open(logs[-1], "w") as err:
             procs.append(subprocess.Popen([sys.executable, "-m", "hosts.dnn.run_script", "--config",
                                            str(tmp / f"w{r + 1}.json")], cwd=ROOT, stderr=err,
                                           stdout=subprocess.DEVNULL))
-    wait_all(procs, logs)
+    wait_all(procs, logs, expect_rc)
+    if expect_rc != 0:
+        return None
     w = [torch.load(tmp / f"w{r + 1}.pt") for r in range(N)]
     for k in w[0]:                        # DDP keeps the replicas identical
         assert torch.equal(w[0][k], w[1][k]), k
@@ -154,3 +159,21 @@ def test_ddp_over_switch_close_to_gloo(tmp_path, gloo_weights):
             (k, float((w[k] - gloo_weights[k]).abs().max()))
     changed = any(not torch.equal(w[k], gloo_weights[k]) for k in w)
     print("switch weights bit-identical to gloo:", not changed)
+
+
+def test_a_calibration_that_would_crawl_is_refused_on_every_worker(tmp_path):
+    """time_scale auto on the unmodified script calibrates by a probe of its buckets, inside
+    DDP's hook on the first backward; a TDF at which one iteration would outrun the wall
+    time the point allows it (here 1 ns: any) is refused there on every worker, which
+    exits EXIT_REFUSED with the refusal in its summary (what the point's record shows)."""
+    from hosts.common.program import EXIT_REFUSED
+    run_testbed(tmp_path, "ring", worker={"device": {"type": "v100", "time_scale": 500.0},
+                                          "calibration": {"rounds": 2, "iteration_wall_s": 1e-9},
+                                          "hw_table": {"values": [0, 1e7], "hw_s": [1e-5, 1e-5]}},
+                expect_rc=EXIT_REFUSED)
+    for h in ("w1", "w2"):
+        summary = [json.loads(x) for x in (tmp_path / f"{h}.jsonl").read_text().splitlines()][-1]
+        assert summary["type"] == "summary" and not summary["ok"], summary
+        assert summary["error"].startswith("CalibrationRefused: calibration round 0 chose TDF"), summary
+        assert "beyond the 1e-09 s the point's deadline allows a step" in summary["error"], summary
+        assert "CalibrationRefused: calibration round 0" in (tmp_path / f"{h}.log").read_text()

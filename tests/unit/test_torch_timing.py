@@ -4,6 +4,7 @@ report.compute, a fixed TDF dilating the network, and the workload's tables."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -24,13 +25,15 @@ HW_S = 1e-5           # the hardware table's time per op (any size)
 
 
 class SlowSum:
-    """One worker's collective (world 1): the sum is the input, after OP_S."""
+    """One worker's collective (world 1): the sum is the input, after OP_S (call k:
+    after stall[k] instead, an op that stalled)."""
 
-    def __init__(self):
+    def __init__(self, stall: dict[int, float] | None = None):
         self.sizes: list[int] = []
+        self.stall = stall or {}
 
     def allreduce(self, x):
-        time.sleep(OP_S)
+        time.sleep(self.stall.get(len(self.sizes), OP_S))
         a = np.asarray(x, np.float32).reshape(-1)
         self.sizes.append(a.size)
         return a.copy()
@@ -50,7 +53,7 @@ def cfg(tmp_path, **over):
          "device": {"type": "v100", "time_scale": 500.0, "launch_s": 0.0}, "straggler": None,
          "start_at": None, "connect_timeout_s": 5, "timeout_s": 5, "out": str(tmp_path / "w1.jsonl"),
          "trace": str(tmp_path / "w1.trace.jsonl"), "ina": None,
-         "calibration": {"rounds": 2}, "hw_table": {"values": [0, 1e7], "hw_s": [HW_S, HW_S]}}
+         "calibration": {"rounds": 2, "iteration_wall_s": 30.0}, "hw_table": {"values": [0, 1e7], "hw_s": [HW_S, HW_S]}}
     c.update(over)
     return TorchWorkerConfig.from_json(c)
 
@@ -102,7 +105,7 @@ def test_a_script_without_report_compute_is_calibrated_by_a_probe_of_its_buckets
 
 
 def test_calibration_that_never_finishes_is_reported(tmp_path):
-    rt = Runtime(cfg(tmp_path, calibration={"rounds": 5}))
+    rt = Runtime(cfg(tmp_path, calibration={"rounds": 5, "iteration_wall_s": 30.0}))
     rt._coll = SlowSum()
     rt.device.profile(nn.Linear(8, 8), torch.zeros(2, 8))
     rt.compute(lambda: None)
@@ -110,6 +113,58 @@ def test_calibration_that_never_finishes_is_reported(tmp_path):
     rt.record_iteration(loss=1.0)
     rt.close(True)
     assert records(tmp_path)[-1]["calibration_complete"] is False
+
+
+def test_a_round_whose_op_stalled_is_refused_with_what_it_measured(tmp_path):
+    """One stalled op (a retransmission timeout) in an undilated round reads as an
+    emulator thousands of times slower; the TDF it picks, at which one iteration (its
+    modeled compute and ops) would outrun the wall time the point allows an iteration,
+    is refused at once, naming the op times and the budget. Without the stall it passes."""
+    from hosts.common.calibration import CalibrationRefused
+    batch = 2500                                 # ~10 us of modeled compute, as much as the op
+
+    def first_round(where, stall_s: float) -> Runtime:
+        rt = Runtime(cfg(where, calibration={"rounds": 2, "iteration_wall_s": 0.1}))
+        rt._coll = SlowSum(stall={1: stall_s})   # call 0: the warm-up's op, 1: round 0's
+        rt.device.profile(nn.Linear(64, 64), torch.zeros(2, 64))
+        try:
+            for _ in range(2):                   # the warm-up iteration, round 0
+                rt.compute(lambda: rt.comm(lambda: rt._coll.allreduce(np.ones(100, np.float32)), 100), batch)
+                rt.record_iteration(loss=1.0)
+        finally:
+            rt.writer.close()
+        return rt
+
+    ok = first_round(tmp_path / "ok", OP_S)
+    r0 = ok.dilation.calibrator.rounds[0]
+    assert r0["tdf_out"] * (ok.device.hw_time(batch) + HW_S) < 0.1          # 4 ms / 10 us: TDF ~400
+    with pytest.raises(CalibrationRefused) as e:
+        first_round(tmp_path / "stalled", 0.5)                            # TDF ~50,000: 1 s an iteration
+    msg = str(e.value)
+    step_ms = (ok.device.hw_time(batch) + HW_S) * 1e3
+    assert re.search(r"calibration round 0 chose TDF 5\d{4} ", msg), msg
+    assert f"one step of {step_ms:.4g} ms" in msg and "1 op(s) took 0.5" in msg and "beyond the 0.1 s" in msg
+
+
+@pytest.mark.parametrize("calibration", [{"rounds": 2}, {"rounds": 2, "iteration_wall_s": 0}])
+def test_the_worker_config_needs_the_calibration_deadline(tmp_path, calibration):
+    from hosts.common.config import ConfigError
+    with pytest.raises(ConfigError, match="calibration: must be null or {rounds >= 1, iteration_wall_s > 0}"):
+        cfg(tmp_path, calibration=calibration)
+
+
+def test_the_point_deadline_allows_each_calibration_iteration_the_refusal_budget():
+    from testbed.scenario import expand_points, load_scenario_text
+    from testbed.workloads.base import PointContext, get_runtime
+    from testbed.workloads.calibrated import ITERATION_WALL_S
+    text = ("name: t\ntopology: {kind: star, workers: 2}\nworkload: {kind: torch, script: scenarios/torch/train.py, "
+            "timeout_s: 100, calibration_rounds: 3, device: %s}\n")
+
+    def deadline(device):
+        (point,) = expand_points(load_scenario_text(text % device, "t.yaml"))
+        return get_runtime("torch").timeout_s(PointContext(point, {}, None, "local", 0.0))
+    assert deadline("{type: v100, time_scale: 50}") == 160.0
+    assert deadline("{type: v100}") == 160.0 + ITERATION_WALL_S * (1 + 3)    # the warm-up and 3 rounds
 
 
 def fake_switch(control, stop):
