@@ -161,15 +161,19 @@ def _positive(x: Any) -> bool:
 
 
 def parse_worker_timing(section: dict, where: str) -> tuple[dict | None, dict | None]:
-    """(calibration {rounds, iterations, hw_op_s} or None, network_dilation block or None)
-    of a worker's `timing` section."""
+    """(calibration {rounds, iterations, hw_op_s, iteration_wall_s} or None, network_dilation
+    block or None) of a worker's `timing` section. iteration_wall_s: the wall time the
+    point allows an iteration (a calibrated TDF that would make one longer is refused)."""
     from hosts.common.network_dilation import parse_network_dilation  # noqa: PLC0415
     c = Checker(section.get("timing"), where + ": worker.timing")
     cal = c.data.get("calibration")
-    if cal is not None and not (isinstance(cal, dict) and set(cal) == {"rounds", "iterations", "hw_op_s"}
+    if cal is not None and not (isinstance(cal, dict)
+                                and set(cal) == {"rounds", "iterations", "hw_op_s", "iteration_wall_s"}
                                 and all(isinstance(cal[k], int) and cal[k] >= 1 for k in ("rounds", "iterations"))
-                                and (cal["hw_op_s"] == 0 or _positive(cal["hw_op_s"]))):
-        c.error("calibration", f"must be null or {{rounds >= 1, iterations >= 1, hw_op_s >= 0}}, got {cal!r}")
+                                and (cal["hw_op_s"] == 0 or _positive(cal["hw_op_s"]))
+                                and _positive(cal["iteration_wall_s"])):
+        c.error("calibration", f"must be null or {{rounds >= 1, iterations >= 1, hw_op_s >= 0, "
+                               f"iteration_wall_s > 0}}, got {cal!r}")
     nd = parse_network_dilation(c)
     c.finish({"calibration", "network_dilation"})
     return (dict(cal) if cal else None), nd

@@ -41,11 +41,12 @@ import torch
 
 from hosts.collectives import check_hello, make_hello
 from hosts.common import program
+from hosts.common.calibration import CalibrationRefused, decide_messages
 from hosts.common.results import JsonlWriter
 from hosts.common.tcp import (KIND_BARRIER, KIND_DATA, Conn, NetError, RecvOp, SendOp, accept_one,
                               exchange, listen, recv_array, recv_json, send_array, send_json)
 from hosts.easgd import rules
-from hosts.easgd.timing import MasterClock, master_agreement, master_host, worst_ratio
+from hosts.easgd.timing import REFUSED_TDF, MasterClock, master_agreement, master_host, worst_ratio
 from hosts.easgd.config import (ConfigError, EasgdSettings, MasterConfig, load, master_rule,
                                 server_of, server_port, serving)
 from hosts.easgd.model import initial_weights
@@ -168,7 +169,8 @@ def calibrate(conns: dict[int, Conn], centre: Centre, clock: MasterClock, rounds
     """The master's side of hosts/easgd/timing.py calibrate_master: one worker at a time
     ("go", its probe, the update on a scratch copy of the centre, paced, the reply);
     after each round the sum of the workers' agreement vectors to every worker, and
-    the TDF they will run at (they must agree). Returns the TDF; the centre is unchanged."""
+    the TDF they will run at (they must agree; REFUSED_TDF: they refused the round's,
+    CalibrationRefused). Returns the TDF; the centre is unchanged."""
     scratch = Centre(centre.c.clone(), centre.s)
     n = centre.c.numel()
     timeout = max(c.timeout_s for c in conns.values())
@@ -193,6 +195,18 @@ def calibrate(conns: dict[int, Conn], centre: Centre, clock: MasterClock, rounds
         for rank in sorted(conns):
             send_array(conns[rank], total)
         tdfs = {float(recv_array(conns[rank])[0]) for rank in sorted(conns)}
+        if REFUSED_TDF in tdfs:
+            # What was measured (the workers' round trips), for the point's record: the
+            # first host to exit with the refusal is the one the runner names.
+            parties = len(conns) + 1
+            _, why = decide_messages(total, total.size // parties - 2, parties, 1.0, fallback=1.0)
+            t = why["op_net_s"]
+            trips = (f"their {t['n']} round trips ({t['min']:.4g} .. {t['max']:.4g} s, median {t['p50']:.4g} s)"
+                     if t["n"] else "no measured round trip")
+            raise CalibrationRefused(
+                f"calibration round {r}: the workers refused the TDF chosen from {trips}: one iteration "
+                f"would outrun the point's deadline (their logs say by how much). If one trip stalled (a "
+                f"retransmission timeout), run the point again.")
         if len(tdfs) != 1:
             raise NetError(f"calibration round {r}: workers chose different TDFs {sorted(tdfs)}")
         clock.set_tdf(tdfs.pop())
@@ -423,6 +437,10 @@ def main(argv: list[str] | None = None) -> int:
         error = f"{type(e).__name__}: {e}"
         log.error("%s", error)
         return program.EXIT_NET
+    except CalibrationRefused as e:
+        error = f"{type(e).__name__}: {e}"
+        log.error("%s", error)
+        return program.EXIT_REFUSED
     finally:
         writer.write({"type": "summary", "host": cfg.host, "role": "master", "variant": settings.variant,
                       "serving": serving(settings.variant), "ok": error is None, "error": error,

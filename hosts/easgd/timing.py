@@ -31,6 +31,12 @@ Calibration (time_scale auto, hosts.common.calibration.Calibrator decides):
     hw_op_s = 2 x message_time(model bytes) + the master's update_hw_s. The
     workers agree through the master (it sums their vectors: `encode_messages`/
     `decide_messages`); each then tells the master the TDF it will run at.
+  A TDF at which one calibration iteration on the hardware (a local gradient and
+  one exchange: `iteration_hw_s`) would take longer than `iteration_wall_s`, the wall
+  time the point's deadline allows an iteration, is refused at once
+  (hosts.common.calibration.CalibrationRefused), by every worker alike (the same
+  agreed numbers) and, told REFUSED_TDF, by the master: one stalled exchange in an
+  undilated round reads as an emulator thousands of times slower.
   Round 0 runs undilated; on the soft switch rank 0 then dilates the network
   (`Calibrator.dilate`); the switch's impairments (loss) are held off while
   calibrating (`Calibrator.start`/`finish`). Calibration is not training: the probes leave the
@@ -55,6 +61,9 @@ from hosts.dnn.runtime import Runtime
 
 UPDATE_PASSES = {"elastic": 4, "sgd": 3, "msgd": 5}     # [A] see the module doc
 PUSH_TAG, REPLY_TAG = "push", "reply"
+# The TDF a worker tells the master when it refused the round's (no TDF is below
+# calibration.MIN_TDF): the master, which waits for every worker's, refuses too.
+REFUSED_TDF = 0.0
 
 
 def update_hw_s(device: dict[str, Any], values: int, rule: str) -> float:
@@ -161,6 +170,13 @@ def _finish(rt: Runtime, c, tdf: float) -> dict:
     return c.record(rt.cfg.host)
 
 
+def iteration_hw_s(rt: Runtime, task, cc: dict) -> float:
+    """One calibration iteration on the modeled hardware, the longest kind of iteration
+    (a training step exchanges at most once): a local gradient and one exchange. A TDF
+    at which it would outrun cc["iteration_wall_s"] is refused (CalibrationRefused)."""
+    return rt.device.hw_time(task.batch_size) + cc["hw_op_s"]
+
+
 def calibrate_sync(rt: Runtime, task, cc: dict, nd: dict | None) -> dict:
     """time_scale auto for the allreduce variants (module doc); returns the record."""
     from hosts.common import calibration as cal  # noqa: PLC0415
@@ -168,7 +184,8 @@ def calibrate_sync(rt: Runtime, task, cc: dict, nd: dict | None) -> dict:
     import torch  # noqa: PLC0415
     w = task.weights()
     batches = task.batches()
-    c = cal.Calibrator(cc["hw_op_s"], rt.device.time_scale, nd, rank, _expect_delay(rt))
+    c = cal.Calibrator(cc["hw_op_s"], rt.device.time_scale, nd, rank, _expect_delay(rt),
+                       iteration_wall_s=cc["iteration_wall_s"])
     c.start()                            # the switch's impairments held off while calibrating
     for _ in range(cc["rounds"]):
         spans, reals = [], []
@@ -182,7 +199,8 @@ def calibrate_sync(rt: Runtime, task, cc: dict, nd: dict | None) -> dict:
         vec = cal.encode([a for a, _ in spans], [b for _, b in spans], ratio, rank, world)
         summed = np.asarray(coll.allreduce(torch.from_numpy(vec.astype(np.float32))), np.float64)
         measured, why = cal.decide(summed, len(spans), world, cc["hw_op_s"], fallback=rt.device.time_scale)
-        tdf = c.after_round(measured, why, ops=len(spans), my_compute_ratio=ratio, op_hw_p50_s=cc["hw_op_s"])
+        tdf = c.after_round(measured, why, step_hw_s=iteration_hw_s(rt, task, cc), ops=len(spans),
+                            my_compute_ratio=ratio, op_hw_p50_s=cc["hw_op_s"])
         rt.device.time_scale = tdf
     c.finish()                           # rank 0: final TDF, impairments back on
     coll.barrier()                       # nobody trains before that is applied
@@ -195,7 +213,8 @@ def calibrate_master(rt: Runtime, link, task, cc: dict, nd: dict | None) -> dict
     rank, world = rt.cfg.rank, rt.cfg.world
     w = task.weights()
     batches = task.batches()
-    c = cal.Calibrator(cc["hw_op_s"], rt.device.time_scale, nd, rank)
+    c = cal.Calibrator(cc["hw_op_s"], rt.device.time_scale, nd, rank,
+                       iteration_wall_s=cc["iteration_wall_s"])
     c.start()                            # rank 0 goes first at the master: held before any probe
     for r in range(cc["rounds"]):
         durations, reals = [], []
@@ -211,9 +230,13 @@ def calibrate_master(rt: Runtime, link, task, cc: dict, nd: dict | None) -> dict
         summed = link.agree(cal.encode_messages(durations, ratio, rank, world + 1))
         measured, why = cal.decide_messages(summed, len(durations), world + 1, cc["hw_op_s"],
                                             fallback=rt.device.time_scale)
-        tdf = c.after_round(measured, why, ops=len(durations), my_compute_ratio=ratio,
-                            op_hw_p50_s=cc["hw_op_s"],
-                            round_trip_p50_s=float(np.median(durations)))
+        try:
+            tdf = c.after_round(measured, why, step_hw_s=iteration_hw_s(rt, task, cc), ops=len(durations),
+                                my_compute_ratio=ratio, op_hw_p50_s=cc["hw_op_s"],
+                                round_trip_p50_s=float(np.median(durations)))
+        except cal.CalibrationRefused:
+            link.tell_tdf(REFUSED_TDF)   # every worker refuses alike (the same agreed numbers)
+            raise
         rt.device.time_scale = tdf
         if r == cc["rounds"] - 1:
             # Before the last TDF reaches the master: it serves no one until rank 0's

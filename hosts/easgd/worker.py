@@ -31,6 +31,7 @@ import torch
 
 from hosts.collectives import check_hello, make_hello
 from hosts.common import program
+from hosts.common.calibration import CalibrationRefused
 from hosts.common.tcp import (KIND_BARRIER, NetError, RecvOp, connect_with_retry, exchange, recv_array,
                               recv_json, send_array, send_json)
 from hosts.easgd import rules, timing
@@ -212,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         error = f"{type(e).__name__}: {e}"
         log.error("%s", error)
         return program.EXIT_NET
+    except CalibrationRefused as e:
+        error = f"{type(e).__name__}: {e}"
+        log.error("%s", error)
+        return program.EXIT_REFUSED
     finally:
         try:
             if link is not None:

@@ -35,7 +35,7 @@ from testbed.workloads import register_workload
 from testbed.workloads.allreduce import InaParams
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for)
-from testbed.workloads.calibrated import CalibratedWorkloadParams
+from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams
 
 FIGURES = ("easgd_accuracy_vs_time", "easgd_time_to_target", "easgd_comm_share", "easgd_weak_scaling")
 VARIANT_NAMES = ("easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd",
@@ -111,7 +111,9 @@ class EasgdWorkload(CalibratedWorkloadParams):
     hardware: str = Field("tor-100g-host", description="Hardware network profile (testbed/fidelity/profiles) "
                                                        "for the fidelity monitor and the projection.")
     seed: int = Field(1, ge=0, description="Model init, data split and batch order.")
-    timeout_s: float = Field(300.0, gt=0, description="A message that makes no progress this long fails.")
+    timeout_s: float = Field(300.0, gt=0, description="A message that makes no progress this long fails; the "
+                                                      f"point fails after this + 60 s + {ITERATION_WALL_S:g} s "
+                                                      "per step and calibration iteration.")
     ina: InaParams = Field(default_factory=InaParams, description="In-switch transport (collective switch).")
 
     @field_validator("device")
@@ -273,7 +275,7 @@ class EasgdRuntime(WorkloadRuntime):
         calibrate = wl.calibrated          # one sync worker: compute only (no op crosses the network)
         nd = network_dilation(wl, ctx.switch or {}, op_s)
         wtiming = {"calibration": ({"rounds": wl.calibration_rounds, "iterations": wl.calibration_iterations,
-                                    "hw_op_s": op_s} if calibrate else None),
+                                    "hw_op_s": op_s, "iteration_wall_s": ITERATION_WALL_S} if calibrate else None),
                    "network_dilation": nd}
         common = {"world": len(workers), "collective": coll, "peers": peers, "ps": ps,
                   "port": port + COLLECTIVE_OFFSET, "master_addr": peers[0]["ip"],
@@ -323,7 +325,11 @@ class EasgdRuntime(WorkloadRuntime):
         return []
 
     def timeout_s(self, ctx: PointContext) -> float:
-        return ctx.point.scenario.workload.timeout_s + 60.0
+        # ITERATION_WALL_S per step and calibration iteration: what a calibrated TDF may
+        # make one last (a longer one is refused, hosts/easgd/timing.py).
+        wl = ctx.point.scenario.workload
+        cal = wl.calibration_rounds * wl.calibration_iterations if wl.calibrated else 0
+        return wl.timeout_s + ITERATION_WALL_S * (wl.steps + cal) + 60.0
 
     def collect(self, ctx: PointContext) -> list[dict[str, Any]]:
         return collect_point(ctx.point.scenario, ctx.work_dir)

@@ -1,8 +1,10 @@
 """EASGD end to end on loopback through `testbed run --net local`: Sync EASGD
-gives the same bits run after run with the same seed (ring allreduce), and an
-asynchronous variant's master counts exactly the exchanges its workers made."""
+gives the same bits run after run with the same seed (ring allreduce), an
+asynchronous variant's master counts exactly the exchanges its workers made, and
+a calibration that would crawl fails the point at once, naming the refusal."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +107,72 @@ def test_mnist_format_files_train_end_to_end(tmp_path):
     s = summaries(run)[0]
     assert s["ok"] and s["exchanges_match"] and s["exchanges_worker"] == {"0": 6, "1": 6}
     assert s["final_acc"] is not None
+
+
+REFUSED = ("name: refused\ntopology: {kind: star, workers: 2}\nworkload: {kind: easgd, variant: %s, steps: 4, "
+           "tau: 2, calibration_rounds: 2, calibration_iterations: 1, model: {c1: 4, c2: 8, hidden: 16}}\n")
+
+
+@pytest.mark.parametrize("variant", ["async_easgd", "hogwild_easgd", "sync_easgd"])
+def test_a_calibration_that_would_crawl_is_refused_by_every_host(tmp_path, monkeypatch, variant):
+    """The workload's host programs, run on loopback with a budget no iteration fits (1 ns):
+    every worker refuses round 0's TDF (the same agreed numbers) and, through the master
+    variants' TDF message, so does the master; each exits EXIT_REFUSED with the refusal in
+    its summary, nobody waits for a peer's timeout."""
+    import json  # noqa: PLC0415
+    import time  # noqa: PLC0415
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    import testbed.workloads.easgd as easgd  # noqa: PLC0415
+    from hosts.common.program import EXIT_REFUSED  # noqa: PLC0415
+    from testbed.scenario import expand_points, load_scenario_text  # noqa: PLC0415
+    from testbed.workloads.base import PointContext  # noqa: PLC0415
+
+    monkeypatch.setattr(easgd, "ITERATION_WALL_S", 1e-9)
+    (point,) = expand_points(load_scenario_text(REFUSED % variant, "refused.yaml"))
+    hosts = {h: SimpleNamespace(name=h, ip=f"127.0.1.{i}", mac=None) for i, h in enumerate(point.scenario.hosts(), 1)}
+    progs = easgd.EasgdRuntime().programs(PointContext(point, hosts, tmp_path, "local", time.time()))
+    procs = {}
+    for p in sorted(progs, key=lambda p: p.phase):
+        with open(tmp_path / f"{p.host}.log", "w") as log:
+            procs[p.host] = subprocess.Popen(p.argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        rcs = {h: p.wait(timeout=60) for h, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    logs = {h: (tmp_path / f"{h}.log").read_text()[-2000:] for h in procs}
+    assert set(rcs.values()) == {EXIT_REFUSED}, (rcs, logs)
+    assert set(procs) == ({"w1", "w2"} if variant == "sync_easgd" else {"w1", "w2", "master"})
+    for h in procs:
+        summary = next(json.loads(x) for x in (tmp_path / f"{h}.jsonl").read_text().splitlines()
+                       if json.loads(x)["type"] == "summary")
+        assert not summary["ok"], summary
+        assert summary["error"].startswith("CalibrationRefused: calibration round 0" +
+                                           (": the workers refused" if h == "master" else " chose TDF")), summary
+
+
+def test_a_calibration_that_would_crawl_fails_the_point_at_once_naming_the_refusal(tmp_path, monkeypatch):
+    """time_scale auto through the master: with a budget no iteration fits (1 ns), every
+    worker refuses round 0's TDF and tells the master, which refuses too; the point fails
+    at once (not at its deadline) and its record's first line names the refusal."""
+    import json  # noqa: PLC0415
+
+    import testbed.workloads.easgd as easgd  # noqa: PLC0415
+    from testbed import runner  # noqa: PLC0415
+    from testbed.scenario import expand_points, load_scenario_text  # noqa: PLC0415
+
+    monkeypatch.setenv("INNET_TESTBED_REGISTRY", str(tmp_path / "registry"))
+    monkeypatch.setenv("INNET_TESTBED_RUN", "")
+    monkeypatch.setattr(easgd, "ITERATION_WALL_S", 1e-9)
+    scn = load_scenario_text(REFUSED % "async_easgd", "refused.yaml")
+    out = runner.run_points(scn, expand_points(scn), net_mode="local", quick=False, out_dir=tmp_path, cli={})
+    (point,) = [json.loads(x) for x in (out.run_dir / "points.jsonl").read_text().splitlines()]
+    first = point["error"].splitlines()[0]
+    assert point["status"] == "failed" and point["wall_s"] < 60, point
+    assert re.match(r"host (master|w1|w2) refused the point \(exit code 4\): CalibrationRefused: "
+                    r"calibration round 0", first), first
+    master = next(json.loads(x) for x in (out.run_dir / "points" / point["label"] / "master.jsonl")
+                  .read_text().splitlines() if json.loads(x)["type"] == "summary")
+    assert not master["ok"] and "the workers refused the TDF chosen from their 2 round trips (" in master["error"], master

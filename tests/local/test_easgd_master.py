@@ -235,3 +235,39 @@ def test_master_calibration_protocol_and_server_trace(tmp_path):
     # paced: the updates lasted TDF x their modeled time (in sum: an oversleep is carried
     # as credit into the next update, hosts/common/device.py, so one alone may be shorter)
     assert sum(n["t1"] - n["t0"] for n in comp) >= 0.95 * 301.0 * UPDATE_HW_S * len(comp)
+
+
+def test_master_refuses_when_its_workers_refused_the_calibrated_tdf(tmp_path):
+    """Workers that refuse a round's TDF (hosts/easgd/timing.py calibrate_master: one
+    iteration would outrun the point's deadline) tell the master REFUSED_TDF, as they
+    would tell it the TDF: the master, waiting for every worker's, refuses too
+    (EXIT_REFUSED, its summary names it) instead of serving nobody until its timeout."""
+    from hosts.common import calibration as cal
+    from hosts.common.program import EXIT_REFUSED
+    from hosts.common.tcp import KIND_BARRIER, RecvOp, exchange
+    from hosts.easgd.timing import REFUSED_TDF
+
+    proc, port, s = start_master(tmp_path, "async_easgd", SMALL, calibration={"rounds": 2, "iterations": 1})
+    c0 = initial_weights(3, SMALL)
+    try:
+        c = [Client(r, port, s, calibrated=True) for r in range(2)]
+        for x in c:
+            x.hello_done()
+        for x in c:                                           # round 0: one probe each, in rank order
+            exchange([], [RecvOp(x.conn, KIND_BARRIER)], 30)
+            send_array(x.conn, c0.numpy())
+            recv_array(x.conn, np.empty(c0.numel(), np.float32))
+        for r, x in enumerate(c):                             # 2 workers + the master, one trip each
+            send_array(x.conn, cal.encode_messages([1.0], 10.0, r, 3))
+        for x in c:
+            recv_array(x.conn)
+            send_array(x.conn, np.asarray([REFUSED_TDF], np.float64))
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == EXIT_REFUSED, out[-3000:]
+    summary = next(json.loads(x) for x in (tmp_path / "master.jsonl").read_text().splitlines()
+                   if json.loads(x)["type"] == "summary")
+    assert not summary["ok"] and summary["error"].startswith("CalibrationRefused: calibration round 0: "
+                                                             "the workers refused the TDF"), summary

@@ -2,6 +2,9 @@
 round-trip agreement in hosts/common/calibration.py): exact values worked by hand."""
 from __future__ import annotations
 
+import re
+import time
+
 import numpy as np
 import pytest
 
@@ -89,3 +92,93 @@ def test_calibration_compute_input_is_the_worst_step_and_the_master_has_a_slot()
     assert why["tdf_cmp"] == pytest.approx(600.0) and tdf == 600.0 and why["limited_by"] == "compute"
     with pytest.raises(ValueError, match="2 workers"):
         master_agreement(w0.size + 1, 2, 300.0)
+
+
+OP_S, HW_OP_S = 0.004, 1e-5       # a stand-in exchange's time; its hardware time
+
+
+class StandInMaster:
+    """A one-worker master link (hosts/easgd/worker.py MasterLink): a round trip lasts OP_S
+    (trip k: stall[k], an exchange that stalled); the agreement adds nothing of its own;
+    the TDFs the worker tells are kept."""
+
+    def __init__(self, stall: dict[int, float]):
+        self.stall, self.trips, self.told = stall, 0, []
+
+    def wait_turn(self):
+        pass
+
+    def send(self, payload):
+        pass
+
+    def recv(self, n):
+        import torch
+        time.sleep(self.stall.get(self.trips, OP_S))
+        self.trips += 1
+        return torch.zeros(n)
+
+    def agree(self, vec):
+        return vec.astype(np.float64)
+
+    def tell_tdf(self, tdf):
+        self.told.append(tdf)
+
+
+class StandInAllreduce(StandInMaster):
+    """A one-worker collective (world 1) for the sync variants: the sum is the input,
+    after OP_S (call k: stall[k]); its agreement allreduce counts as a call."""
+
+    def allreduce(self, t):
+        time.sleep(self.stall.get(self.trips, OP_S))
+        self.trips += 1
+        return t.clone()
+
+    def barrier(self):
+        pass
+
+
+@pytest.mark.parametrize("variant", ["master", "sync"])
+def test_a_round_whose_exchange_stalled_is_refused_with_what_it_measured(tmp_path, variant):
+    """One stalled exchange in an undilated round reads as an emulator thousands of times
+    slower; the TDF it picks, at which one iteration on the hardware (a local gradient
+    and one exchange) would outrun the wall time the point allows one, is refused at
+    once, naming the op times and the budget; a master variant's worker tells the master
+    (REFUSED_TDF), which then refuses too. Without the stall it calibrates."""
+    from hosts.easgd.model import Task
+    from hosts.easgd.timing import REFUSED_TDF, calibrate_master, calibrate_sync, open_runtime
+    cc = {"rounds": 2, "iterations": 1, "hw_op_s": HW_OP_S, "iteration_wall_s": 1.0}
+
+    def calibrate(where, link) -> tuple[dict, float]:
+        """(the calibration record, one iteration's modeled compute)"""
+        tcfg = {"host": "w1", "role": "worker", "rank": 0, "world": 1, "collective": "ring",
+                "peers": [{"name": "w1", "ip": "127.0.0.1"}], "ps": None, "port": 5000,
+                "master_addr": "127.0.0.1", "master_port": 5060, "gloo_ifname": None, "script": "x.py",
+                "args": [], "batch_size": 8, "seed": 1, "device": {"type": "v100", "time_scale": 200.0},
+                "straggler": None, "start_at": None, "connect_timeout_s": 5, "timeout_s": 5,
+                "out": str(where / "w1.jsonl"), "trace": None, "ina": None}
+        rt = open_runtime(tcfg, 2)
+        task = Task(1, {"c1": 4, "c2": 8, "hidden": 16}, 0, 1, 8, {"source": "digits"})
+        rt.device.profile(task.model, task.sample())
+        task.gradient(task.weights(), next(task.batches()))      # autograd's first-call cost: not the device's
+        try:
+            if variant == "master":
+                return calibrate_master(rt, link, task, cc, None), rt.device.hw_time(8)
+            rt._coll = link
+            return calibrate_sync(rt, task, cc, None), rt.device.hw_time(8)
+        finally:
+            rt.writer.close()
+
+    stand_in = StandInMaster if variant == "master" else StandInAllreduce
+    link = stand_in({})
+    record, compute_s = calibrate(tmp_path / "ok", link)
+    step = compute_s + HW_OP_S                                                # a gradient and an exchange
+    assert len(record["rounds"]) == 2 and record["tdf"] * step < 1.0          # 4 ms / 10 us: TDF ~400
+    assert link.told == ([r["tdf_out"] for r in record["rounds"]] if variant == "master" else [])
+    link = stand_in({0: 0.5})                                                 # TDF ~50,000: 3.5 s an iteration
+    with pytest.raises(cal.CalibrationRefused) as e:
+        calibrate(tmp_path / "stalled", link)
+    msg = str(e.value)
+    assert re.search(r"calibration round 0 chose TDF 5\d{4} ", msg), msg
+    assert f"one step of {step * 1e3:.4g} ms" in msg and "1 op(s) took 0.5" in msg and "beyond the 1 s" in msg
+    assert link.told == ([REFUSED_TDF] if variant == "master" else [])
+    assert REFUSED_TDF < cal.MIN_TDF                                          # never a TDF to run at

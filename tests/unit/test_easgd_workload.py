@@ -1,12 +1,18 @@
 """The easgd workload's schema, host configs and pure collect helpers."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 
-from hosts.easgd.config import ConfigError, EasgdSettings, VARIANTS, parse_worker
-from testbed.scenario import ScenarioError, load_scenario_text
-from testbed.workloads.easgd import (EasgdWorkload, comm_share, hogwild_overlap, projected_comm_share,
-                                     time_to_target)
+from hosts.easgd.config import ConfigError, EasgdSettings, VARIANTS, parse_worker, parse_worker_timing
+from testbed.scenario import ScenarioError, expand_points, load_scenario_text
+from testbed.workloads.base import PointContext
+from testbed.workloads.calibrated import ITERATION_WALL_S
+from testbed.workloads.easgd import (EasgdRuntime, EasgdWorkload, comm_share, hogwild_overlap,
+                                     projected_comm_share, time_to_target)
 
 pytestmark = pytest.mark.unit
 
@@ -101,3 +107,25 @@ def test_device_overruns_name_the_host_and_the_worst_ratio():
     assert device_overruns(["w1", "w2"], hosts, master) == [
         "w2: 2 of 200 steps (worst 1.05x)", "master server 0: 1 of 800 updates (worst 1.17x)"]
     assert device_overruns(["w1"], hosts, None) == []
+
+
+def test_worker_calibration_needs_the_iteration_deadline():
+    cal = {"rounds": 2, "iterations": 1, "hw_op_s": 1e-5, "iteration_wall_s": 30.0}
+    assert parse_worker_timing({"timing": {"calibration": cal}}, "w.json") == (cal, None)
+    for bad in ({k: v for k, v in cal.items() if k != "iteration_wall_s"}, dict(cal, iteration_wall_s=0)):
+        with pytest.raises(ConfigError, match=r"calibration: must be null or .*iteration_wall_s > 0"):
+            parse_worker_timing({"timing": {"calibration": bad}}, "w.json")
+
+
+def test_workers_get_the_iteration_deadline_that_the_point_deadline_allows(tmp_path):
+    """Calibrated workers refuse a TDF at which an iteration would outrun ITERATION_WALL_S;
+    the point's deadline allows that to every step and calibration iteration."""
+    scn = load_scenario_text("name: t\ntopology: {kind: star, workers: 2}\nworkload: {kind: easgd, steps: 10, "
+                             "calibration_rounds: 2, calibration_iterations: 3, timeout_s: 100}\n", "t.yaml")
+    point = expand_points(scn)[0]
+    hosts = {h: SimpleNamespace(name=h, ip=f"127.0.1.{i}", mac=None) for i, h in enumerate(scn.hosts(), 1)}
+    ctx = PointContext(point=point, hosts=hosts, work_dir=tmp_path, net_mode="local", start_at=1000.0)
+    progs = {p.host: json.loads(Path(p.argv[-1]).read_text()) for p in EasgdRuntime().programs(ctx)}
+    cc, _ = parse_worker_timing(progs["w1"]["worker"], "w1.json")
+    assert cc["iteration_wall_s"] == ITERATION_WALL_S
+    assert EasgdRuntime().timeout_s(ctx) == 100 + ITERATION_WALL_S * (10 + 2 * 3) + 60
