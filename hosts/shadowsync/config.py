@@ -143,7 +143,8 @@ class TrainerConfig:
     collective: dict | None         # S-/FR-MA, BMUF: a hosts.dnn TorchWorkerConfig (ring | switch | ps)
     device: dict                    # hosts.dnn.device.make_device spec
     straggler: dict | None          # {start_s, slowdown, delay_ms}
-    calibration: dict | None        # time_scale auto: {rounds, iterations, lookup_hw_s: [per embedding PS]}
+    calibration: dict | None        # time_scale auto: {rounds, iterations, lookup_hw_s: [per embedding PS],
+                                    # iteration_wall_s: the wall time the point's deadline allows an iteration}
     network_dilation: dict | None   # the soft switch's delay line (hosts.common.calibration.Calibrator)
     start_at: float | None
     connect_timeout_s: float
@@ -174,11 +175,14 @@ class TrainerConfig:
             c.error("device", f"must be a device spec object, got {device!r}")
         straggler = c.straggler("straggler")
         cal, nd = c.data.get("calibration"), c.data.get("network_dilation")
-        if cal is not None and not (isinstance(cal, dict) and set(cal) == {"rounds", "iterations", "lookup_hw_s"}
+        if cal is not None and not (isinstance(cal, dict)
+                                    and set(cal) == {"rounds", "iterations", "lookup_hw_s", "iteration_wall_s"}
                                     and isinstance(cal["rounds"], int) and cal["rounds"] >= 1
                                     and isinstance(cal["iterations"], int) and cal["iterations"] >= 1
-                                    and isinstance(cal["lookup_hw_s"], list) and cal["lookup_hw_s"]):
-            c.error("calibration", f"must be null or {{rounds >= 1, iterations >= 1, lookup_hw_s: [...]}}, got {cal!r}")
+                                    and isinstance(cal["lookup_hw_s"], list) and cal["lookup_hw_s"]
+                                    and isinstance(cal["iteration_wall_s"], (int, float)) and cal["iteration_wall_s"] > 0):
+            c.error("calibration", f"must be null or {{rounds >= 1, iterations >= 1, lookup_hw_s: [...], "
+                                   f"iteration_wall_s > 0}}, got {cal!r}")
         if nd is not None and not isinstance(nd, dict):
             c.error("network_dilation", f"must be null or an object, got {nd!r}")
         start_at = c.number("start_at", nullable=True)

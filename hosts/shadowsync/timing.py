@@ -17,6 +17,13 @@ Calibrator.after_round gives the next TDF (and, on the soft switch, dilates the
 network: rank 0 asks), and every process of the trainer reads it from shared
 memory.
 
+A round whose TDF would make one iteration on the modeled hardware (`Round`'s
+step_hw_s) longer than the point's deadline allows (the calibration's
+`iteration_wall_s`) is refused (hosts.common.calibration.refuse_if_crawling):
+worker 0 raises CalibrationRefused and `Shared.refuse` releases the trainer's
+other workers from the round's barrier at once. Every trainer decides from the
+same agreed numbers and constants, so all of them refuse the same round.
+
 After the last round the trace is the measured run only: worker 0 resets its
 trace and tells the servers MEASURE (they trace its messages from then on); the
 shadow does the same when every trainer is measuring (MA/BMUF: a flag in its
@@ -41,6 +48,14 @@ class Shared:
         self.ratio = ctx.Array("d", workers, lock=False)
         self.barrier = ctx.Barrier(workers) if cc else None
         self.measuring = ctx.Value("i", 0 if cc else 1, lock=False)
+        self.refused = ctx.Value("i", 0, lock=False)     # worker 0's calibration was refused
+
+    def refuse(self) -> None:
+        """Worker 0 refused the calibration: the other workers, waiting for it at the
+        round's barrier, raise BrokenBarrierError now rather than after timeout_s, and
+        read `refused` to say why."""
+        self.refused.value = 1
+        self.barrier.abort()
 
     @property
     def iterations(self) -> int:
@@ -58,10 +73,15 @@ class Shared:
 class Round:
     """Worker 0's side: one Calibrator for the whole calibration (module docstring)."""
 
-    def __init__(self, shared: Shared, nd: dict | None, rank: int, trainers: int):
+    def __init__(self, shared: Shared, nd: dict | None, rank: int, trainers: int, compute_hw_s: float):
         self.shared, self.rank, self.trainers = shared, rank, trainers
         self.lookup_hw = [float(x) for x in shared.cc["lookup_hw_s"]]
-        self.c = cal.Calibrator(0.0, shared.tdf.value, nd, rank)
+        # One iteration on the modeled hardware: the step's compute (compute_hw_s: the
+        # device model's, without a straggler's slowdown, so the same on every trainer)
+        # and a LOOKUP of every embedding PS, one after the other.
+        self.step_hw_s = compute_hw_s + sum(self.lookup_hw)
+        self.c = cal.Calibrator(0.0, shared.tdf.value, nd, rank,
+                                iteration_wall_s=shared.cc["iteration_wall_s"])
         self.c.start()
 
     def decide(self, spans: list[tuple[float, float]], agree) -> float:
@@ -82,8 +102,12 @@ class Round:
         # ids, then the rows): compensating a whole round trip per message made every
         # message 0.6x its dilated time (measured on the 2-trainer quick run).
         self.c.hw_op_s = float(np.median(hw)) / 2 if hw else 0.0
-        tdf = self.c.after_round(measured, why, ops=len(spans), my_compute_ratio=ratio,
-                                 op_hw_p50_s=self.c.hw_op_s or None)
+        try:
+            tdf = self.c.after_round(measured, why, step_hw_s=self.step_hw_s, ops=len(spans),
+                                     my_compute_ratio=ratio, op_hw_p50_s=self.c.hw_op_s or None)
+        except cal.CalibrationRefused:
+            self.shared.refuse()
+            raise
         self.shared.tdf.value = tdf
         return tdf
 

@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from hosts.common import program
+from hosts.common.calibration import CalibrationRefused
 from hosts.common.results import JsonlWriter
 from hosts.common.tcp import NetError
 from hosts.common.trace import TraceRecorder
@@ -164,6 +165,22 @@ def fwd_bwd(tower, b, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     return loss.detach(), flat_grad(tower)
 
 
+def failure(who: str, e: Exception, shared: Shared) -> str:
+    """The error a trainer process reports (and logs). Worker 0's refusal names what
+    calibration measured; a process that it stopped (released from the round's barrier,
+    or cut off after it) says so rather than how it was stopped (a broken barrier)."""
+    if isinstance(e, CalibrationRefused):
+        msg = f"{who}: {type(e).__name__}: {e}"
+    elif shared.refused.value:
+        msg = f"{who}: stopped: calibration was refused by worker 0"
+    else:
+        msg = f"{who}: {type(e).__name__}: {e}"
+        log.error("%s\n%s", msg, traceback.format_exc())
+        return msg
+    log.error("%s", msg)
+    return msg
+
+
 def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, shared: Shared, results,
                 t_start: float) -> None:
     torch.set_num_threads(1)
@@ -185,7 +202,8 @@ def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, shared: Share
         foreground = s.mode == "foreground" and s.syncs
         if foreground and j == 0:
             syncer = Syncer(cfg, s, flat, trace, cfg.host, shared)
-        calib = Round(shared, cfg.network_dilation, cfg.rank, s.trainers) if shared.cc and j == 0 else None
+        calib = (Round(shared, cfg.network_dilation, cfg.rank, s.trainers, dev.hw_time(s.batch_size))
+                 if shared.cc and j == 0 else None)
         if calib is not None:
             emb.spans = []
         b0 = src.eval_set(min(s.batch_size, 64))
@@ -264,8 +282,8 @@ def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, shared: Share
                    rows_pushed=emb.rows_pushed, lookups=emb.lookups, validity=dev.validity(),
                    syncs=syncer.count if syncer else 0)
     except Exception as e:  # noqa: BLE001 - reported to the main process, which fails the host
-        out["error"] = f"worker {j}: {type(e).__name__}: {e}"
-        log.error("%s\n%s", out["error"], traceback.format_exc())
+        out["error"] = failure(f"worker {j}", e, shared)
+        out["refused"] = isinstance(e, CalibrationRefused)
     finally:
         with done.get_lock():
             done.value += 1
@@ -328,8 +346,7 @@ def shadow_main(cfg, s, flat, iters, done, shared: Shared, results) -> None:
                 time.sleep(pause)
         out.update(ok=True, syncs=syncer.count, gaps=gaps, sync_s=times, paced_s=syncer.paced_s)
     except Exception as e:  # noqa: BLE001
-        out["error"] = f"shadow: {type(e).__name__}: {e}"
-        log.error("%s\n%s", out["error"], traceback.format_exc())
+        out["error"] = failure("shadow", e, shared)
     finally:
         try:
             if syncer is not None:
@@ -389,7 +406,9 @@ def run(cfg, s, writer: JsonlWriter) -> dict[str, Any]:
                           rank=cfg.rank, connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
     outs: list[dict] = []
     try:
-        deadline = time.monotonic() + cfg.timeout_s * 4 + s.iterations * 5
+        # Calibrated: as long per iteration as the point's deadline allows (iteration_wall_s).
+        per_iter_s = cfg.calibration["iteration_wall_s"] if cfg.calibration else 5.0
+        deadline = time.monotonic() + cfg.timeout_s * 4 + (shared.iterations + s.iterations) * per_iter_s
         while len(outs) < len(procs):
             try:
                 outs.append(results.get(timeout=1.0))
@@ -402,7 +421,8 @@ def run(cfg, s, writer: JsonlWriter) -> dict[str, Any]:
             p.join(timeout=10)
         workers = sorted((o for o in outs if o["kind"] == "worker"), key=lambda o: o["worker"])
         shadow = next((o for o in outs if o["kind"] == "shadow"), None)
-        errors = [o["error"] for o in outs if o.get("error")]
+        # Worker 0's refusal first: the other processes' errors are its consequences.
+        errors = [o["error"] for o in sorted(outs, key=lambda o: not o.get("refused")) if o.get("error")]
         for w in workers:
             if w.get("calibration"):
                 writer.write(w["calibration"])
@@ -410,7 +430,8 @@ def run(cfg, s, writer: JsonlWriter) -> dict[str, Any]:
                 writer.write({"type": "iteration", "host": cfg.host, "rank": cfg.rank, "worker": w["worker"], **r})
         ne, ctr = evaluate(tower, emb, open_source(s.dataset, s.model["table_sizes"], s.seed), s.eval_examples) \
             if not errors else (None, None)
-        return {"errors": errors, "workers": workers, "shadow": shadow, "eval_ne": ne, "eval_ctr": ctr}
+        return {"errors": errors, "workers": workers, "shadow": shadow, "eval_ne": ne, "eval_ctr": ctr,
+                "refused": bool(shared.refused.value)}
     finally:
         emb.close()
         for p in procs:
@@ -435,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         res = run(cfg, s, writer)
     except (NetError, OSError, ValueError) as e:
         res["errors"] = res.get("errors", []) + [f"{type(e).__name__}: {e}"]
-    for e in res["errors"]:
+    for e in reversed(res["errors"]):     # the cause (a refusal) last: the runner quotes the log's end
         log.error("%s", e)
     workers, shadow = res.get("workers", []), res.get("shadow")
     ends = [(w["t0_perf"], w["t_end_perf"]) for w in workers if w.get("ok")]
@@ -460,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
         # the TDF the measured run ran at (calibrated: worker 0's last decision, shared)
         "tdf": next((w["tdf"] for w in workers if w.get("tdf") is not None), None)})
     writer.close()
+    if res.get("refused"):
+        return program.EXIT_REFUSED
     return 0 if not res["errors"] else program.EXIT_NET
 
 

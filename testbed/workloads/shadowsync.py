@@ -36,7 +36,7 @@ from testbed.workloads import register_workload
 from testbed.workloads.allreduce import InaParams
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for)
-from testbed.workloads.calibrated import CalibratedWorkloadParams
+from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams
 
 FIGURES = ("shadowsync_throughput", "shadowsync_ne", "shadowsync_sync_gap")
 SHADOWSYNC_TCP_PORT = 48500        # servers; the ring allreduce at +100
@@ -324,7 +324,8 @@ class ShadowSyncRuntime(WorkloadRuntime):
                                "port": port, "collective": coll, "device": wl.device_spec(),
                                "calibration": ({"rounds": wl.calibration_rounds,
                                                 "iterations": wl.calibration_iterations,
-                                                "lookup_hw_s": lookup_hw_s(wl)} if wl.calibrated else None),
+                                                "lookup_hw_s": lookup_hw_s(wl),
+                                                "iteration_wall_s": ITERATION_WALL_S} if wl.calibrated else None),
                                "network_dilation": network_dilation(wl, ctx.switch or {}, len(trainers)),
                                "straggler": straggler_for(scn, h), "start_at": ctx.start_at,
                                "connect_timeout_s": 60.0, "timeout_s": wl.timeout_s,
@@ -351,7 +352,11 @@ class ShadowSyncRuntime(WorkloadRuntime):
         return []
 
     def timeout_s(self, ctx: PointContext) -> float:
-        return ctx.point.scenario.workload.timeout_s + 120.0
+        # ITERATION_WALL_S per iteration (a calibration round's AGREE counted as one, as lhc's):
+        # the budget a calibrated TDF must fit (the trainers' iteration_wall_s).
+        wl = ctx.point.scenario.workload
+        cal = wl.calibration_rounds * (wl.calibration_iterations + 1) if wl.calibrated else 0
+        return wl.timeout_s + 120.0 + ITERATION_WALL_S * (wl.iterations + cal)
 
     def collect(self, ctx: PointContext) -> list[dict[str, Any]]:
         return collect_point(ctx.point.scenario, ctx.work_dir)

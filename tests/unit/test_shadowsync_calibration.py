@@ -1,18 +1,27 @@
 """time_scale auto for ShadowSync (hosts/shadowsync/timing.py, the AGREE round on the
-embedding PS, the workload's blocks): pure parts, no processes."""
+embedding PS, the workload's blocks, the refusal of a TDF that would crawl): pure
+parts, no processes (tests/local/test_shadowsync_refused.py runs the refusal's)."""
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import threading
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from hosts.common.calibration import CalibrationRefused
 from hosts.common.tcp import NetError
+from hosts.shadowsync.config import ConfigError, load
 from hosts.shadowsync.servers import Agreement
-from hosts.shadowsync.timing import Shared
+from hosts.shadowsync.timing import Round, Shared
 from testbed.scenario import load_scenario_text
+from testbed.scenario.sweep import expand_points
 from testbed.workloads import shadowsync as ss
+from testbed.workloads.base import PointContext
+from testbed.workloads.calibrated import ITERATION_WALL_S
 
 pytestmark = pytest.mark.unit
 
@@ -82,7 +91,6 @@ def test_lookups_are_timed_as_each_trainers_own_round_trips():
     1 ms long except a 0.6 s stall on the first: the TDF follows the 1 ms lookups. The
     collective statistic (last submit to completion across trainers) clipped every
     later lookup to zero and took its TDF from the stall (590,000 in a CI run)."""
-    from hosts.shadowsync.timing import Round  # noqa: PLC0415
     hw = 1e-6
     ctx = mp.get_context("fork")
 
@@ -92,9 +100,9 @@ def test_lookups_are_timed_as_each_trainers_own_round_trips():
         return out
     vectors, tdfs = {}, {}
     for rank in (1, 0):
-        sh = Shared(ctx, {"rounds": 2, "iterations": 6, "lookup_hw_s": [hw]}, 1, 100.0)
+        sh = Shared(ctx, {"rounds": 2, "iterations": 6, "lookup_hw_s": [hw], "iteration_wall_s": 30.0}, 1, 100.0)
         sh.ratio[0] = 0.0
-        rnd = Round(sh, None, rank, 2)
+        rnd = Round(sh, None, rank, 2, compute_hw_s=1e-4)
 
         def agree(v, rank=rank):
             vectors[rank] = v
@@ -102,3 +110,47 @@ def test_lookups_are_timed_as_each_trainers_own_round_trips():
         tdfs[rank] = rnd.decide(spans(0.010 if rank == 0 else 0.013), agree)
     assert tdfs[0] == pytest.approx(1e-3 / hw, rel=0.01)
     assert rnd.c.rounds[0]["tdf_net"] == pytest.approx(1000.0, rel=0.01)
+
+
+def test_a_round_whose_lookups_stalled_is_refused_with_what_it_measured():
+    """One lookup per round (one iteration, one embedding PS) that stalled for 2 s picks
+    TDF 40,000, at which one iteration on the hardware (1 ms of compute and a 50 us
+    lookup) would take 42 s, beyond the 30 s the point's deadline allows it: refused at
+    once, naming the TDF, the op times and the budget, and the trainer's other workers,
+    waiting at the round's barrier, are released (broken barrier, `refused` set). A
+    round of 4 ms lookups (TDF 80) passes."""
+    cc = {"rounds": 2, "iterations": 1, "lookup_hw_s": [50e-6], "iteration_wall_s": 30.0}
+
+    def worker_0() -> tuple[Shared, Round]:
+        sh = Shared(mp.get_context("fork"), cc, 2, 400.0)          # 2 Hogwild workers
+        return sh, Round(sh, None, 0, 1, compute_hw_s=1e-3)
+
+    sh, rnd = worker_0()
+    assert rnd.decide([(10.0, 10.0 + 4e-3)], lambda v: v) == pytest.approx(80.0)
+    assert sh.tdf.value == pytest.approx(80.0) and not sh.refused.value and not sh.barrier.broken
+    sh, rnd = worker_0()
+    with pytest.raises(CalibrationRefused) as e:
+        rnd.decide([(10.0, 12.0)], lambda v: v)
+    msg = str(e.value)
+    assert "TDF 40000" in msg and "1 op(s) took 2" in msg and "beyond the 30 s" in msg
+    assert sh.refused.value == 1 and sh.barrier.broken
+    assert sh.tdf.value == 400.0                     # nothing published
+
+
+def test_the_trainer_config_needs_the_calibration_budget(tmp_path):
+    """The hosts get the budget the point's deadline allows an iteration (iteration_wall_s,
+    required > 0), and the deadline allows it per calibration and measured iteration."""
+    scn = load_scenario_text(BASE % "{type: v100, time_scale: auto}" + "  iterations: 40\n", "t.yaml")
+    point = expand_points(scn)[0]
+    hosts = {h: SimpleNamespace(name=h, ip=f"127.0.1.{i + 1}") for i, h in enumerate(point.scenario.hosts())}
+    ctx = PointContext(point=point, hosts=hosts, work_dir=tmp_path, net_mode="local", start_at=0.0)
+    rt = ss.ShadowSyncRuntime()
+    progs = {p.host: json.loads(Path(p.argv[-1]).read_text()) for p in rt.programs(ctx)}
+    cfg, _ = load(progs["w1"], "trainer")
+    assert cfg.calibration["iteration_wall_s"] == ITERATION_WALL_S
+    # 40 measured iterations and 2 rounds of 6 calibration iterations (+ their AGREE)
+    assert rt.timeout_s(ctx) >= ITERATION_WALL_S * (40 + 2 * (6 + 1))
+    for bad in ({}, {"iteration_wall_s": 0}, {"iteration_wall_s": "30"}):
+        c = {k: v for k, v in progs["w1"]["trainer"]["calibration"].items() if k != "iteration_wall_s"}
+        with pytest.raises(ConfigError, match=r"calibration: must be .*iteration_wall_s > 0"):
+            load({**progs["w1"], "trainer": {**progs["w1"]["trainer"], "calibration": {**c, **bad}}}, "trainer")
