@@ -178,7 +178,7 @@ def test_a_round_whose_exchange_stalled_is_refused_with_what_it_measured(tmp_pat
     with pytest.raises(cal.CalibrationRefused) as e:
         calibrate(tmp_path / "stalled", link)
     msg = str(e.value)
-    assert re.search(r"calibration round 0 chose TDF 5\d{4} ", msg), msg
+    assert re.search(r"calibration round 0 chose TDF [5-9]\d{4} ", msg), msg
     assert f"one step of {step * 1e3:.4g} ms" in msg and "1 op(s) took 0.5" in msg and "beyond the 1 s" in msg
     assert link.told == ([REFUSED_TDF] if variant == "master" else [])
     assert REFUSED_TDF < cal.MIN_TDF                                          # never a TDF to run at

@@ -142,7 +142,7 @@ def test_a_round_whose_op_stalled_is_refused_with_what_it_measured(tmp_path):
         first_round(tmp_path / "stalled", 0.5)                            # TDF ~50,000: 1 s an iteration
     msg = str(e.value)
     step_ms = (ok.device.hw_time(batch) + HW_S) * 1e3
-    assert re.search(r"calibration round 0 chose TDF 5\d{4} ", msg), msg
+    assert re.search(r"calibration round 0 chose TDF [5-9]\d{4} ", msg), msg
     assert f"one step of {step_ms:.4g} ms" in msg and "1 op(s) took 0.5" in msg and "beyond the 0.1 s" in msg
 
 
