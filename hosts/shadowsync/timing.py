@@ -49,13 +49,28 @@ class Shared:
         self.barrier = ctx.Barrier(workers) if cc else None
         self.measuring = ctx.Value("i", 0 if cc else 1, lock=False)
         self.refused = ctx.Value("i", 0, lock=False)     # worker 0's calibration was refused
+        self.failed = ctx.Value("i", -1)                 # the first worker that failed, -1 none
+
+    def fail(self, worker: int, *barriers) -> bool:
+        """A worker failed: the others, waiting for it at a barrier (the calibration
+        round's, or `barriers`: the foreground sync's), raise BrokenBarrierError now
+        rather than after timeout_s, and read `failed` to say why. True: it was the
+        first to fail (its error is the cause)."""
+        with self.failed.get_lock():
+            first = self.failed.value < 0
+            if first:
+                self.failed.value = worker
+        for b in (self.barrier, *barriers):
+            if b is not None:
+                b.abort()
+        return first
 
     def refuse(self) -> None:
         """Worker 0 refused the calibration: the other workers, waiting for it at the
         round's barrier, raise BrokenBarrierError now rather than after timeout_s, and
         read `refused` to say why."""
         self.refused.value = 1
-        self.barrier.abort()
+        self.fail(0)
 
     @property
     def iterations(self) -> int:

@@ -31,6 +31,7 @@ import multiprocessing as mp
 import os
 import queue
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -168,11 +169,15 @@ def fwd_bwd(tower, b, pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 def failure(who: str, e: Exception, shared: Shared) -> str:
     """The error a trainer process reports (and logs). Worker 0's refusal names what
     calibration measured; a process that it stopped (released from the round's barrier,
-    or cut off after it) says so rather than how it was stopped (a broken barrier)."""
+    or cut off after it) says so rather than how it was stopped (a broken barrier), as
+    does one released from a barrier because another worker failed (Shared.fail)."""
     if isinstance(e, CalibrationRefused):
         msg = f"{who}: {type(e).__name__}: {e}"
     elif shared.refused.value:
         msg = f"{who}: stopped: calibration was refused by worker 0"
+    elif isinstance(e, threading.BrokenBarrierError) and shared.failed.value >= 0 \
+            and who != f"worker {shared.failed.value}":
+        msg = f"{who}: stopped: worker {shared.failed.value} failed"
     else:
         msg = f"{who}: {type(e).__name__}: {e}"
         log.error("%s\n%s", msg, traceback.format_exc())
@@ -282,6 +287,7 @@ def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, shared: Share
                    rows_pushed=emb.rows_pushed, lookups=emb.lookups, validity=dev.validity(),
                    syncs=syncer.count if syncer else 0)
     except Exception as e:  # noqa: BLE001 - reported to the main process, which fails the host
+        out["cause"] = shared.fail(j, barrier)       # nobody waits for this worker at a barrier
         out["error"] = failure(f"worker {j}", e, shared)
         out["refused"] = isinstance(e, CalibrationRefused)
     finally:
@@ -421,8 +427,10 @@ def run(cfg, s, writer: JsonlWriter) -> dict[str, Any]:
             p.join(timeout=10)
         workers = sorted((o for o in outs if o["kind"] == "worker"), key=lambda o: o["worker"])
         shadow = next((o for o in outs if o["kind"] == "shadow"), None)
-        # Worker 0's refusal first: the other processes' errors are its consequences.
-        errors = [o["error"] for o in sorted(outs, key=lambda o: not o.get("refused")) if o.get("error")]
+        # The cause first (worker 0's refusal, or the first worker that failed): the other
+        # processes' errors are its consequences.
+        errors = [o["error"] for o in sorted(outs, key=lambda o: not (o.get("refused") or o.get("cause")))
+                  if o.get("error")]
         for w in workers:
             if w.get("calibration"):
                 writer.write(w["calibration"])

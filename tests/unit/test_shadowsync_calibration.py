@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import queue
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -154,3 +156,42 @@ def test_the_trainer_config_needs_the_calibration_budget(tmp_path):
         c = {k: v for k, v in progs["w1"]["trainer"]["calibration"].items() if k != "iteration_wall_s"}
         with pytest.raises(ConfigError, match=r"calibration: must be .*iteration_wall_s > 0"):
             load({**progs["w1"], "trainer": {**progs["w1"]["trainer"], "calibration": {**c, **bad}}}, "trainer")
+
+
+@pytest.mark.parametrize("which", ["calibration", "foreground"])
+def test_a_failed_worker_releases_the_others_from_their_barriers(which):
+    """Any worker that fails (not only a refusal) aborts the trainer's barriers: a worker
+    waiting at the calibration round's or the foreground sync's barrier stops at once and
+    says which worker failed, rather than waiting out timeout_s and reporting a broken
+    barrier; the first to fail is the cause."""
+    from hosts.shadowsync.trainer import failure
+
+    ctx = mp.get_context("fork")
+    sh = Shared(ctx, {"rounds": 1, "iterations": 1, "lookup_hw_s": [1e-5], "iteration_wall_s": 30.0}, 2, 100.0)
+    foreground = ctx.Barrier(2)
+    barrier = sh.barrier if which == "calibration" else foreground
+    said = ctx.Queue()
+
+    def worker_1():
+        try:
+            barrier.wait(timeout=60)
+            said.put("passed the barrier")
+        except threading.BrokenBarrierError as e:
+            sh.fail(1, foreground)
+            said.put(failure("worker 1", e, sh))
+
+    p = ctx.Process(target=worker_1)
+    p.start()
+    try:
+        time.sleep(0.3)                                  # worker 1 waits at the barrier
+        assert sh.fail(0, foreground) is True            # worker 0 failed first
+        try:
+            got = said.get(timeout=10)
+        except queue.Empty:
+            got = "still waiting"
+        assert got == "worker 1: stopped: worker 0 failed"
+        assert sh.failed.value == 0 and sh.fail(1) is False
+    finally:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
