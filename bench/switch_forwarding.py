@@ -362,10 +362,12 @@ def no_drop_rates(net, a: argparse.Namespace, rows: list[dict], work: Path) -> d
                               **_cost_at_ndr(rr), "searches": rr}
     b = out["kinds"].get("bridge", {})
     for kind in kinds:
-        if kind != "bridge" and b.get("ndr_pps"):
+        if kind == "bridge":
+            continue
+        if b.get("ndr_pps"):
             out[f"ratio_{kind}_over_bridge"] = out["kinds"][kind]["ndr_pps"] / b["ndr_pps"]
         own = out["kinds"][kind].get("machine_cpu_us_per_frame")
-        if kind != "bridge" and own and b.get("machine_cpu_us_per_frame"):
+        if own and b.get("machine_cpu_us_per_frame"):
             # The ratio the two paths' CPU costs alone allow with both cores busy.
             out[f"cpu_cost_ratio_{kind}_over_bridge"] = b["machine_cpu_us_per_frame"] / own
     return out

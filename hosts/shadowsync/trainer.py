@@ -287,9 +287,8 @@ def worker_main(j: int, cfg, s, tower, flat, iters, done, barrier, shared: Share
                    rows_pushed=emb.rows_pushed, lookups=emb.lookups, validity=dev.validity(),
                    syncs=syncer.count if syncer else 0)
     except Exception as e:  # noqa: BLE001 - reported to the main process, which fails the host
-        out["cause"] = shared.fail(j, barrier)       # nobody waits for this worker at a barrier
+        shared.fail(j, barrier)                      # nobody waits for this worker at a barrier
         out["error"] = failure(f"worker {j}", e, shared)
-        out["refused"] = isinstance(e, CalibrationRefused)
     finally:
         with done.get_lock():
             done.value += 1
@@ -427,9 +426,9 @@ def run(cfg, s, writer: JsonlWriter) -> dict[str, Any]:
             p.join(timeout=10)
         workers = sorted((o for o in outs if o["kind"] == "worker"), key=lambda o: o["worker"])
         shadow = next((o for o in outs if o["kind"] == "shadow"), None)
-        # The cause first (worker 0's refusal, or the first worker that failed): the other
-        # processes' errors are its consequences.
-        errors = [o["error"] for o in sorted(outs, key=lambda o: not (o.get("refused") or o.get("cause")))
+        # The cause first (the first worker that failed; a refusal claims worker 0): the
+        # other processes' errors are its consequences.
+        errors = [o["error"] for o in sorted(outs, key=lambda o: o.get("worker") != shared.failed.value)
                   if o.get("error")]
         for w in workers:
             if w.get("calibration"):
