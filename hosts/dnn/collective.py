@@ -5,6 +5,7 @@
     collective.allreduce_(t, average=False)  # in place: the sum
     y = collective.allreduce(t)              # a new tensor, the sum
     collective.barrier()
+    collective.end_process_group()           # last: tear torch.distributed's group down
 
 The collective is the one the workload names (ring | ps | switch; gloo uses
 torch.distributed's own allreduce), opened on first use and traced and timed
@@ -19,10 +20,35 @@ they raise NotOnTestbed, naming the fix.
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 from hosts.dnn import report
 from hosts.dnn.runtime import NotOnTestbed, current
+
+
+# gloo's worker threads drop each finished op's tensors themselves, which takes the
+# GIL. One descheduled on the shared cores until the interpreter is exiting aborts
+# the process (SIGABRT, "terminate called without an active exception", torch 2.13;
+# gdb: ProcessGroupGloo::runLoop -> ~AsyncAllreduceWork -> take_gil at exit), after
+# the script trained correctly: 1 run in 4-8 of the guide's fixture, with or
+# without a barrier before the teardown; 0 in 40 with this pause after it.
+GLOO_EXIT_GRACE_S = 0.2
+
+
+def end_process_group(barrier: bool = True) -> None:
+    """The script's last call (docs/pytorch.md step 1): every rank done (barrier),
+    torch.distributed's default group destroyed, and GLOO_EXIT_GRACE_S without the
+    GIL so gloo's threads let go of their last ops before the interpreter exits.
+    No-op without an initialized group."""
+    import torch.distributed as dist  # noqa: PLC0415
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if barrier:
+        dist.barrier()
+    dist.destroy_process_group()
+    time.sleep(GLOO_EXIT_GRACE_S)
 
 
 def _plain_dist():

@@ -131,9 +131,9 @@ def run_worker(cfg, config_path: str) -> int:
             log.error("closing the collective: %s", e)
             if code == EXIT_OK:
                 code = EXIT_NET
-        import torch.distributed as dist  # noqa: PLC0415
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+        from hosts.dnn import collective  # noqa: PLC0415
+        # No barrier: a peer may have failed; the pause before exit still applies.
+        collective.end_process_group(barrier=False)
     return code
 
 

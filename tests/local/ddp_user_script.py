@@ -3,6 +3,7 @@ guide's "your own script"): the DDP hook test runs it under
 hosts.dnn.run_script and, as the baseline, directly with gloo. It saves the
 final weights to argv[1]."""
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -25,8 +26,11 @@ def main() -> None:
         F.cross_entropy(ddp(x), y).backward()
         opt.step()
     torch.save(model.state_dict(), out)
-    dist.barrier()          # nobody tears gloo down under a peer still closing (docs/pytorch.md step 1)
+    # gloo's teardown as docs/pytorch.md step 1 says, without the testbed's helper
+    # (hosts.dnn.collective.end_process_group): barrier, destroy, a GIL-free pause.
+    dist.barrier()
     dist.destroy_process_group()
+    time.sleep(0.2)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from sklearn.datasets import load_breast_cancer
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from hosts.dnn import report
+from hosts.dnn import collective, report
 
 
 def data(seed: int):
@@ -74,11 +74,7 @@ def main() -> None:
     if rank == 0:
         print(f"test accuracy {acc:.4f}", flush=True)
     report.final(acc=acc)
-    # Every rank done before any tears gloo down: without it a rank whose peer closed
-    # its connections first was seen to abort at exit (SIGABRT, 'terminate called
-    # without an active exception') after training correctly (CI, 1 run in 3).
-    dist.barrier()
-    dist.destroy_process_group()
+    collective.end_process_group()     # gloo's teardown, as docs/pytorch.md step 1 says
 
 
 if __name__ == "__main__":

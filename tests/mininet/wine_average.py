@@ -76,9 +76,7 @@ def main() -> None:
     print(f"rank {rank} test accuracy {acc:.4f} weights {float(parameters_to_vector(model.parameters()).detach().sum()):.6f}",
           flush=True)
     report.final(acc=acc)
-    if dist.is_initialized():
-        dist.barrier()      # no rank tears gloo down under a peer still closing (docs/pytorch.md step 1)
-        dist.destroy_process_group()
+    collective.end_process_group()     # off the testbed: its group's teardown (docs/pytorch.md step 1)
 
 
 if __name__ == "__main__":
