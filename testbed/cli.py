@@ -1,4 +1,4 @@
-"""The `testbed` command line: list, run, show, plot, pcap, doctor, clean."""
+"""The `testbed` command line: list, run, show, plot, pcap, reproduce, doctor, clean."""
 from __future__ import annotations
 
 import json
@@ -29,6 +29,8 @@ def main() -> None:
       testbed run scenarios/quickstart.yaml
       testbed show results/quickstart          # newest run of that scenario
       testbed plot results/quickstart
+      testbed reproduce --list                 # papers and their headlines
+      testbed reproduce p4sgd --quick          # does the paper's headline hold?
     """
 
 
@@ -331,6 +333,71 @@ def pcap(pcap_files: tuple[str, ...], as_json: bool, show_packets: int) -> None:
         click.echo(ina.format(show_packets))
     else:
         click.echo("no in-network aggregation packets in these traces")
+
+
+@main.command()
+@click.argument("paper", required=False)
+@click.option("--list", "list_papers", is_flag=True, help="Name the papers and their headlines, run nothing.")
+@click.option("--quick", is_flag=True, help="The reduced run: each scenario's quick sweep, the quick seeds.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Results root (default results/); the report goes to OUT/reproduce/PAPER/<timestamp>/.")
+@click.option("--net", "net_mode", type=click.Choice(["mininet", "local"]), default="mininet", show_default=True,
+              help="Network of the emulated runs.")
+@click.option("--no-emulation", is_flag=True,
+              help="Projections, envelopes and verdicts only: run no scenario (the emulated column says so).")
+@click.option("--from", "from_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Rewrite the report of an earlier reproduction from its kept results (emulated.jsonl).")
+def reproduce(paper: str | None, list_papers: bool, quick: bool, out_dir: Path | None, net_mode: str,
+              no_emulation: bool, from_dir: Path | None) -> None:
+    """Does PAPER's headline hold, and under which assumptions?
+
+    Runs the paper's scenarios over several seeds, projects each headline at the
+    paper's setting on the hardware models with its envelope over the assumed
+    constants, and writes report.md / report.json / figures with a computed
+    verdict per headline: reproduced, within_envelope or not_reproduced.
+    """
+    from testbed.reproduce.engine import PAPERS, ReproduceError, headline_table, reproduce as run_reproduction
+
+    if list_papers or not paper:
+        if not list_papers:
+            _fail(f"name a paper ({', '.join(PAPERS)}) or use --list")
+        for name in PAPERS:
+            try:
+                rows = headline_table(name)
+            except (ReproduceError, ImportError, AttributeError) as e:
+                click.echo(f"{name}: not available ({e})")
+                continue
+            click.echo(f"{name}:")
+            for r in rows:
+                unit = "×" if r["unit"] == "x" else f" {r['unit']}"
+                click.echo(f"  {r['id']:<22} {r['paper_value']:g}{unit}  {r['claim']}  [{r['source']}]")
+        return
+    if from_dir is not None and (quick or no_emulation):
+        _fail("--from rewrites an earlier report as it ran; it takes no --quick or --no-emulation")
+    if not no_emulation and from_dir is None and net_mode == "mininet":
+        from testbed.net.isolation import enter_private_netns, isolation_available
+        ok, reason = isolation_available()
+        if not ok:
+            _fail(f"--net mininet needs root or unprivileged user namespaces: {reason}. "
+                  f"Use --net local, or --no-emulation for the projections alone.")
+    try:
+        if not no_emulation and from_dir is None:
+            from testbed.reproduce.engine import check_scenarios, load_paper
+            check_scenarios(load_paper(paper), quick)     # bad input: an error before anything starts
+            if net_mode == "mininet":
+                enter_private_netns()
+        rep = run_reproduction(paper, quick=quick, out=out_dir, net_mode=net_mode, emulate=not no_emulation,
+                               from_dir=from_dir, progress=lambda s: click.echo(f"[reproduce] {s}"))
+    except ReproduceError as e:
+        _fail(str(e))
+    except KeyboardInterrupt as e:
+        click.secho(f"interrupted: completed points and a partial report kept in {e}", fg="yellow", err=True)
+        sys.exit(130)
+    click.echo("")
+    for h in rep.headlines:
+        d = h.to_dict()
+        click.echo(f"{d['id']:<22} {click.style(d['verdict'], bold=True)}: {d['reason']}")
+    click.echo(f"\nreport: {rep.report_dir / 'report.md'}  ({rep.wall_s:.0f} s)")
 
 
 @main.command()

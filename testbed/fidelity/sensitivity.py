@@ -36,6 +36,8 @@ class SensitivityBand:
     fast_corner: float | None = None
     slow_corner: float | None = None
     profile: str = ""
+    fast_values: dict[str, float] = field(default_factory=dict)   # each constant at its fast end
+    slow_values: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -43,30 +45,39 @@ class SensitivityBand:
         return d
 
 
-def sensitivity(fn: Callable[[HardwareProfile], float], profile: HardwareProfile) -> SensitivityBand:
-    """Evaluate fn over the profile's uncertain constants' ranges (see the module docstring)."""
-    nominal = float(fn(profile))
+def band(fn: Callable[[dict[str, float]], float], ranges: dict[str, tuple[float, float]],
+         label: str = "") -> SensitivityBand:
+    """Evaluate fn(overrides) over named ranges {name: (lo, hi)} (see the module
+    docstring): fn({}) is the nominal, each name alone at its lo and hi, then the
+    fast and slow corners. The one rule for every band: a profile's
+    (`sensitivity`) and a reproduction's envelope (testbed.reproduce)."""
+    nominal = float(fn({}))
     per: dict[str, tuple[float, float]] = {}
     fast: dict[str, float] = {}
     slow: dict[str, float] = {}
-    for c in profile.uncertain():
-        lo_v, hi_v = c.range
-        at_lo = float(fn(profile.with_overrides({c.name: lo_v})))
-        at_hi = float(fn(profile.with_overrides({c.name: hi_v})))
-        per[c.name] = (at_lo, at_hi)
+    for name, (lo_v, hi_v) in ranges.items():
+        at_lo = float(fn({name: lo_v}))
+        at_hi = float(fn({name: hi_v}))
+        per[name] = (at_lo, at_hi)
         if at_lo != at_hi:
-            fast[c.name], slow[c.name] = (lo_v, hi_v) if at_lo < at_hi else (hi_v, lo_v)
+            fast[name], slow[name] = (lo_v, hi_v) if at_lo < at_hi else (hi_v, lo_v)
     values = [nominal] + [v for pair in per.values() for v in pair]
     fast_corner = slow_corner = None
     if fast:
-        fast_corner = float(fn(profile.with_overrides(fast)))
-        slow_corner = float(fn(profile.with_overrides(slow)))
+        fast_corner = float(fn(dict(fast)))
+        slow_corner = float(fn(dict(slow)))
         values += [fast_corner, slow_corner]
     swing = {k: abs(b - a) for k, (a, b) in per.items()}
     most = max(swing, key=swing.get) if swing and max(swing.values()) > 0 else None
     return SensitivityBand(nominal=nominal, lo=min(values), hi=max(values), most_sensitive=most,
                            per_constant=per, fast_corner=fast_corner, slow_corner=slow_corner,
-                           profile=profile.label())
+                           profile=label, fast_values=fast, slow_values=slow)
+
+
+def sensitivity(fn: Callable[[HardwareProfile], float], profile: HardwareProfile) -> SensitivityBand:
+    """Evaluate fn over the profile's uncertain constants' ranges (see the module docstring)."""
+    ranges = {c.name: (c.range[0], c.range[1]) for c in profile.uncertain()}
+    return band(lambda over: fn(profile.with_overrides(over) if over else profile), ranges, profile.label())
 
 
 def projection_sensitivity(traces: Sequence[Trace], profile: HardwareProfile, world: int | None = None,

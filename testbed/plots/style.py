@@ -45,6 +45,9 @@ _EXTRA = ["#7f7f7f", "#8c564b", "#17becf", "#bcbd22"]
 SYSTEM_LABELS = {"switch": "in-switch", "ring": "ring", "ps": "param. server", "p4sgd": "P4SGD",
                  "dp": "data-parallel"}
 
+# The three numbers of a reproduction's headline (testbed.plots.reproduce).
+ROLE_COLORS = {"paper": "#000000", "projected": "#0072b2", "emulated": "#d55e00"}
+
 LINESTYLES = ["-", "--", ":", "-."]
 # Parts of an iteration (bars): fixed too, and distinct from the system colours.
 PART_COLORS = {"compute": "#999999", "comm": "#56b4e9", "stall": "#f0e442", "other": "#dddddd"}
@@ -217,16 +220,17 @@ def _workers(run: Run, topo: dict) -> str:
 CAPTION_PT = 6.5
 
 
-def save(fig: "plt.Figure", run: Run, out_dir: Path, name: str,
-         caption: Iterable[str] = ()) -> list[Path]:
-    """Write <name>.png/.pdf with the caption lines (what ran) above the footer."""
+def save(fig: "plt.Figure", run: Run | None, out_dir: Path, name: str,
+         caption: Iterable[str] = (), footer: str | None = None) -> list[Path]:
+    """Write <name>.png/.pdf with the caption lines (what ran) above the footer
+    (the run's emulation footer, or `footer` for figures drawn from no single run)."""
     w, h = fig.get_size_inches()
     chars = max(60, int(w * 17.5))   # characters per line at 6.5 pt
     paras: list[tuple[list[str], str]] = []
     for para in (c for c in caption if c):
         warn = para.startswith(("INVALID", "DISAGREE", "NOT REACHED"))
         paras.append((textwrap.wrap(para, chars, subsequent_indent="  "), "#B00000" if warn else "0.1"))
-    paras.append(([emulation_footer(run)], "0.4"))
+    paras.append(([footer if footer is not None else emulation_footer(run)], "0.4"))
     line_h = CAPTION_PT * 1.35 / 72 / h   # one text line, in figure fraction
     n = 0
     for lines, color in reversed(paras):  # bottom up: footer first

@@ -150,6 +150,8 @@ class Points(Sequence):
         repeat = index % self._repeats
         label = f"{index:0{self._width}d}-{_label_body(case.name, params)}-r{repeat}"
         seed = point_seed(self.scenario.sweep.seed, case.name, params, repeat)
+        if resolved is not None and repeat:
+            resolved = repeat_seeded(resolved, repeat)
         return Point(index, label, case.name, dict(params), repeat, seed, resolved)  # type: ignore[arg-type]
 
     def _resolve(self, case: Case, params: dict[str, Any]) -> Scenario:
@@ -207,6 +209,18 @@ def expand_points(scenario: Scenario, quick: bool = False) -> Points:
     if quick not in scenario._checked_sweeps:  # the loader already resolved every combination
         points.check()
     return points
+
+
+def repeat_seeded(scenario: Scenario, repeat: int) -> Scenario:
+    """Repeat r of a point runs with `workload.seed + r` (data order, initial
+    weights, sampling: whatever the workload seeds with it), so repeats are
+    independent samples; every case and grid value of one repeat shares that
+    seed, so systems compared within a repeat see the same data. Impairments
+    are seeded per point (`point_seed`, which includes the repeat)."""
+    wl = scenario.workload
+    if getattr(wl, "seed", None) is None:
+        return scenario
+    return scenario.model_copy(update={"workload": wl.model_copy(update={"seed": wl.seed + repeat})})
 
 
 def point_seed(root: int, case: str, params: dict[str, Any], repeat: int) -> int:

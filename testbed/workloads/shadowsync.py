@@ -201,17 +201,18 @@ def trainers_of(scenario: Any) -> list[str]:
     return [h for h in scenario.hosts() if h not in scenario.workload.extra_hosts()]
 
 
-def settings_of(wl: ShadowSyncWorkload, trainers: int, repeat: int = 0) -> dict[str, Any]:
+def settings_of(wl: ShadowSyncWorkload, trainers: int) -> dict[str, Any]:
     """The hosts' shared `shadowsync` block (hosts/shadowsync/config.py Settings).
-    Repeat r runs seed + r (init, training streams, tables), the same in every
-    case, so S-X and FR-X of one repeat see the same examples and the repeats
-    give the band; the synthetic click model and eval set stay those of `seed`."""
+    Repeat r runs with seed + r (testbed.scenario.sweep.repeat_seeded: init,
+    training streams, tables, the synthetic click model and its eval set), the
+    same in every case, so S-X and FR-X of one repeat see the same examples and
+    the repeats are independent samples."""
     return {"algorithm": wl.algorithm, "mode": wl.mode, "k": wl.k, "trainers": trainers,
             "hogwild_workers": wl.hogwild_workers, "embedding_servers": wl.embedding_servers,
             "iterations": wl.iterations, "batch_size": wl.batch_size, "lr_dense": wl.lr_dense,
             "lr_embed": wl.lr_embed, "alpha": wl.alpha, "bmuf_eta": wl.bmuf_eta, "bmuf_zeta": wl.bmuf_zeta,
             "nesterov": wl.nesterov, "shadow_pause_ms": wl.shadow_pause_ms, "eval_examples": wl.eval_examples,
-            "seed": wl.seed + repeat, "model": wl.model.resolved(),
+            "seed": wl.seed, "model": wl.model.resolved(),
             "dataset": {**wl.dataset_spec(), **({"truth_seed": wl.seed} if wl.dataset.get("source") == "synthetic"
                                                 else {})},
             "sync_hw_s": sync_hw_s(wl, trainers), "calibrated": wl.calibrated}
@@ -283,7 +284,7 @@ class ShadowSyncRuntime(WorkloadRuntime):
             raise SkipPoint(f"collective 'switch' needs the in-network switch, which --net {ctx.net_mode} "
                             f"does not provide; use --net mininet or collective ring")
         port = ctx.tcp_port_base(SHADOWSYNC_TCP_PORT, span=COLLECTIVE_OFFSET + 80)
-        s = settings_of(wl, len(trainers), ctx.point.repeat)
+        s = settings_of(wl, len(trainers))
         servers = wl.server_hosts() + (["syncps"] if wl.algorithm == "easgd" else [])
         # Traced hosts: the trainers' worker 0, the servers, and (S-*) each trainer's
         # shadow "<host>-shadow", ranked after the servers (hosts/shadowsync/trainer.py).

@@ -1,0 +1,124 @@
+"""What a paper module declares: its headlines, their setting, the assumed
+constants that move them, the scenarios that emulate them, and the regimes a
+reader may vary ("what moves the headline").
+
+A paper module (testbed/reproduce/papers/<name>.py) is data plus small
+functions over the shared models (testbed.fidelity, the workloads' device
+models); it defines `PAPER = Paper(...)`. The engine (engine.py) runs it and
+computes every verdict: nothing in a paper module states a verdict.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Sequence
+
+Status = Literal["verified", "assumed"]
+
+
+@dataclass(frozen=True)
+class SettingItem:
+    """One fact of the paper's setting: `verified` only when a stored source
+    (the paper's text, its code) states it; otherwise `assumed`, with why."""
+    name: str
+    value: Any
+    status: Status
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "status": self.status, "source": self.source}
+
+
+@dataclass(frozen=True)
+class AssumedConstant:
+    """A constant that moves a headline and has no primary source: its nominal
+    value and the range the envelope covers, in `unit`."""
+    name: str
+    nominal: float
+    lo: float
+    hi: float
+    unit: str
+    source: str          # why this nominal and this range (a data sheet's bound, a published spread, ...)
+
+    def __post_init__(self) -> None:
+        if not self.lo <= self.nominal <= self.hi:
+            raise ValueError(f"assumed constant {self.name}: nominal {self.nominal} outside its range "
+                             f"[{self.lo}, {self.hi}]")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "nominal": self.nominal, "range": [self.lo, self.hi], "unit": self.unit,
+                "source": self.source}
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A regime variable a reader may change (bytes per exchange, link rate,
+    gradient density, ...): `project_at(value)` is the headline's projection
+    with that variable at `value` and everything else at the paper's setting
+    and the constants' nominal values. The engine finds the value closest to
+    the paper's setting where the projection reaches the paper's number."""
+    name: str
+    unit: str
+    paper_setting: float
+    values: Sequence[float]
+    project_at: Callable[[float], float]
+    log_x: bool = False
+
+
+@dataclass
+class EmulatedValues:
+    """A headline's emulated values: one per seed, from valid points only.
+    `n_points`: the points that could have fed it (valid or not)."""
+    values: list[float]
+    n_points: int
+    what: str = ""                       # what was measured, at which setting (one line)
+    invalid_reasons: list[str] = field(default_factory=list)   # why points were left out
+
+
+@dataclass
+class Headline:
+    id: str
+    claim: str
+    paper_value: float
+    unit: str                            # "x" (a ratio), "%", ...
+    paper_source: str                    # version, section / figure / table where known
+    setting: list[SettingItem]
+    # The projection at the paper's setting: overrides {constant name: value} of
+    # the assumed constants (an empty dict: every constant nominal).
+    project: Callable[[dict[str, float]], float]
+    constants: list[AssumedConstant] = field(default_factory=list)
+    # From the emulated runs (engine.EmulatedRuns) to one value per seed.
+    emulated: Callable[[Any], EmulatedValues] | None = None
+    # True when the emulated value is measured at the paper's setting, so the
+    # paper's number must also lie in its interval for `reproduced`.
+    emulated_applies: bool = False
+    regimes: list[Regime] = field(default_factory=list)
+    profiles: list[str] = field(default_factory=list)    # hardware models it uses (validation keys)
+    note: str = ""                       # context a reader needs; never the verdict
+
+
+@dataclass(frozen=True)
+class ScenarioRun:
+    """One scenario the reproduction runs (with `sweep.repeats` set to the seeds)."""
+    key: str
+    path: str                            # relative to the project root
+    overrides: tuple[str, ...] = ()      # for the full run and --quick alike
+    quick_overrides: tuple[str, ...] = ()
+    quick: bool = True                   # --quick uses the scenario's own quick sweep as well
+
+
+@dataclass
+class Paper:
+    name: str
+    title: str
+    citation: str
+    headlines: list[Headline]
+    scenarios: list[ScenarioRun] = field(default_factory=list)
+    seeds: int = 3
+    quick_seeds: int = 3
+    notes: list[str] = field(default_factory=list)       # what could not be verified, in general
+
+    def profiles(self) -> list[str]:
+        seen: list[str] = []
+        for h in self.headlines:
+            seen += [p for p in h.profiles if p not in seen]
+        return seen

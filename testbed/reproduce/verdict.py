@@ -1,0 +1,160 @@
+"""Verdicts, computed from the numbers, never written by hand.
+
+  reproduced       the paper's value is within TOLERANCE (25 %) of the projection
+                   at the paper's setting, and inside the emulated 95 % interval
+                   where the emulation measures the paper's setting
+                   (Headline.emulated_applies);
+  within_envelope  some values of the assumed constants, within their ranges,
+                   bring the projection within TOLERANCE of the paper's value
+                   (the report names those values);
+  not_reproduced   neither.
+
+"Within 25 % of x" is |paper - x| <= 0.25 x throughout, so a value in the
+envelope [lo, hi] reaches the paper's number exactly when
+[lo, hi] meets [paper / 1.25, paper / 0.75].
+
+The envelope is testbed.fidelity.sensitivity.band over the headline's assumed
+constants: nominal, each constant alone at either end, and the two corners.
+Where the corner on the paper's side reaches the paper's value, the values
+named are the nearest ones along the straight line from the nominal constants
+to that corner (bisection; the projection is taken as monotone along it, which
+holds for the sums of times the models are); otherwise the evaluated point
+closest to the paper's value that reaches it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from testbed.fidelity.sensitivity import SensitivityBand, band
+from testbed.reproduce.model import AssumedConstant
+from testbed.stats import Interval
+
+TOLERANCE = 0.25
+VERDICTS = ("reproduced", "within_envelope", "not_reproduced")
+
+
+def within(paper: float, x: float, tol: float = TOLERANCE) -> bool:
+    return abs(paper - x) <= tol * abs(x)
+
+
+def reachable(paper: float, lo: float, hi: float, tol: float = TOLERANCE) -> bool:
+    """Some x in [lo, hi] with |paper - x| <= tol * x (positive quantities)."""
+    return hi >= paper / (1 + tol) and lo <= paper / (1 - tol)
+
+
+@dataclass
+class Envelope:
+    nominal: float
+    lo: float
+    hi: float
+    band: SensitivityBand
+    reaching: dict[str, float] | None = None     # constant values that reach the paper's value
+    reaching_value: float | None = None           # the projection with those values
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nominal": self.nominal, "range": [self.lo, self.hi],
+                "most_sensitive": self.band.most_sensitive,
+                "per_constant": {k: list(v) for k, v in self.band.per_constant.items()},
+                "fast_corner": self.band.fast_corner, "slow_corner": self.band.slow_corner,
+                "reaching": self.reaching, "reaching_value": self.reaching_value}
+
+
+def envelope(project: Callable[[dict[str, float]], float], constants: list[AssumedConstant],
+             paper: float, tol: float = TOLERANCE) -> Envelope:
+    """The projection's band over the constants' ranges, and the constant values
+    (if any) that bring it within `tol` of the paper's value (module docstring)."""
+    b = band(project, {c.name: (c.lo, c.hi) for c in constants})
+    env = Envelope(b.nominal, b.lo, b.hi, b)
+    if within(paper, b.nominal, tol) or not reachable(paper, b.lo, b.hi, tol):
+        return env
+    nominal = {c.name: c.nominal for c in constants}
+    up = paper > b.nominal
+    corner, corner_value = (b.slow_values, b.slow_corner) if up else (b.fast_values, b.fast_corner)
+    edge = paper / (1 + tol) if up else paper / (1 - tol)     # the near edge of "within tol"
+    if corner and corner_value is not None and (corner_value >= edge if up else corner_value <= edge):
+        lo, hi = 0.0, 1.0          # smallest step toward the corner that reaches the edge
+
+        def at(t: float) -> dict[str, float]:
+            return {k: nominal[k] + t * (corner[k] - nominal[k]) for k in corner}
+
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            v = project(at(mid))
+            if (v >= edge) if up else (v <= edge):
+                hi = mid
+            else:
+                lo = mid
+        v = float(project(at(hi)))
+        if within(paper, v, tol):
+            env.reaching, env.reaching_value = at(hi), v
+            return env
+    # Not along the line to the corner: the evaluated point closest to the paper's value.
+    by_name = {c.name: c for c in constants}
+    candidates = [({name: by_name[name].lo}, v_lo) for name, (v_lo, _) in b.per_constant.items()]
+    candidates += [({name: by_name[name].hi}, v_hi) for name, (_, v_hi) in b.per_constant.items()]
+    if b.fast_corner is not None:
+        candidates += [(dict(b.fast_values), b.fast_corner), (dict(b.slow_values), b.slow_corner)]
+    hits = [(abs(v - paper), over, v) for over, v in candidates if v is not None and within(paper, v, tol)]
+    if hits:
+        _, env.reaching, env.reaching_value = min(hits, key=lambda h: h[0])
+    return env
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def fmt(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "n/a"
+    if unit == "x":
+        return f"{x:.3g}×"
+    if unit == "%":
+        return f"{x:.3g} %"
+    return f"{x:.4g}" + (f" {unit}" if unit else "")
+
+
+def decide(paper: float, unit: str, env: Envelope, emulated: Interval | None, applies: bool,
+           constants: list[AssumedConstant], emulation_note: str = "", tol: float = TOLERANCE) -> Verdict:
+    """The verdict and its one-sentence reason (module docstring)."""
+    p = env.nominal
+    proj = f"the projection at the paper's setting is {fmt(p, unit)}"
+    span = f"envelope {fmt(env.lo, unit)}–{fmt(env.hi, unit)}"
+    em_ok = True
+    em_text = ""
+    if applies:
+        if emulated is None:
+            em_ok = False
+            em_text = f"; no valid emulated value at the paper's setting{emulation_note}"
+        elif not emulated.lo <= paper <= emulated.hi:
+            em_ok = False
+            em_text = (f"; the emulated 95 % interval {fmt(emulated.lo, unit)}–{fmt(emulated.hi, unit)} "
+                       f"(n={emulated.n}) excludes {fmt(paper, unit)}")
+        else:
+            em_text = (f", and the emulated 95 % interval {fmt(emulated.lo, unit)}–{fmt(emulated.hi, unit)} "
+                       f"(n={emulated.n}) contains it")
+    if within(paper, p, tol) and em_ok:
+        return Verdict("reproduced", f"the paper's {fmt(paper, unit)} is within {tol:.0%} of {proj[4:]}{em_text}")
+    if within(paper, p, tol):
+        return Verdict("within_envelope" if reachable(paper, env.lo, env.hi, tol) else "not_reproduced",
+                       f"{proj} ({span}), within {tol:.0%} of the paper's {fmt(paper, unit)}{em_text}")
+    if env.reaching is not None:
+        units = {c.name: c.unit for c in constants}
+        nominal = {c.name: c.nominal for c in constants}
+        changed = ", ".join(f"{k} = {v:.4g} {units.get(k, '')} (nominal {nominal.get(k, float('nan')):.4g})"
+                            for k, v in env.reaching.items() if v != nominal.get(k))
+        return Verdict("within_envelope",
+                       f"{proj} ({span}); it reaches the paper's {fmt(paper, unit)} only with {changed} "
+                       f"(projection {fmt(env.reaching_value, unit)}){em_text}",
+                       {"reaching": env.reaching})
+    most = env.band.most_sensitive
+    side = "below" if p < paper else "above"
+    return Verdict("not_reproduced",
+                   f"{proj}, {side} the paper's {fmt(paper, unit)}, and no value of the assumed constants "
+                   f"within their ranges reaches it ({span}"
+                   + (f"; the most decisive constant is {most}" if most else "; no assumed constant moves it")
+                   + f"){em_text}")

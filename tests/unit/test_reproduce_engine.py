@@ -1,0 +1,146 @@
+"""The reproduction engine's rules: verdicts computed from the numbers, the
+envelope and the constants that reach a paper's value, what moves a headline,
+the report's fields, statistics over seeds."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from testbed.reproduce import engine, report
+from testbed.reproduce.model import AssumedConstant, EmulatedValues, Headline, Paper, Regime, SettingItem
+from testbed.reproduce.verdict import decide, envelope, reachable, within
+from testbed.stats import mean_ci95, smooth, time_to_target
+
+pytestmark = pytest.mark.unit
+
+LAUNCH = AssumedConstant("launch_s", 5.0, 3.0, 10.0, "us", "documented range 3-10 us")
+LINK = AssumedConstant("link_gbps", 100.0, 40.0, 100.0, "Gbit/s", "assumed")
+
+
+def ratio(over: dict[str, float]) -> float:
+    """A toy projection: GPU time over FPGA time; launch cost slows the GPU."""
+    launch = over.get("launch_s", LAUNCH.nominal)
+    link = over.get("link_gbps", LINK.nominal)
+    return (4 * launch + 4.0) / (2.0 + 100.0 / link)
+
+
+def headline(paper_value: float, applies: bool = False, values=None) -> Headline:
+    return Headline(
+        id="speedup", claim="converges faster", paper_value=paper_value, unit="x", paper_source="abstract",
+        setting=[SettingItem("workers", 8, "verified", "abstract")], project=ratio, constants=[LAUNCH, LINK],
+        emulated=(lambda runs: EmulatedValues(list(values), len(values), "ratio at 8 workers")) if values else None,
+        emulated_applies=applies,
+        regimes=[Regime("launch", "us", 5.0, [1, 2, 5, 10, 20, 40], lambda v: ratio({"launch_s": v}))])
+
+
+def test_within_and_reachable_are_one_rule():
+    assert within(6.5, 5.2) and not within(6.5, 5.1)          # 5.2 * 1.25 = 6.5
+    assert reachable(6.5, 1.0, 5.2) and not reachable(6.5, 1.0, 5.1)
+    assert reachable(2.0, 2.66, 9.0) and not reachable(2.0, 2.67, 9.0)   # 2 / 0.75 = 2.667
+
+
+def test_reproduced_when_the_projection_is_within_25_percent():
+    p = ratio({})                              # (20 + 4) / 3 = 8
+    env = envelope(ratio, [LAUNCH, LINK], 7.0)
+    v = decide(7.0, "x", env, None, False, [LAUNCH, LINK])
+    assert math.isclose(p, 8.0) and v.verdict == "reproduced"
+
+
+def test_within_envelope_names_the_constant_values_that_reach_it():
+    # Nominal 8x; 13x needs launch_s near its top (4*10+4)/3 = 14.7: reachable.
+    env = envelope(ratio, [LAUNCH, LINK], 13.0)
+    assert env.lo < 8.0 < env.hi
+    assert env.reaching is not None and within(13.0, env.reaching_value)
+    v = decide(13.0, "x", env, None, False, [LAUNCH, LINK])
+    assert v.verdict == "within_envelope"
+    assert "launch_s" in v.reason and "nominal 5" in v.reason
+    # The named values are the smallest move: just at the 25 % edge (13 / 1.25 = 10.4).
+    assert env.reaching_value == pytest.approx(13.0 / 1.25, rel=1e-3)
+
+
+def test_not_reproduced_when_no_constant_reaches_it():
+    env = envelope(ratio, [LAUNCH, LINK], 40.0)
+    v = decide(40.0, "x", env, None, False, [LAUNCH, LINK])
+    assert v.verdict == "not_reproduced" and "launch_s" in v.reason and "below" in v.reason
+
+
+def test_the_emulated_interval_decides_where_it_applies():
+    env = envelope(ratio, [LAUNCH, LINK], 8.0)
+    inside = mean_ci95([7.0, 8.5, 9.0])
+    outside = mean_ci95([3.0, 3.1, 3.2])
+    assert decide(8.0, "x", env, inside, True, [LAUNCH, LINK]).verdict == "reproduced"
+    v = decide(8.0, "x", env, outside, True, [LAUNCH, LINK])
+    assert v.verdict != "reproduced" and "excludes" in v.reason
+    assert decide(8.0, "x", env, outside, False, [LAUNCH, LINK]).verdict == "reproduced"
+    none = decide(8.0, "x", env, None, True, [LAUNCH, LINK])
+    assert none.verdict != "reproduced" and "no valid emulated value" in none.reason
+
+
+def test_what_moves_finds_the_regime_value_nearest_the_paper_setting():
+    h = headline(13.0)
+    r = engine.what_moves(h, h.regimes[0])
+    assert r.reaching == 10 and "≥ 10" in r.sentence
+    never = engine.what_moves(headline(1000.0), h.regimes[0])
+    assert never.reaching is None and "never" in never.sentence
+
+
+def test_mean_ci95_is_student_t():
+    iv = mean_ci95([1.0, 2.0, 3.0])
+    assert iv.mean == 2.0 and iv.hi - iv.mean == pytest.approx(4.302653 * 1.0 / math.sqrt(3), rel=1e-5)
+    assert mean_ci95([]) is None and mean_ci95([5.0]).lo == 5.0
+
+
+def test_time_to_target_uses_the_smoothed_curve_and_says_never():
+    t = list(range(10))
+    loss = [1.0, 0.2, 1.0, 1.0, 0.5, 0.4, 0.3, 0.3, 0.3, 0.3]   # one lucky dip at t=1
+    assert time_to_target(t, loss, 0.35, window=1) == pytest.approx(0.8125)   # raw curve: the dip
+    assert time_to_target(t, loss, 0.35, window=3) > 6                          # smoothed: when it stays
+    assert time_to_target(t, loss, 0.01) is None
+    assert smooth([2, 4, 6], 2).tolist() == [2.0, 3.0, 5.0]
+
+
+def test_the_report_has_every_field_and_draws_its_figures(tmp_path):
+    paper = Paper("toy", "A toy paper", "Doe et al. 2024", [headline(13.0, True, [7.0, 9.0, 8.0]),
+                                                          headline(8.0)], notes=["nothing verified"])
+    flagged = {"x": "only 1"}
+    paper.headlines[0].profiles.append("x")
+    results = [engine.evaluate(h, {}, flagged) for h in paper.headlines]
+    rep = engine.ReproductionReport(paper, tmp_path, True, results, {}, [], 0.0, 1.0)
+    report.write(rep)
+    d = json.loads((tmp_path / "report.json").read_text())
+    h0 = d["headlines"][0]
+    for key in ("id", "claim", "paper_value", "paper_source", "setting", "projected", "envelope", "emulated",
+                "verdict", "reason"):
+        assert key in h0
+    assert set(h0["emulated"]) >= {"mean", "ci95", "n_valid", "n_points"}
+    # 13x is reachable with launch_s high, but the emulated interval (at nominal constants) excludes it.
+    assert h0["emulated"]["n_valid"] == 3 and h0["verdict"] == "within_envelope" and "excludes" in h0["reason"]
+    assert "hardware model x" in h0["reason"]
+    assert h0["what_moves"] and d["headlines"][1]["verdict"] == "reproduced"
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# Reproduction report") and "| claim | paper |" in md and "## What ran" in md
+    assert (tmp_path / "figures" / "reproduce_headlines.png").exists()
+    assert (tmp_path / "figures" / "reproduce_what_moves.png").exists()
+
+
+def test_per_seed_takes_valid_points_only_and_names_the_others():
+    ok = engine.PointResult("000-a-r0", "a", {"w": 8}, 0, 1, "ok", None, [{"type": "s", "v": 2.0, "valid": True}])
+    bad = engine.PointResult("001-a-r1", "a", {"w": 8}, 1, 2, "ok", None,
+                             [{"type": "s", "v": 9.0, "valid": False, "invalid_reasons": ["net too slow"]}])
+    failed = engine.PointResult("002-a-r2", "a", {"w": 8}, 2, 3, "failed", "host w1 died", [])
+    run = engine.EmulatedRun("k", "x.yaml", None, [ok, bad, failed])
+    ev = run.per_seed(lambda s: s["v"], type="s", w=8)
+    assert ev.values == [2.0] and ev.n_points == 2
+    assert any("net too slow" in r for r in ev.invalid_reasons)
+
+
+def test_every_paper_is_listed_and_loads():
+    for name in engine.PAPERS:
+        paper = engine.load_paper(name)
+        assert paper.name == name and paper.headlines
+        ids = [h.id for h in paper.headlines]
+        assert len(ids) == len(set(ids))
+    with pytest.raises(engine.ReproduceError, match="unknown paper"):
+        engine.load_paper("nope")
