@@ -3,6 +3,10 @@
 Each is a number someone measured on real hardware, with its source; none was
 used to set a model's constants and none comes from a paper this testbed
 reproduces. `predict` computes the same quantity from the model.
+
+One module per family of models, each defining `MEASUREMENTS`; a model key is
+a fidelity profile's name (testbed/fidelity/profiles/*.yaml) or `device:<name>`
+for a compute device model. MEASUREMENTS here is all of them.
 """
 from __future__ import annotations
 
@@ -22,4 +26,14 @@ class Measurement:
     predict: Callable[[], float]
 
 
-MEASUREMENTS: list[Measurement] = []
+def _all() -> list[Measurement]:
+    import importlib  # noqa: PLC0415
+    import pkgutil  # noqa: PLC0415
+
+    out: list[Measurement] = []
+    for mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+        out += importlib.import_module(f"{__name__}.{mod}").MEASUREMENTS
+    return out
+
+
+MEASUREMENTS: list[Measurement] = _all()
