@@ -83,8 +83,8 @@ def draw_what_moves(d: dict[str, Any], folder: Path) -> Path | None:
     fig, axes = plt.subplots(rows, cols, figsize=(max(3.6 * cols, 6.0), 3.2 * rows + 1.0), squeeze=False)
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
-    tol = d["tolerance"]
     for ax, (h, r) in zip(axes.flat, panels):
+        tol = h.get("tolerance", d["tolerance"])
         pv = h["paper_value"]
         ax.axhspan(pv / (1 + tol), pv / (1 - tol), color=ROLE_COLORS["paper"], alpha=0.08)
         ax.axhline(pv, color=ROLE_COLORS["paper"], ls=":", lw=1, label=f"paper {pv:.3g}")
@@ -99,7 +99,7 @@ def draw_what_moves(d: dict[str, Any], folder: Path) -> Path | None:
         ax.set_title(h["id"], fontsize=9)
         ax.legend(fontsize=6)
     caption = [f"What moves each headline not reproduced: the projection (constants nominal) against one regime "
-               f"variable, the paper's number with its ±{tol:.0%} band (grey)."]
+               f"variable, the paper's number with its tolerance band (grey; ±25 % unless the headline states its own)."]
     caption += [f"{h['id']}: {r['sentence']}." for h, r in panels]
     save(fig, None, folder, "reproduce_what_moves", caption, footer=_footer(d))
     return folder / "reproduce_what_moves.png"

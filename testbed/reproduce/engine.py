@@ -268,7 +268,7 @@ class HeadlineResult:
                     "what": self.emulated.what if self.emulated else "not run",
                     "applies_at_paper_setting": h.emulated_applies,
                     "left_out": (self.emulated.invalid_reasons[:20] if self.emulated else [])}
-        return {"id": h.id, "claim": h.claim, "paper_value": h.paper_value, "unit": h.unit,
+        return {"id": h.id, "claim": h.claim, "paper_value": h.paper_value, "unit": h.unit, "tolerance": h.tolerance,
                 "paper_source": h.paper_source, "setting": [s.to_dict() for s in h.setting],
                 "projected": self.envelope.nominal, "envelope": [self.envelope.lo, self.envelope.hi],
                 "envelope_detail": self.envelope.to_dict(),
@@ -278,8 +278,8 @@ class HeadlineResult:
                 "flagged_profiles": self.flagged_profiles}
 
 
-def evaluate(h: Headline, runs: EmulatedRuns | None, flagged: dict[str, str],
-             tol: float = TOLERANCE) -> HeadlineResult:
+def evaluate(h: Headline, runs: EmulatedRuns | None, flagged: dict[str, str]) -> HeadlineResult:
+    tol = h.tolerance
     env = envelope(h.project, h.constants, h.paper_value, tol)
     em = None
     note = ""

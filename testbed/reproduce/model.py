@@ -94,6 +94,10 @@ class Headline:
     regimes: list[Regime] = field(default_factory=list)
     profiles: list[str] = field(default_factory=list)    # hardware models it uses (validation keys)
     note: str = ""                       # context a reader needs; never the verdict
+    # How close counts as the paper's number (relative). The default, 25 %, is the
+    # project's rule for speedups; a claim such as "neutral quality" states its
+    # own margin here, with why in `note`.
+    tolerance: float = 0.25
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,8 @@ def markdown(d: dict[str, Any], figures: list[Path], report_dir: Path) -> str:
         L.append(f"| {h['claim']} | {fmt(h['paper_value'], u)} | {fmt(h['projected'], u)} | "
                  f"{fmt(h['envelope'][0], u)}–{fmt(h['envelope'][1], u)} | {_emulated_cell(h['emulated'], u)} | "
                  f"**{h['verdict']}** |")
-    L += ["", f"A verdict is computed: `reproduced` when the paper's value is within ±{d['tolerance']:.0%} of "
+    L += ["", f"A verdict is computed: `reproduced` when the paper's value is within ±{d['tolerance']:.0%} (or the "
+          "headline's own stated margin) of "
           "the projection at the paper's setting (and inside the emulated 95 % interval where the emulation "
           "measures the paper's setting), `within_envelope` when some values of the assumed constants within "
           "their ranges reach it, `not_reproduced` otherwise.", ""]

@@ -120,7 +120,7 @@ def fmt(x: float | None, unit: str = "") -> str:
 
 def decide(paper: float, unit: str, env: Envelope, emulated: Interval | None, applies: bool,
            constants: list[AssumedConstant], emulation_note: str = "", tol: float = TOLERANCE) -> Verdict:
-    """The verdict and its one-sentence reason (module docstring)."""
+    """The verdict and its one-sentence reason (module docstring); `tol`: the headline's margin."""
     p = env.nominal
     proj = f"the projection at the paper's setting is {fmt(p, unit)}"
     span = f"envelope {fmt(env.lo, unit)}–{fmt(env.hi, unit)}"
