@@ -30,6 +30,7 @@ from typing import Any, Literal, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from testbed import stats
 from testbed.results import read_jsonl
 from testbed.workloads import register_workload
 from testbed.workloads.allreduce import InaParams
@@ -402,7 +403,10 @@ def projected_comm_share(proj: Any, workers: int) -> float | None:
 
 
 def time_to_target(curve: list[dict[str, Any]], target: float) -> float | None:
-    return next((r["t_s"] for r in curve if r["acc"] >= target), None)
+    """When the smoothed accuracy curve reaches the target (testbed.stats.time_to_target:
+    an oscillating curve's first lucky crossing does not count); None if it never does."""
+    return stats.time_to_target([r["t_s"] for r in curve], [r["acc"] for r in curve], target,
+                                lower_is_better=False)
 
 
 def point_summary(wl: EasgdWorkload, workers: list[str], recs: list[dict[str, Any]],

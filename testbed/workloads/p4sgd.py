@@ -30,6 +30,7 @@ from typing import Any, Literal, Optional, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from testbed import stats
 from testbed.results import PROJECT_ROOT, read_jsonl
 from testbed.workloads import register_workload
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
@@ -624,10 +625,9 @@ def _curve(wl: P4sgdWorkload, work_dir: Path, workers: list[str], raw: dict[str,
 
 
 def time_to_target(curve: list[dict[str, Any]], target: float | None) -> float | None:
-    """Emulated time of the first snapshot whose training loss is <= target."""
-    if target is None:
-        return None
-    return next((c["t_s"] for c in curve if c["loss"] <= target), None)
+    """Emulated time at which the smoothed training-loss curve reaches the target
+    (testbed.stats.time_to_target); None if it never does (or no target)."""
+    return stats.time_to_target([c["t_s"] for c in curve], [c["loss"] for c in curve], target)
 
 
 def _switch_cpu(work_dir: Path) -> dict[str, float]:

@@ -75,10 +75,13 @@ def test_hogwild_overlap_counts_only_pairs_from_different_servers():
     assert hogwild_overlap([dict(r, server=0) for r in ex]) is None
 
 
-def test_time_to_target_is_the_first_crossing():
-    curve = [{"t_s": 0.0, "acc": 0.1}, {"t_s": 1.0, "acc": 0.86}, {"t_s": 2.0, "acc": 0.8}]
-    assert time_to_target(curve, 0.85) == 1.0
-    assert time_to_target(curve, 0.9) is None
+def test_time_to_target_is_where_the_smoothed_curve_crosses():
+    # One lucky point at t=1 does not count; the smoothed curve crosses 0.85 once it stays there.
+    acc = [0.1, 0.9, 0.5, 0.86, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]
+    curve = [{"t_s": float(t), "acc": a} for t, a in enumerate(acc)]
+    t = time_to_target(curve, 0.85)
+    assert t is not None and 6.0 < t <= 8.0
+    assert time_to_target(curve, 0.95) is None
 
 
 def test_comm_share_ends_each_worker_at_its_own_last_step():

@@ -341,7 +341,9 @@ def test_collect_flags_disagreeing_workers(tmp_path):
 
 def test_summary_hidden_share_and_time_to_target():
     curve = [{"t_s": 0.0, "loss": 0.7}, {"t_s": 1.0, "loss": 0.5}, {"t_s": 2.0, "loss": 0.3}]
-    assert time_to_target(curve, 0.5) == 1.0 and time_to_target(curve, 0.1) is None
+    # Smoothed (trailing mean over 5 points): 0.7, 0.6, 0.5 -> reaches 0.6 at t=1, 0.5 at t=2.
+    assert time_to_target(curve, 0.6) == 1.0 and time_to_target(curve, 0.5) == 2.0
+    assert time_to_target(curve, 0.1) is None
     assert time_to_target(curve, None) is None
 
 
