@@ -316,6 +316,21 @@ def test_seeds_are_stable_and_distinct():
     assert repeats[0].seed != repeats[1].seed and repeats[0].seed == points[0].seed
 
 
+def test_each_repeat_runs_with_its_own_workload_seed_shared_by_every_case():
+    """Repeats are independent samples (data order, initialisation): repeat r runs
+    workload.seed + r, the same in every case so systems compare on the same data."""
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "p4sgd" / "convergence.yaml"
+    scn = load_scenario(path, ["sweep.repeats=3"])
+    pts = list(expand_points(scn))
+    base = scn.workload.seed
+    by_combo: dict = {}
+    for p in pts:
+        assert p.scenario.workload.seed == base + p.repeat
+        by_combo.setdefault(p.repeat, set()).add(p.scenario.workload.seed)
+    assert sorted(by_combo) == [0, 1, 2] and all(len(v) == 1 for v in by_combo.values())
+    assert expand_points(scn)[2].scenario.workload.seed == pts[2].scenario.workload.seed   # indexing agrees
+
+
 def test_quick_mode():
     scn = load_scenario(QUICKSTART)
     points = expand_points(scn, quick=True)
