@@ -61,7 +61,8 @@ from hosts.glm.worker_device import WorkerDevice, device_validity  # noqa: E402,
 # Config and collectives live beside the GLM worker's other parts; re-exported
 # for the tests and the workload that know them as hosts.p4sgd.X.
 from hosts.glm.p4sgd_config import (COLLECTIVES, GLMS, MODES, P4sgdConfig,  # noqa: E402,F401
-                                    allreduce_schedule, minibatch_sizes, out_paths, xrt_calls_path)
+                                    allreduce_schedule, minibatch_sizes, out_paths,
+                                    starts_after_dilation, xrt_calls_path)
 from hosts.glm.p4sgd_comm import Comm, TimedAllreduce, open_comm, switch_scale_exp  # noqa: E402,F401
 
 EXIT_OK, EXIT_TRAINING = 0, 1
@@ -171,11 +172,12 @@ class Worker:
             if cfg.calibration:
                 self.calibrate()
             elif cfg.network_dilation is not None and self.device.base_scale is not None:
-                # A fixed TDF dilates the network too (no barrier needed: no allreduce
-                # completes before rank 0, which waits for the switch, joins it).
+                # A fixed TDF dilates the network too (rank 0 waits for the switch).
                 from hosts.common.calibration import Calibrator
                 Calibrator(0.0, self.dilation, cfg.network_dilation, cfg.rank,
                            self.comm.expect_delay).dilate(self.dilation)
+            if starts_after_dilation(cfg):
+                self.start_together()
             self.train()
         finally:
             self.comm.close()
@@ -189,6 +191,15 @@ class Worker:
         log.info("done: %d iterations, %d samples in %.3f s (dilation %g)", self.iterations,
                  self.samples, self.train_s, self.dilation)
         return EXIT_OK
+
+    def start_together(self) -> None:
+        """One 1-value allreduce before the training clock starts (the start op,
+        listed in allreduce_schedule): rank 0 reaches it only once the switch has
+        acknowledged the dilated network, and no rank's copy completes before rank 0
+        joins, so every rank starts training at the same moment. Without it the other
+        ranks started at once and rank 0 one switch poll (33-65 ms) later, which the
+        point's train_s (the slowest worker's) counted as training time."""
+        self.comm.aar.wait(self.comm.aar.submit(np.zeros(1)))
 
     def calibrate(self) -> None:
         """Set the dilation from this network: `rounds` times, run the first

@@ -230,7 +230,18 @@ def allreduce_schedule(cfg: P4sgdConfig, n_samples: int, n_features: int) -> lis
         for _ in range(cfg.calibration["rounds"]):
             out.extend(round_ops)
             out.append((agreement_size(len(round_ops), cfg.world), True))
+    if starts_after_dilation(cfg):
+        out.append((1, False))
     for _ in range(cfg.epochs):
         for b in minibatch_sizes(n_samples, cfg.batch):
             out.extend(batch_ops(b))
     return out
+
+
+def starts_after_dilation(cfg: P4sgdConfig) -> bool:
+    """Whether the workers start training with one 1-value allreduce (the start op):
+    where the soft switch dilates the network, rank 0 alone asks for it and waits
+    for the switch's acknowledgement (its ~20 ms poll); the start op, which no
+    worker's copy completes before rank 0 joins, starts every rank's clock
+    together (hosts/p4sgd.py Worker.start_together)."""
+    return cfg.network_dilation is not None
