@@ -17,7 +17,28 @@ def _fail(msg: str, code: int = 2) -> None:
     sys.exit(code)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+    from testbed.manifest import git_state  # noqa: PLC0415
+
+    try:
+        v = version("innet-testbed")
+    except PackageNotFoundError:
+        v = "unknown"
+    g = git_state()
+    commit = (g.get("commit") or "")[:12]
+    return f"{v}" + (f" (git {commit}{', uncommitted changes' if g.get('dirty') else ''})" if commit else "")
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"testbed {_version()}")
+        ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Print the testbed's version and git commit, then exit.")
 def main() -> None:
     """Emulated testbed for in-network ML training.
 
@@ -35,9 +56,11 @@ def main() -> None:
 
 
 @main.command("list")
-@click.option("--runs/--no-runs", default=True, help="Also list recent runs under results/.")
-def list_cmd(runs: bool) -> None:
-    """List the scenarios shipped in scenarios/ and recent runs."""
+@click.argument("folder", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--runs/--no-runs", default=True,
+              help="Also list recent runs (under results/ and every --out folder used).")
+def list_cmd(folder: Path | None, runs: bool) -> None:
+    """List the scenarios shipped in scenarios/ and recent runs (or the runs in FOLDER, a results root)."""
     import yaml
 
     click.secho("Scenarios:", bold=True)
@@ -50,7 +73,7 @@ def list_cmd(runs: bool) -> None:
         click.echo(f"  {str(path.relative_to(PROJECT_ROOT)):<40} {first}")
     if runs:
         from testbed.results import list_runs
-        found = list_runs()[-15:]
+        found = list_runs(folder)[-15:]
         click.secho("\nRecent runs:", bold=True)
         if not found:
             click.echo("  (none yet: try `testbed run scenarios/quickstart.yaml`)")
@@ -60,6 +83,8 @@ def list_cmd(runs: bool) -> None:
             except (OSError, json.JSONDecodeError):
                 status = "unreadable"
             click.echo(f"  {str(m.parent.relative_to(PROJECT_ROOT) if m.is_relative_to(PROJECT_ROOT) else m.parent):<50} {status}")
+        if found and folder is None:
+            click.echo("  (runs written with --out are listed once seen; `testbed list FOLDER` lists a results root)")
 
 
 @main.command()
@@ -82,8 +107,10 @@ def list_cmd(runs: bool) -> None:
               help="Print what every point would do (commands per node, configs, P4Runtime and register "
                    "writes) without starting anything or writing a results folder.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
+@click.option("--summary", "summary_only", is_flag=True,
+              help="With --dry-run: one line per point (commands, configs, P4Runtime requests counted).")
 def run(scenario: str, overrides: tuple[str, ...], net_mode: str | None, quick: bool, out_dir: Path | None,
-        plot: bool, max_points: int | None, dry_run: bool, as_json: bool) -> None:
+        plot: bool, max_points: int | None, dry_run: bool, as_json: bool, summary_only: bool) -> None:
     """Run SCENARIO (a YAML file) and write a results folder.
 
     Each sweep point gets a fresh network; a failed point is recorded with its
@@ -108,8 +135,10 @@ def run(scenario: str, overrides: tuple[str, ...], net_mode: str | None, quick: 
     except ScenarioError as e:
         _fail(f"invalid scenario:\n{e}")
     net_mode = net_mode or scn.net.mode
+    if (as_json or summary_only) and not dry_run:
+        _fail("--json and --summary describe a dry run: add --dry-run")
     if dry_run:
-        _dry_run(scn, points, net_mode, as_json)
+        _dry_run(scn, points, net_mode, as_json, summary_only)
         return
     if net_mode in ("ssh", "cluster"):
         _check_net_settings(scn, net_mode)
@@ -180,7 +209,7 @@ def _check_net_settings(scn, net_mode: str) -> None:
         _fail(str(e))
 
 
-def _dry_run(scn, points, net_mode: str, as_json: bool) -> None:
+def _dry_run(scn, points, net_mode: str, as_json: bool, summary_only: bool = False) -> None:
     """Every point's plan, from the same code a run executes (testbed.runner.plan_points)."""
     from testbed import runner
     from testbed.net.base import NetworkError
@@ -197,7 +226,7 @@ def _dry_run(scn, points, net_mode: str, as_json: bool) -> None:
         return
     click.echo(f"dry run of {scn.name}: {len(points)} point(s), net {net_mode}, switch {scn.switch.backend}; "
                f"nothing is started and no results folder is written\n")
-    click.echo(plan.format())
+    click.echo(plan.summary() if summary_only else plan.format())
 
 
 def _print_summary(run_dir: Path) -> None:

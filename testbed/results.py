@@ -52,8 +52,38 @@ def check_writable(scenario_name: str, root: Path | None = None) -> Path:
     return base
 
 
+# Results roots other than results/ that runs were written to (`--out`), one absolute
+# path a line, so `testbed list` finds those runs too.
+OTHER_ROOTS_FILE = DEFAULT_RESULTS_ROOT / ".other-roots"
+
+
+def remember_root(root: Path) -> None:
+    """Note a results root given with --out (best effort: listing is a convenience)."""
+    root = root.resolve()
+    if root == DEFAULT_RESULTS_ROOT.resolve():
+        return
+    try:
+        known = set(OTHER_ROOTS_FILE.read_text().splitlines()) if OTHER_ROOTS_FILE.exists() else set()
+        if str(root) not in known:
+            OTHER_ROOTS_FILE.parent.mkdir(parents=True, exist_ok=True)
+            with OTHER_ROOTS_FILE.open("a") as f:
+                f.write(f"{root}\n")
+    except OSError:
+        pass
+
+
+def known_roots() -> list[Path]:
+    """results/ and every --out root a run was written to that still exists."""
+    roots = [DEFAULT_RESULTS_ROOT]
+    if OTHER_ROOTS_FILE.exists():
+        roots += [Path(line) for line in OTHER_ROOTS_FILE.read_text().splitlines() if line and Path(line).is_dir()]
+    return roots
+
+
 def new_run_dir(scenario_name: str, root: Path | None = None) -> Path:
     """Create results/<scenario>/<timestamp>/ (suffixing -2, -3 on a clash)."""
+    if root is not None:
+        remember_root(root)
     base = (root or DEFAULT_RESULTS_ROOT) / scenario_name
     stamp = time.strftime("%Y%m%d-%H%M%S")
     candidate = base / stamp
@@ -151,10 +181,15 @@ def load_run(path: str | Path) -> Run:
 
 
 def list_runs(root: Path | None = None) -> list[Path]:
-    root = root or DEFAULT_RESULTS_ROOT
-    if not root.exists():
-        return []
-    return sorted(root.glob("*/*/manifest.json"), key=lambda m: m.stat().st_mtime)
+    """Manifests of the runs under `root` (default: results/ and every --out root
+    seen), oldest first; a reproduction's runs (reproduce/<paper>/<ts>/runs/) too."""
+    roots = [root] if root is not None else known_roots()
+    found: set[Path] = set()
+    for r in roots:
+        if r.exists():
+            found.update(r.glob("*/*/manifest.json"))
+            found.update(r.glob("reproduce/*/*/runs/*/*/manifest.json"))
+    return sorted(found, key=lambda m: m.stat().st_mtime)
 
 
 def write_summary_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:

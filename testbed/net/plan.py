@@ -92,6 +92,26 @@ class PlanRecorder:
             })
         return out
 
+    def summary(self) -> str:
+        """One line per point: what it starts where, its configs and control-plane
+        requests, counted (`testbed run --dry-run --summary`)."""
+        lines = []
+        for p in self.to_dict():
+            if p["skipped"]:
+                lines.append(f"{p['label']}: SKIPPED: {p['skipped']}")
+                continue
+            nodes = sorted({c["node"] for c in p["commands"]})
+            rpcs: dict[str, int] = {}
+            for w in p["p4runtime"]:
+                rpc = w["rpc"].split()[0]
+                rpcs[rpc] = rpcs.get(rpc, 0) + 1
+            lines.append(f"{p['label']}: {len(p['commands'])} command(s) on {len(nodes)} node(s) "
+                         f"({', '.join(nodes)}); {len(p['configs'])} config(s); P4Runtime "
+                         + (", ".join(f"{n} {k}" for k, n in sorted(rpcs.items())) or "none")
+                         + (f"; {len(p['registers'])} register write(s)" if p["registers"] else "")
+                         + (f"; {len(p['notes'])} note(s)" if p["notes"] else ""))
+        return "\n".join(lines)
+
     def format(self, max_message_lines: int = 40) -> str:
         lines: list[str] = []
         for p in self.to_dict():

@@ -37,6 +37,7 @@ VERBS = {
     "pcap": ["--json", "--packets"],
     "doctor": [],
     "clean": ["--dry-run"],
+    "reproduce": ["--list", "--quick", "--no-emulation", "--from", "--out", "--net"],
 }
 
 SMALL = textwrap.dedent("""\
@@ -349,6 +350,30 @@ def _start_time(pid: int) -> int | None:
         return None
     rest = stat[stat.rindex(")") + 2:].split()
     return None if rest[0] == "Z" else int(rest[19])
+
+
+def test_version_names_the_release_and_commit():
+    res = tb("--version")
+    assert res.returncode == 0, _out(res)
+    assert re.match(r"testbed \d+\.\d+\.\d+ \(git [0-9a-f]{12}", res.stdout), res.stdout
+
+
+def test_dry_run_summary_is_one_line_per_point():
+    res = tb("run", "scenarios/quickstart.yaml", "--dry-run", "--summary")
+    assert res.returncode == 0, _out(res)
+    lines = [ln for ln in res.stdout.splitlines() if re.match(r"^\d{3}-", ln)]
+    assert len(lines) == 9 and all("command(s) on" in ln and "P4Runtime" in ln for ln in lines), res.stdout
+    assert len(res.stdout.splitlines()) < 20
+    assert_clear_error(tb("run", "scenarios/quickstart.yaml", "--summary"), "--dry-run")
+
+
+def test_list_shows_runs_written_with_out(local_results):
+    _, run = local_results
+    assert run is not None
+    res = tb("list")
+    assert res.returncode == 0 and str(run) in res.stdout, _out(res)
+    only = tb("list", str(run.parent.parent))
+    assert only.returncode == 0 and str(run) in only.stdout, _out(only)
 
 
 def test_clean_dry_run_on_empty_registry(tmp_path):
