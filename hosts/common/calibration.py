@@ -155,6 +155,31 @@ def dilated_tdf(tdf_net: float | None, tdf_cmp: float | None, headroom: float,
     return float(min(MAX_TDF, max(MIN_TDF, _round_sig(tdf, 2))))
 
 
+def retune_tdf(tdf: float, net_slowdown: float, headroom: float | None) -> float | None:
+    """The fixed TDF to run a calibrated point once more at, when the fidelity
+    monitor found its run-long network slowdown (p50, `net_slowdown`) outside the
+    band at `tdf`: the rule calibration applies, with what the whole run measured.
+
+    headroom None (the network was not dilated): the network's own slowdown is the
+    TDF, as in calibration's undilated rounds. Dilated (headroom: the workload's
+    network_headroom): the switch's delay line made the network `tdf` times slower
+    and the emulator's own time came on top of it, so the emulator's run-long
+    slowdown is net_slowdown - tdf (a slight underestimate: calibration's
+    compensation took part of it off; a fixed-TDF retry runs without one), and the
+    TDF is `dilated_tdf` of it, headroom x that slowdown, as round 0 sets it.
+    Re-running at the measured slowdown itself left the emulator's share on top of
+    the new TDF again: the point stayed invalid. None where no TDF helps: a dilated
+    network that was not slower than its TDF (the emulator is not what is slow)."""
+    if not net_slowdown or net_slowdown <= 0:
+        return None
+    if headroom is None:
+        return float(min(MAX_TDF, max(MIN_TDF, _round_sig(net_slowdown, 3))))
+    own = net_slowdown - tdf
+    if own <= 0:
+        return None
+    return dilated_tdf(own, None, headroom, tdf)
+
+
 def compensation(prev_s: float, tdf_net: float | None, tdf: float, hw_op_s: float,
                  cap_s: float) -> float:
     """Next compensation of the delay line: the previous one plus the measured

@@ -389,15 +389,25 @@ class P4sgdRuntime(WorkloadRuntime):
         return [summary_row(r) for r in records if r.get("type") == "p4sgd_summary"]
 
     def retune(self, point: Any, fidelity: dict[str, Any] | None) -> Any | None:
-        """Calibrated points whose run-long network slowdown left the band: once more
-        at the slowdown the monitor measured (fixed, so the retry is not re-calibrated)."""
+        """Calibrated points whose run-long network slowdown left the band: once more at
+        a fixed TDF (not re-calibrated) from what the monitor measured over the run, by
+        calibration's own rule (hosts.common.calibration.retune_tdf: on a dilated network
+        headroom x the emulator's own slowdown; undilated, the slowdown itself)."""
         import dataclasses  # noqa: PLC0415
+
+        from hosts.common.calibration import retune_tdf  # noqa: PLC0415
 
         wl: P4sgdWorkload = point.scenario.workload
         if (not wl.calibrated or not fidelity or "dilation_mismatch" not in (fidelity.get("flags") or [])
-                or not fidelity.get("net_slowdown_p50")):
+                or not fidelity.get("net_slowdown_p50") or not fidelity.get("tdf")):
             return None
-        tdf = float(f"{fidelity['net_slowdown_p50']:.3g}")
+        tdf = retune_tdf(float(fidelity["tdf"]), float(fidelity["net_slowdown_p50"]),
+                         wl.network_headroom if fidelity.get("network_dilated") else None)
+        # As calibration refuses a TDF the run would not finish at (run_wall_s = timeout_s):
+        # a retry that would outrun the point's deadline is not made; the first verdict stays.
+        hw_s = fidelity.get("hw_train_s")
+        if tdf is None or (hw_s and tdf * hw_s > wl.timeout_s):
+            return None
         scn = point.scenario.model_copy(update={"workload": wl.model_copy(update={"time_scale": tdf})})
         return dataclasses.replace(point, scenario=scn)
 
@@ -476,6 +486,8 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
                                     device_reason="device model exceeded (see validity records)")
     fid = point.fidelity
     fid["calibrated"] = wl.calibrated
+    # What retune needs: its rule depends on the dilation; a retry's length on hw_train_s.
+    fid["network_dilated"], fid["hw_train_s"] = bool(summary.get("network_dilated")), summary.get("hw_train_s")
     if point.projected is None:      # no traces, or the projector refused them (named in the record)
         return point.records
     traces, profile = point.traces, point.profile

@@ -1,0 +1,85 @@
+"""A calibrated point whose run-long network slowdown left the band is run once
+more (WorkloadRuntime.retune, testbed/runner.py) at a TDF chosen by calibration's
+own rule (hosts.common.calibration.retune_tdf): on the dilated network headroom x
+the emulator's own slowdown, so the retried point lands in the band. Re-running at
+the measured slowdown itself (no headroom) left the emulator's share on top of the
+new TDF again and the retried point stayed invalid."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from hosts.common.calibration import retune_tdf
+from testbed.fidelity.monitor import DEFAULT_BAND
+from testbed.scenario import expand_points, load_scenario_text
+from testbed.workloads.p4sgd import P4sgdRuntime
+
+pytestmark = pytest.mark.unit
+
+TINY = {"source": "synthetic", "kind": "dense", "samples": 96, "features": 40, "seed": 3}
+
+
+def point(workload: str = ""):
+    wl = {"kind": "p4sgd", "dataset": dict(TINY), "batch": 16, "micro_batch": 4, "epochs": 1}
+    wl.update(yaml.safe_load("{" + workload + "}") or {})
+    scn = load_scenario_text(f"name: t\ntopology: {{workers: 2}}\nworkload: {json.dumps(wl)}\n", "t.yaml")
+    (p,) = expand_points(scn)
+    return p
+
+
+def dilated_network(tdf: float, own: float, compensation: float = 0.0) -> float:
+    """What the monitor measures on the soft switch's delay line (docs/time-fidelity.md):
+    the network held tdf x the hardware time, the emulator's own time (slowdown `own`)
+    in series with it, less the calibrated compensation (none on a fixed-TDF retry)."""
+    return tdf + own - compensation
+
+
+def in_band(net_slowdown: float, tdf: float) -> bool:
+    lo, hi = DEFAULT_BAND
+    return lo <= net_slowdown / tdf <= hi
+
+
+def fidelity(tdf: float, net_slowdown: float, dilated: bool = True, hw_train_s: float | None = 1e-4) -> dict:
+    return {"tdf": tdf, "net_slowdown_p50": net_slowdown, "flags": ["dilation_mismatch"],
+            "network_dilated": dilated, "hw_train_s": hw_train_s}
+
+
+def test_a_retuned_dilated_point_lands_in_the_band():
+    # Calibration: round 0 measured the undilated emulator at 200x, TDF = 16 x 200; the
+    # compensation took that share off. Over the whole run the emulator was 10x slower
+    # (other work on the shared cores): the point left the band.
+    own_cal, own_run = 200.0, 2000.0
+    tdf0 = 16 * own_cal
+    measured = dilated_network(tdf0, own_run, compensation=own_cal)
+    assert not in_band(measured, tdf0)
+    p = point()
+    assert p.scenario.workload.calibrated
+    retry = P4sgdRuntime().retune(p, fidelity(tdf0, measured))
+    assert retry is not None and not retry.scenario.workload.calibrated
+    tdf1 = retry.scenario.workload.time_scale
+    # the retry runs at a fixed TDF, its network dilated to it with no compensation
+    assert in_band(dilated_network(tdf1, own_run), tdf1), (tdf0, measured, tdf1)
+    # headroom is the workload's: half of it, half the TDF (one rule, calibration's)
+    half = P4sgdRuntime().retune(point("network_headroom: 8.0"), fidelity(tdf0, measured))
+    assert half.scenario.workload.time_scale == pytest.approx(tdf1 / 2, rel=0.05)
+
+
+def test_undilated_points_retune_to_the_measured_slowdown():
+    # Calibration's undilated rule: the TDF is the network's own slowdown.
+    retry = P4sgdRuntime().retune(point(), fidelity(300.0, 612.34, dilated=False))
+    assert retry.scenario.workload.time_scale == 612.0
+
+
+def test_no_retry_where_it_cannot_help_or_would_outrun_the_deadline():
+    rt, p = P4sgdRuntime(), point("timeout_s: 10.0")
+    # a dilated network faster than its TDF: the emulator is not what is slow
+    assert rt.retune(p, fidelity(3000.0, 2000.0)) is None
+    # 3000 + 1000: retry at 16 x 1000; 1 ms of hardware time x 16000 = 16 s > timeout_s 10 s
+    assert rt.retune(p, fidelity(3000.0, 4000.0, hw_train_s=1e-3)) is None
+    assert rt.retune(p, fidelity(3000.0, 4000.0, hw_train_s=1e-4)).scenario.workload.time_scale == 16000.0
+    # within the band, or fixed TDF: nothing to retune
+    assert rt.retune(p, {**fidelity(3000.0, 4000.0), "flags": []}) is None
+    fixed = point("time_scale: 500.0")
+    assert not fixed.scenario.workload.calibrated and rt.retune(fixed, fidelity(500.0, 900.0)) is None
