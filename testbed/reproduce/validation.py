@@ -58,3 +58,37 @@ def flagged_profiles(rows: list[dict[str, Any]]) -> dict[str, str]:
         if why:
             out[name] = "; ".join(why)
     return out
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The validation table as markdown: model, measurement, setting, published,
+    model's prediction, error (flagged beyond ERROR_TOLERANCE), source."""
+    lines = ["| model | measurement | setting | published | model | error | source |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["published"] is None:
+            lines.append(f"| {r['model']} | {r['quantity']} | | | | | |")
+            continue
+        mark = "" if r["within"] else f" **(beyond ±{ERROR_TOLERANCE:.0%})**"
+        lines.append(f"| {r['model']} | {r['quantity']} | {r['setting']} | {r['published']:.4g} {r['unit']} | "
+                     f"{r['predicted']:.4g} {r['unit']} | {r['error']:+.0%}{mark} | {r['source']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m testbed.reproduce.validation [MODEL ...]`: the table (all models, or
+    those named) and the flagged models, as markdown."""
+    import sys  # noqa: PLC0415
+    names = list(sys.argv[1:] if argv is None else argv) or None
+    rows = validation_rows(names)
+    print(markdown_table(rows))
+    flagged = flagged_profiles(rows)
+    if flagged:
+        print("\nFlagged models:\n")
+        for name, why in sorted(flagged.items()):
+            print(f"- `{name}`: {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,105 @@
+"""Published network measurements against the 100 GbE fidelity profiles.
+
+Models checked (testbed/fidelity/profiles/<name>.yaml, through
+testbed/fidelity/network_model.py):
+  tofino1-100g   Tofino 1 switch, 100 GbE, RDMA/FPGA-class NICs (no host stack)
+  tor-100g-host  100 GbE ToR switch, host software stack (DPDK/RDMA class)
+
+Every prediction is computed from the profile at its nominal constants by the
+model the projector uses (`message_time`, `message_cost`); nothing here was
+used to set a constant (the profiles cite data sheets and the IEEE framing).
+
+What is and is not covered (say so when reading the table):
+  * one-way small-message latency (L0 = host stack + 2 NIC + cables + switch
+    pipeline, plus serialization) and streaming goodput (framing overhead at
+    the link rate) are checked;
+  * the in-switch allreduce (algo=switch) for large tensors and the ring/PS
+    collectives are NOT checked here against a published allreduce number:
+    no SwitchML/ATP/NCCL figure could be re-read in the stored material for
+    this table. A single-packet in-switch allreduce is L0 + 2 s(f), i.e. the
+    same latency terms the message rows check.
+Link rates of the measurement set-ups are given where the source states them;
+where it does not, only rows whose value hardly depends on the link rate
+(small messages) are used.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from testbed.fidelity.constants import load_profile
+from testbed.fidelity.network_model import message_cost, message_time
+from testbed.reproduce.measurements import Measurement
+
+
+@lru_cache(maxsize=None)
+def _profile(name: str):
+    return load_profile(name)
+
+
+def one_way_us(name: str, payload_bytes: int) -> float:
+    """One-way latency of one message through one switch (µs)."""
+    return message_time(payload_bytes, _profile(name)) * 1e6
+
+
+def round_trip_us(name: str, request_bytes: int, reply_bytes: int) -> float:
+    """A request and its reply, each one message through one switch (µs)."""
+    return one_way_us(name, request_bytes) + one_way_us(name, reply_bytes)
+
+
+def streaming_gbps(name: str, payload_bytes: int) -> float:
+    """Goodput of back-to-back messages of `payload_bytes` (payload bits over the
+    time the sender's link is busy with each message), Gbit/s."""
+    return payload_bytes * 8 / message_cost(payload_bytes, _profile(name)).link_busy_s / 1e9
+
+
+_POTTER = ("D. Potter, master's thesis (RWTH Aachen), table 'mtu_performance' "
+           "(git.dennispotter.eu/Dennis/masters-thesis, tables/mtu_performance.tex): "
+           "ib_send_lat median one-way latency, RC, sent inline below 188 B, MTU 2048 column; "
+           "NIC and link rate as in the thesis (not re-read here)")
+_SEND_BW = ("NVIDIA/Mellanox community forum post on ib_send_bw message sizes "
+            "(mellanox37.rssing.com/chan-11689808/article3279.html): ConnectX-4 VPI "
+            "MCX456A-ECAT, 100GbE through a Mellanox SN2700 switch, ~97 Gbit/s at 65536-B messages")
+_RAMCLOUD = ("RAMCloud wiki, 'clusterperf November 24, 2018' (ramcloud.atlassian.net/wiki/x/AYA1Mw): "
+             "kernel-bypass RPC round trip, median; cluster NICs and link rate as on that page "
+             "(not re-read here)")
+
+MEASUREMENTS: list[Measurement] = [
+    # -- tofino1-100g: RDMA-class NICs, no host software on the data path ------
+    Measurement(
+        id="tofino1-100g:rdma-lat-32B", model="tofino1-100g",
+        quantity="one-way latency of a 32-B message (RDMA send)",
+        setting="ib_send_lat, RC, 32 B, inline; model: message_time(32 B) through one switch",
+        published=0.82, unit="us", source=_POTTER,
+        predict=lambda: one_way_us("tofino1-100g", 32)),
+    Measurement(
+        id="tofino1-100g:rdma-lat-1KB", model="tofino1-100g",
+        quantity="one-way latency of a 1-KB message (RDMA send)",
+        setting="ib_send_lat, RC, 1024 B; model: message_time(1024 B) through one switch",
+        published=1.60, unit="us", source=_POTTER,
+        predict=lambda: one_way_us("tofino1-100g", 1024)),
+    Measurement(
+        id="tofino1-100g:rdma-bw-64KB", model="tofino1-100g",
+        quantity="streaming goodput of 64-KiB messages",
+        setting="ib_send_bw, 65536-B messages, 100GbE via one switch; model: payload / link-busy time",
+        published=97.0, unit="Gbit/s", source=_SEND_BW,
+        predict=lambda: streaming_gbps("tofino1-100g", 65536)),
+    # -- tor-100g-host: host software stack on the data path -------------------
+    Measurement(
+        id="tor-100g-host:rpc-rtt-100B", model="tor-100g-host",
+        quantity="round trip: 30-B request, 100-B reply (host stack both ends)",
+        setting="RAMCloud clusterperf echo100, median; model: message_time(30) + message_time(100)",
+        published=3.9, unit="us", source=_RAMCLOUD,
+        predict=lambda: round_trip_us("tor-100g-host", 30, 100)),
+    Measurement(
+        id="tor-100g-host:rpc-rtt-1KB", model="tor-100g-host",
+        quantity="round trip: 30-B request, 1-KB reply (host stack both ends)",
+        setting="RAMCloud clusterperf echo1K, median; model: message_time(30) + message_time(1000)",
+        published=5.1, unit="us", source=_RAMCLOUD,
+        predict=lambda: round_trip_us("tor-100g-host", 30, 1000)),
+    Measurement(
+        id="tor-100g-host:bw-64KB", model="tor-100g-host",
+        quantity="streaming goodput of 64-KiB messages",
+        setting="ib_send_bw, 65536-B messages, 100GbE via one switch; model: payload / link-busy time",
+        published=97.0, unit="Gbit/s", source=_SEND_BW,
+        predict=lambda: streaming_gbps("tor-100g-host", 65536)),
+]
