@@ -1,0 +1,135 @@
+"""`testbed reproduce easgd`: the projections at the paper's setting come from the
+project's models (the KNL device model, the Aries profile through the network
+model, the master's update), move with every assumed constant, and the report
+is written with every field; the emulated extractors pair seeds and drop
+invalid points; the published measurements of the KNL and Aries models are
+recomputed."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from testbed.reproduce import engine
+from testbed.reproduce.papers import easgd as E
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_paper_loads_with_four_headlines_and_sourced_settings():
+    paper = engine.load_paper("easgd")
+    assert [h.id for h in paper.headlines] == ["sync_vs_original", "comm_share_original", "comm_share_sync",
+                                               "weak_scaling"]
+    for h in paper.headlines:
+        assert h.paper_source and h.setting and h.profiles == ["device:knl", "aries-dragonfly"]
+        for s in h.setting:
+            assert s.status in ("verified", "assumed") and s.source
+        assert h.emulated is not None and h.emulated_applies is False
+        assert h.regimes
+    assert paper.quick_seeds >= 3 and paper.seeds >= 3
+
+
+def test_the_projection_composes_the_device_network_and_update_models():
+    from hosts.dnn.device import DnnDevice
+    from hosts.easgd.timing import update_hw_s
+    from testbed.fidelity.constants import load_profile
+    from testbed.fidelity.network_model import collective_time, message_time
+    from testbed.reproduce.papers.easgd_nets import net
+
+    prof = load_profile("aries-dragonfly")
+    model, n = net("lenet")
+    assert n == 431080                                  # Caffe's LeNet: 20/50 conv, 500/10 ip
+    dev = DnnDevice("knl")
+    dev.model = model
+    t_step = dev.hw_time(64)
+    u = update_hw_s({"type": "knl", "launch_s": 5e-6}, n, "elastic")
+    t_ex = 2 * message_time(4 * n, prof) + u
+    t_ar = collective_time("allreduce", "ring", n, 4, 16, prof)
+    r = E.periods({})
+    assert r["t_step"] == pytest.approx(t_step) and r["t_ex"] == pytest.approx(t_ex)
+    c_orig = max(t_step + t_ex, 16 * t_ex)              # round robin: 16 exchanges in a row
+    assert r["c_orig"] == pytest.approx(c_orig)
+    assert E.speedup({}) == pytest.approx(c_orig / (t_step + u + t_ar))
+    assert E.share_original({}) == pytest.approx(100 * (1 - t_step / c_orig))
+    assert E.share_sync({}) == pytest.approx(100 * t_ar / (t_step + u + t_ar))
+
+
+def test_one_node_scales_perfectly_and_more_nodes_cost_communication():
+    assert E.weak_scaling({}, workers=1) == pytest.approx(100.0)
+    assert E.weak_scaling({}, workers=63) < E.weak_scaling({}, workers=8) < 100.0
+    assert E.WEAK_NODES == 63                           # 4253 / 68 = 62.5, nearest
+
+
+@pytest.mark.parametrize("hid", ["sync_vs_original", "comm_share_original", "comm_share_sync", "weak_scaling"])
+def test_every_assumed_constant_moves_its_headline(hid):
+    h = next(h for h in E.PAPER.headlines if h.id == hid)
+    nominal = h.project({})
+    assert math.isfinite(nominal) and nominal > 0
+    for c in h.constants:
+        moved = {h.project({c.name: c.lo}), h.project({c.name: c.hi})}
+        assert moved != {nominal}, f"{hid}: {c.name} does not move the projection"
+
+
+def test_the_round_robin_share_grows_with_bytes_and_falls_with_link_rate():
+    small, big = (E.share_original({}, values=v) for v in (1000, 10_000_000))
+    assert small < big
+    assert E.share_original({"link_rate": 64}) > E.share_original({"link_rate": 128})
+    assert E.speedup({}, workers=4) < E.speedup({}, workers=64)
+
+
+def test_the_quick_scenario_set_loads_and_expands():
+    paper = engine.load_paper("easgd")
+    assert engine.check_scenarios(paper, quick=True) == 2 * 2 * paper.quick_seeds   # 2 variants x (1, 4) workers
+
+
+def _point(label, variant, workers, seed, wall, share, valid=True):
+    row = {"variant": variant, "workers": workers, "hw_wall_ms": wall, "comm_share": share, "valid": valid}
+    return engine.PointResult(label, "", {}, seed - 1, seed, "ok", None, [row])
+
+
+def test_the_emulated_extractors_pair_seeds_and_leave_invalid_points_out():
+    pts = [_point("a1", "easgd", 4, 1, 8.0, 0.10), _point("s1", "sync_easgd", 4, 1, 4.0, 0.20),
+           _point("a2", "easgd", 4, 2, 9.0, 0.12), _point("s2", "sync_easgd", 4, 2, 3.0, 0.25, valid=False),
+           _point("o1", "sync_easgd", 1, 1, 2.0, 0.0)]
+    runs = {"weak": engine.EmulatedRun("weak", "scenarios/easgd/weak_scaling.yaml", None, pts)}
+    sp = E._emulated_speedup(runs)
+    assert sp.values == [2.0] and sp.n_points == 2 and any("s2" in r for r in sp.invalid_reasons)
+    weak = E._emulated_weak(runs)
+    assert weak.values == [50.0]
+    share = E._emulated_share("easgd")(runs)
+    assert share.values == pytest.approx([10.0, 12.0])
+
+
+def test_the_knl_and_aries_measurements_are_recomputed_from_the_models():
+    from testbed.fidelity.constants import load_profile
+    from testbed.fidelity.network_model import message_time
+    from testbed.reproduce.measurements.knl import MEASUREMENTS
+    from testbed.reproduce.validation import flagged_profiles, validation_rows
+
+    assert {m.model for m in MEASUREMENTS} == {"device:knl", "aries-dragonfly"}
+    assert all(m.source and m.published > 0 for m in MEASUREMENTS)
+    rows = {r["id"]: r for r in validation_rows(["device:knl", "aries-dragonfly"])}
+    prof = load_profile("aries-dragonfly")
+    assert rows["aries-osu-1MiB"]["predicted"] == pytest.approx(message_time(1 << 20, prof) * 1e6)
+    for r in rows.values():
+        assert r["error"] == pytest.approx(r["predicted"] / r["published"] - 1)
+    flagged = flagged_profiles(list(rows.values()))
+    assert "fewer than 3" in flagged["device:knl"]           # two published KNL numbers found
+
+
+def test_no_emulation_writes_the_report_with_every_field(tmp_path):
+    rep = engine.reproduce("easgd", emulate=False, out=tmp_path)
+    d = json.loads((rep.report_dir / "report.json").read_text())
+    assert d["paper"] == "easgd" and len(d["headlines"]) == 4
+    for h in d["headlines"]:
+        for key in ("id", "claim", "paper_value", "paper_source", "setting", "projected", "envelope", "emulated",
+                    "verdict", "reason", "constants"):
+            assert key in h
+        assert h["verdict"] in ("reproduced", "within_envelope", "not_reproduced")
+        lo, hi = h["envelope"]
+        assert lo <= h["projected"] <= hi
+        if h["verdict"] != "reproduced":
+            assert h["what_moves"]
+    assert {r["model"] for r in d["model_validation"]} == {"device:knl", "aries-dragonfly"}
+    assert (rep.report_dir / "report.md").exists()
