@@ -131,9 +131,11 @@ def summarize(path: str | Path) -> TraceSummary:
     """Count packets/bytes per host, protocol and flow, and retransmissions seen.
 
     A TCP retransmission is a data segment whose (seq, length) this flow already
-    carried. A UDP retransmission is a datagram whose payload this flow already
-    carried (the aggregation protocol resends identical packets on timeout); of
-    a truncated datagram, its length and the payload bytes captured.
+    carried. An aggregation-protocol retransmission is a contribution its worker
+    marked as resent (the header's RETX flag: the count testbed.pcap_ina and
+    tshark's `ina.flags.retx == 1` give). Another UDP retransmission is a
+    datagram whose payload this flow already carried; of a truncated datagram,
+    its length and the payload bytes captured.
     Bytes are lengths on the wire, also of truncated frames.
     """
     from testbed import wire  # noqa: PLC0415
@@ -172,6 +174,11 @@ def summarize(path: str | Path) -> TraceSummary:
         st.bytes += fr.wire_len
         st.last_ts = fr.ts
         payload_len = fr.wire_len - fr.payload_off
+        if proto == "ina":
+            flags_at = fr.payload_off + wire.FLAGS_OFFSET
+            if len(fr.data) > flags_at and fr.data[flags_at] & wire.FLAG_RETX:
+                st.retransmissions += 1
+            continue
         if fr.proto == "tcp" and payload_len > 0:
             sig = (fr.tcp_seq, payload_len)
         elif fr.proto == "udp":

@@ -3,8 +3,12 @@
 Per packet: job, slot, version, worker, seq, op, flags, count. Per chunk
 (job, seq): when the first contribution was seen, when the first result was
 seen (completion latency as observed at the capture point), how many
-contributions, retransmissions and duplicates. Per worker: contributions,
-retransmissions, results received.
+contributions, retransmissions and duplicates. Per worker (named by its host,
+w1.., when the run folder's job plan is there): contributions,
+retransmissions, results received (the results addressed to its IP).
+A retransmission is a contribution the worker marked as resent (the RETX
+flag), the same count as tshark's `ina.flags.retx == 1` and the trace
+summary's flow rows.
 
 Give it the switch's `<intf>_in.pcap` files for contributions and `_out.pcap`
 files for results (or all of a point's pcaps): frames from several files are
@@ -104,6 +108,8 @@ class PointContext:
     label: str
     switch: str | None = None                                 # the aggregation switch
     bindings: dict[tuple[int, int], int] = field(default_factory=dict)   # (job, worker) -> port
+    hosts: dict[tuple[int, int], str] = field(default_factory=dict)      # (job, worker) -> host name
+    ips: dict[tuple[int, str], int] = field(default_factory=dict)        # (job, host IP) -> worker
     counters: dict[str, dict] = field(default_factory=dict)   # switch -> counter -> {index: {packets}}
 
 
@@ -124,7 +130,12 @@ def point_context(paths: Iterable[str | Path]) -> PointContext | None:
         ctx.switch = plan.get("switch")
         for job in plan.get("jobs", []):
             for w in job["workers"]:
-                ctx.bindings[(int(job["job_id"]), int(w["worker_id"]))] = int(w["port"])
+                key = (int(job["job_id"]), int(w["worker_id"]))
+                ctx.bindings[key] = int(w["port"])
+                if w.get("host"):
+                    ctx.hosts[key] = w["host"]
+                if w.get("ip"):
+                    ctx.ips[(key[0], w["ip"])] = key[1]
     metrics = run / "metrics.jsonl"
     if metrics.exists():
         for line in metrics.read_text().splitlines():
@@ -170,7 +181,8 @@ class InaAnalysis:
             "duplicates": sum(c.duplicates for c in self.chunks.values()),
             "truncated_packets": sum(p.truncated for p in self.packets),
             "completion_latency_s": _percentiles(lat),
-            "per_worker": {f"job{j}/worker{w}": v for (j, w), v in sorted(self.workers.items())},
+            "per_worker": {self.worker_name(j, w): v for (j, w), v in sorted(self.workers.items(),
+                                                                                key=lambda kv: str(kv[0]))},
             "refused_by_port_binding": [
                 {"job": j, "worker": w, "port": p, "bound_port": self._bound(j, w), "packets": n}
                 for (j, w, p), n in sorted(self.refused_port.items())],
@@ -179,6 +191,15 @@ class InaAnalysis:
                                      for name in REFUSAL_COUNTERS if by.get(name)}
                                 for sw, by in (self.context.counters if self.context else {}).items()},
         }
+
+    def worker_name(self, job: int, worker: int | str) -> str:
+        """`job1/w2` (the scenario's host name, from the run folder's job plan),
+        else `job1/worker1` (the protocol's worker id); results addressed to an
+        IP no contribution came from: `job1/10.0.0.9`."""
+        if isinstance(worker, str):
+            return f"job{job}/{worker}"
+        host = self.context.hosts.get((job, worker)) if self.context else None
+        return f"job{job}/{host}" if host else f"job{job}/worker{worker}"
 
     def _bound(self, job: int, worker: int) -> int | None:
         return self.context.bindings.get((job, worker)) if self.context else None
@@ -199,13 +220,18 @@ class InaAnalysis:
         lines.append("  per worker:          contributions  retransmissions  results received")
         for k, v in d["per_worker"].items():
             lines.append(f"    {k:<18}{v['contributions']:>14}{v['retransmissions']:>17}{v['results']:>18}")
+        lines.append("  (retransmissions: contributions a worker marked as resent, the RETX flag: "
+                     "tshark's ina.flags.retx == 1; results: those addressed to the worker's IP)")
         if self.refused_port:
             lines.append(f"  refused by the port binding (contributions into {self.context.switch} "
                          "under a worker id bound to another port; not counted above): "
                          f"{sum(self.refused_port.values())}")
             for r in d["refused_by_port_binding"]:
                 bound = "no port" if r["bound_port"] is None else f"port {r['bound_port']}"
-                lines.append(f"    job{r['job']}/worker{r['worker']} arriving on port {r['port']} "
+                name = self.worker_name(r["job"], r["worker"])
+                if not name.endswith(f"/worker{r['worker']}"):
+                    name += f" (worker id {r['worker']})"
+                lines.append(f"    {name} arriving on port {r['port']} "
                              f"(bound to {bound}): {r['packets']}")
         if self.context and self.context.counters:
             refusals = refusal_lines(self.context.counters, "    ")
@@ -279,8 +305,15 @@ def analyze(paths: str | Path | Iterable[str | Path],
         context = point_context(paths)
     packets = decode(paths)
     refused = _mark_refused(packets, context)
+    # Who a result is for: the worker whose IP it is addressed to (the job plan's
+    # addresses, else the source address of that worker's contributions). The
+    # header's worker field of a result is whatever the switch left there.
+    ip_worker: dict[tuple[int, str], int] = dict(context.ips) if context else {}
+    for pk in packets:
+        if not pk.is_result and not pk.refused_port:
+            ip_worker.setdefault((pk.job, pk.src_ip), pk.worker)
     chunks: dict[tuple[int, int], ChunkStats] = {}
-    workers: dict[tuple[int, int], dict[str, int]] = defaultdict(
+    workers: dict[tuple[int, int | str], dict[str, int]] = defaultdict(
         lambda: {"contributions": 0, "retransmissions": 0, "results": 0})
     seen_contrib: set[tuple[int, int, int]] = set()
     for pk in packets:
@@ -293,26 +326,23 @@ def analyze(paths: str | Path | Iterable[str | Path],
             c.results += 1
             if c.first_result is None:
                 c.first_result = pk.ts
-            # A result names the worker it is addressed to only through its IP;
-            # count it against the worker field the switch wrote (0 on multicast copies).
-            workers[(pk.job, pk.worker)]["results"] += 1
+            workers[(pk.job, ip_worker.get((pk.job, pk.dst_ip), pk.dst_ip))]["results"] += 1
             continue
         w = workers[(pk.job, pk.worker)]
         w["contributions"] += 1
+        # One count of retransmissions everywhere (chunks, workers, flows, tshark's
+        # ina.flags.retx == 1): the contributions a worker marked as resent.
+        if pk.is_retx:
+            c.retransmissions += 1
+            w["retransmissions"] += 1
         key = (pk.job, pk.seq, pk.worker)
         if key in seen_contrib:
-            if pk.is_retx:
-                c.retransmissions += 1
-                w["retransmissions"] += 1
-            else:
-                c.duplicates += 1
+            if not pk.is_retx:
+                c.duplicates += 1      # the same contribution again, not marked as a resend
         else:
             seen_contrib.add(key)
             c.contributions += 1
             c.workers.add(pk.worker)
-            if pk.is_retx:  # first copy we saw was already a resend: the original was lost upstream
-                c.retransmissions += 1
-                w["retransmissions"] += 1
         if c.first_contribution is None:
             c.first_contribution = pk.ts
     return InaAnalysis(packets, chunks, dict(workers), context, refused)

@@ -64,6 +64,7 @@ OP_NAMES = {OP_SUM: "SUM", OP_OR: "OR", OP_MAX: "MAX"}
 
 FLAG_RESULT = 0x01                # set by the switch on results
 FLAG_RETX = 0x02                  # set by a worker on a resend (informational)
+FLAGS_OFFSET = 2                  # the flags byte's offset in the INA header
 
 MAX_VALUES_PER_PACKET = 64
 MAX_WORKERS = 32                  # worker bitmap is bit<32>

@@ -31,16 +31,30 @@ f.count     = ProtoField.uint8("ina.count", "Value count", base.DEC)
 f.exponent  = ProtoField.int8("ina.exponent", "Exponent", base.DEC)
 f.reserved  = ProtoField.uint16("ina.reserved", "Reserved", base.HEX)
 f.value     = ProtoField.int32("ina.value", "Value", base.DEC)
+-- A frame the capture cut short (a snaplen, e.g. switch.capture_bytes: 96) is
+-- not malformed: its header decodes and its values were simply not captured.
+-- Filter such frames with `ina.cut`; `_ws.malformed` / expert errors stay for
+-- frames that really are wrong.
+f.cut       = ProtoField.bool("ina.cut", "Cut by the capture (snaplen)")
+f.captured  = ProtoField.uint8("ina.values_captured", "Values captured", base.DEC)
 
 local e_malformed = ProtoExpert.new("ina.malformed", "Malformed INA packet",
                                     expert.group.MALFORMED, expert.severity.ERROR)
-ina.experts = { e_malformed }
+local e_cut = ProtoExpert.new("ina.cut.expert", "Values not captured (capture snaplen)",
+                              expert.group.UNDECODED, expert.severity.NOTE)
+ina.experts = { e_malformed, e_cut }
 
 function ina.dissector(buf, pinfo, tree)
-    local len = buf:len()
+    local len = buf:len()                 -- bytes captured
+    local wire_len = buf:reported_len()   -- bytes on the wire
     if len < INA_HLEN then
         local t = tree:add(ina, buf())
-        t:add_proto_expert_info(e_malformed, "shorter than the 16-byte header")
+        if wire_len >= INA_HLEN then
+            t:add(f.cut, true):set_generated()
+            t:add_proto_expert_info(e_cut, "header cut by the capture (snaplen)")
+        else
+            t:add_proto_expert_info(e_malformed, "shorter than the 16-byte header")
+        end
         return len
     end
     pinfo.cols.protocol = "INA"
@@ -70,16 +84,22 @@ function ina.dissector(buf, pinfo, tree)
     if buf(0, 1):uint() ~= 1 then
         t:add_proto_expert_info(e_malformed, "unknown protocol version")
     end
-    if count > MAX_VALUES or nvals < count then
+    local wire_vals = math.floor((wire_len - INA_HLEN) / 4)
+    if count > MAX_VALUES or wire_vals < count then
         t:add_proto_expert_info(e_malformed, "count larger than the payload or than 64")
+    elseif nvals < count then
+        t:add(f.cut, true):set_generated()
+        t:add(f.captured, nvals):set_generated()
+        t:add_proto_expert_info(e_cut, string.format("%d of %d values captured (capture snaplen)", nvals, count))
     end
 
     local flags = buf(2, 1):uint()
     local kind = (bit.band(flags, 1) ~= 0) and "result" or "contribution"
     if bit.band(flags, 2) ~= 0 then kind = kind .. " RETX" end
-    pinfo.cols.info = string.format("INA %s %s job=%d slot=%d.%d worker=%d seq=%d n=%d",
+    pinfo.cols.info = string.format("INA %s %s job=%d slot=%d.%d worker=%d seq=%d n=%d%s",
         ops[buf(1, 1):uint()] or "?", kind, buf(3, 1):uint(), buf(4, 2):uint(),
-        buf(6, 1):uint(), buf(7, 1):uint(), buf(8, 4):uint(), count)
+        buf(6, 1):uint(), buf(7, 1):uint(), buf(8, 4):uint(), count,
+        (nvals < count and count <= MAX_VALUES and wire_vals >= count) and " [cut by capture]" or "")
     return INA_HLEN + 4 * nvals
 end
 

@@ -93,3 +93,28 @@ def test_tshark_flags_malformed_packets(tmp_path, tshark):
     info = run_tshark(tshark, pcap, "-Y", "ina", "-T", "fields", "-e", "_ws.col.Info")
     assert info[0].startswith("INA SUM contribution RETX job=3 slot=258.1 worker=4 seq=70000 n=3")
     assert info[1].startswith("INA MAX result job=3")
+
+
+def test_frames_cut_by_the_capture_read_as_cut_not_malformed(tmp_path, tshark):
+    """A snaplen (switch.capture_bytes: 96, the quickstart's) keeps the headers of a
+    64-value frame: the dissector decodes its header, marks it `ina.cut` with the
+    values it has, and raises no malformed error; a frame whose count really exceeds
+    its payload is still malformed."""
+    from testbed.switch.soft.pcap import PcapWriter
+
+    full = wire.build_frame(W[0], S[0], W[1], S[1], 40000, wire.INA_PORT_BASE, op=wire.OP_SUM, job_id=1,
+                            slot=7, slot_ver=0, worker_id=2, seq=9, values=list(range(64)))
+    bad = frames()[2]                                   # count 5, one value: malformed whole
+    pcap = tmp_path / "cut.pcap"
+    w = PcapWriter(pcap, 96)
+    w.write(full, 1.0)
+    w.write(bad, 2.0)
+    w.close()
+    cut = run_tshark(tshark, pcap, "-Y", "ina.cut", "-T", "fields", "-e", "frame.number", "-e", "ina.seq",
+                     "-e", "ina.values_captured")
+    assert cut == ["1\t9\t" + str((96 - wire.VALUES_OFFSET) // 4)]
+    malformed = run_tshark(tshark, pcap, "-Y", "_ws.expert.group == malformed && ina", "-T", "fields",
+                           "-e", "frame.number")
+    assert malformed == ["2"]
+    info = run_tshark(tshark, pcap, "-Y", "ina", "-T", "fields", "-e", "_ws.col.Info")
+    assert info[0].endswith("n=64 [cut by capture]")

@@ -99,7 +99,7 @@ def _write_point_pcaps(pdir, records, snaplen):
     written by the switch's own PcapWriter at `snaplen`."""
     from testbed.switch.soft.pcap import PcapWriter
 
-    pdir.mkdir()
+    pdir.mkdir(parents=True)
     writers = {}
     for port, direction, ts, frame in records:
         key = f"s1-eth{port}_{direction}.pcap"
@@ -150,7 +150,8 @@ def test_truncated_captures_decode_as_whole_ones_and_say_so(tmp_path):
     a_whole, a_cut = analyze(whole).to_dict(), analyze(cut).to_dict()
     assert a_whole["chunks"] == a_whole["completed_chunks"] == 8
     assert (a_whole["retransmissions"], a_whole["duplicates"]) == (1, 1)
-    assert a_whole["per_worker"]["job1/worker1"] == {"contributions": 9, "retransmissions": 1, "results": 1}
+    # w1's results: its 8 chunks' multicast copies and the unicast answer to its resend.
+    assert a_whole["per_worker"]["job1/worker1"] == {"contributions": 9, "retransmissions": 1, "results": 9}
     assert a_whole["results"] == 8 * 3 + 2     # per worker and chunk, and to each late copy
     assert a_whole.pop("truncated_packets") == 0
     assert a_cut.pop("truncated_packets") == a_cut["packets"] == len(records)
@@ -173,3 +174,44 @@ def test_truncated_captures_decode_as_whole_ones_and_say_so(tmp_path):
     ina = lambda text: [ln for ln in text[text.index("in-network aggregation:"):].splitlines()  # noqa: E731
                         if not ln.startswith("  truncated:")]
     assert ina(out_cut.output) == ina(out_whole.output)
+
+
+def test_results_per_worker_are_those_addressed_to_it_and_retransmissions_count_once(tmp_path):
+    """A point folder as a run leaves it (per-port pcaps, the job plan with host
+    names): each worker's results are the result frames in its port's _out pcap
+    (addressed to its IP), workers are named as the scenario's hosts, and the
+    decoder's, the flow summary's and the RETX flags' retransmission counts agree."""
+    import json
+
+    from testbed.pcap import summarize
+
+    job = job_config(1, 3, slot_count=8)
+    for i, w in enumerate(job["workers"]):
+        w["host"] = f"w{i + 1}"
+    pipe = InaPipeline(pipeline_config(job))
+    vals = np.arange(8, dtype=np.int32)
+    sends = [(w, seq, 0) for seq in range(6) for w in range(3)]
+    sends += [(0, 1, wire.FLAG_RETX), (2, 4, wire.FLAG_RETX), (2, 5, wire.FLAG_RETX)]   # late resends
+    records, t = [], 300.0
+    for w, seq, flags in sends:
+        frame = contribution(job, w, slot=seq, seq=seq, values=vals, flags=flags, window=8)
+        t += 0.001
+        records.append((w + 1, "in", t, frame))
+        for port, out in pipe.process_batch([frame], [w + 1], t):
+            records.append((port, "out", t + 0.0002, out))
+    run = tmp_path / "run"
+    pdir, ldir = run / "pcaps" / "p0", run / "logs" / "p0"
+    ldir.mkdir(parents=True)
+    paths = _write_point_pcaps(pdir, records, 262144)
+    (ldir / "ina-jobs.json").write_text(json.dumps({"switch": "s1", "jobs": [job]}))
+
+    a = analyze(paths).to_dict()
+    assert sorted(a["per_worker"]) == ["job1/w1", "job1/w2", "job1/w3"]
+    for port in (1, 2, 3):
+        out_frames = sum(1 for p, d, *_ in records if (p, d) == (port, "out"))
+        assert a["per_worker"][f"job1/w{port}"]["results"] == out_frames
+    retx_flagged = sum(1 for _, d, _, f in records if d == "in" and f[wire.INA_OFFSET + wire.FLAGS_OFFSET]
+                       & wire.FLAG_RETX)
+    assert retx_flagged == 3
+    assert a["retransmissions"] == sum(v["retransmissions"] for v in a["per_worker"].values()) == retx_flagged
+    assert sum(summarize(p).to_dict()["retransmissions"] for p in paths) == retx_flagged
