@@ -78,6 +78,7 @@ def test_memory_bound_device_predictions_are_the_models_bandwidth(monkeypatch):
     # a 1-GiB step: the 4 launches (20 us) and the pipeline latency are under 1 % of it
     assert devices.u280_streaming_GBps() == pytest.approx(u.effective_Bps / 1e9, rel=1e-2)
     assert devices.glm_gpu_streaming_GBps() == pytest.approx(g.effective_Bps / 1e9, rel=1e-2)
+    assert devices.glm_gpu_kernel_us() == pytest.approx(g.launch_s * 1e6, rel=1e-3)
 
     class HalfU280(U280Device):
         def __init__(self, **kw):
@@ -112,7 +113,8 @@ def test_dnn_predictions_come_from_the_profiled_network(monkeypatch):
 
 
 # -- coverage and the flagging rule ----------------------------------------------------------
-@pytest.mark.parametrize("model", ["tofino1-100g", "tor-100g-host", "device:dnn-v100", "device:dnn-a100"])
+@pytest.mark.parametrize("model", ["tofino1-100g", "tor-100g-host", "device:glm-gpu", "device:dnn-v100",
+                                   "device:dnn-a100"])
 def test_models_with_three_or_more_published_measurements(model):
     assert sum(m.model == model for m in OURS) >= validation.MIN_MEASUREMENTS
 

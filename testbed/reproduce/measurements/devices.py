@@ -56,6 +56,13 @@ def glm_gpu_streaming_GBps() -> float:
     return _streaming_Bps(GpuDevice(sleep=False)) / 1e9
 
 
+def glm_gpu_kernel_us() -> float:
+    """What the model charges one kernel that moves (almost) nothing: a 1x1 forward
+    phase over its kernel count (µs)."""
+    dev = GpuDevice(sleep=False)
+    return dev.step_time(1, 1, None, phase="forward") / dev.kernels_forward * 1e6
+
+
 # -- DNN devices: ResNet-50 v1.5 and ResNeXt-101 32x4d ---------------------------
 def _resnet(layers: list[int], groups: int = 1, width_per_group: int = 64):
     """torchvision-style bottleneck ResNet/ResNeXt (v1.5: stride on the 3x3 conv)."""
@@ -172,6 +179,15 @@ MEASUREMENTS: list[Measurement] = [
         source="github.com/router-gao/cuda-demo, cuda-samples/02-cuda-bandwidth.md (bandwidthTest output, "
                "'Device to Device Bandwidth')",
         predict=glm_gpu_streaming_GBps),
+    Measurement(
+        id="device:glm-gpu:launch", model="device:glm-gpu",
+        quantity="host-to-device launch round trip of one small (element-wise) kernel",
+        setting="Tesla V100, PyTorch element-wise kernel, before its first instruction runs; "
+                "model: time charged for one kernel moving ~nothing (launch_s)",
+        published=20.0, unit="us",
+        source="secondary: groundy.com, 'Every CUDA Kernel Pays a Launch Tax' ('roughly 20 microseconds "
+               "on a Tesla V100'), citing NVIDIA's Nsight Systems user guide (primary not re-read here)",
+        predict=glm_gpu_kernel_us),
     # -- V100 DNN -------------------------------------------------------------------
     _dnn("device:dnn-v100", "v100", "fp32", "FP32", "resnet50", 112, 367.0, _V100_RN),
     _dnn("device:dnn-v100", "v100", "fp16", "AMP", "resnet50", 256, 1200.0, _V100_RN),
