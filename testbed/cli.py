@@ -280,15 +280,19 @@ def show(run_dir: Path, as_json: bool) -> None:
     click.echo(f"git {m.get('git', {}).get('commit')}{' (dirty)' if m.get('git', {}).get('dirty') else ''}")
     click.echo(f"points: {len(r.points)} run of {len(m.get('points', []))} planned")
     for p in r.points:
-        imp = [f"{i.get('parameter')}={i.get('value')} via {i.get('mechanism')}"
-               + ("" if i.get("applied") else " NOT APPLIED") for i in p.get("impairments") or []]
+        imp = [f"{i.get('direction') or i.get('link', '?')} {i.get('parameter')}={i.get('value')} "
+               f"via {i.get('mechanism')}" + ("" if i.get("applied") else " NOT APPLIED")
+               for i in p.get("impairments") or []]
         line = f"  {p['label']:<40} {p['status']:<8} {p.get('wall_s', 0):>7.1f}s"
         if imp:
             line += "  impairments: " + ", ".join(sorted(set(imp)))
         fid = p.get("fidelity") or {}
         if fid:
+            # net/tdf: the network's measured slowdown over the dilation; a point with
+            # no network operation (one worker) has none to compare.
+            ratio = fid.get("ratio_p50")
             line += (f"  {'valid' if fid.get('valid') else 'INVALID'} (tdf {fid.get('tdf', 0):.4g}, "
-                     f"net/tdf p50 {fid.get('ratio_p50') or float('nan'):.2f})")
+                     + (f"net/tdf p50 {ratio:.2f})" if ratio is not None else "no network op timed)"))
         bad = p["status"] != "ok" or fid.get("valid") is False
         click.secho(line, fg="red" if bad else None)
         if p.get("error"):
