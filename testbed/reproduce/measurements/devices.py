@@ -161,6 +161,15 @@ MEASUREMENTS: list[Measurement] = [
         source="Wang, Huang, Zhang, Alonso, 'Shuhai: Benchmarking High Bandwidth Memory on FPGAs', "
                "FCCM 2020 (abstract: 'up to 425 GB/s')",
         predict=u280_streaming_GBps),
+    Measurement(
+        id="device:u280:hls-vaddmul", model="device:u280",
+        quantity="HBM throughput of 8 HLS compute units streaming all 32 HBM banks",
+        setting="Alveo U280 (xilinx_u280_xdma_201920_1), krnl_vaddmul x 8 CUs, 16 input + 16 output buffers; "
+                "model: bytes / step time of a 1-GiB dense micro-batch",
+        published=421.3, unit="GB/s",
+        source="Xilinx Vitis_Accel_Examples, host/hbm_bandwidth/details.md (commit 9ce7f8a1, 2019-11-07): "
+               "runtime log on U280, 'THROUGHPUT = 421.3 GB/s'",
+        predict=u280_streaming_GBps),
     # -- V100 GLM (GpuDevice) -----------------------------------------------------
     Measurement(
         id="device:glm-gpu:global-mem-bw", model="device:glm-gpu",
@@ -168,7 +177,8 @@ MEASUREMENTS: list[Measurement] = [
         setting="Tesla V100, streaming global loads; model: bytes / step time of a 1-GiB dense micro-batch",
         published=750.0, unit="GB/s",
         source="Jia, Maggioni, Staiger, Scarpazza, 'Dissecting the NVIDIA Volta GPU Architecture via "
-               "Microbenchmarking', arXiv:1804.06826 (2018), global-memory bandwidth",
+               "Microbenchmarking', arXiv:1804.06826 (2018), measured global-memory bandwidth (value as quoted "
+               "from it in a public GPU model's hardware parameters; the report itself not re-read here)",
         predict=glm_gpu_streaming_GBps),
     Measurement(
         id="device:glm-gpu:d2d-copy", model="device:glm-gpu",

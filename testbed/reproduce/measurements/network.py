@@ -52,13 +52,16 @@ def streaming_gbps(name: str, payload_bytes: int) -> float:
     return payload_bytes * 8 / message_cost(payload_bytes, _profile(name)).link_busy_s / 1e9
 
 
-_POTTER = ("D. Potter, master's thesis (RWTH Aachen), table 'mtu_performance' "
+_POTTER = ("D. Potter, master's thesis, table 'mtu_performance' "
            "(git.dennispotter.eu/Dennis/masters-thesis, tables/mtu_performance.tex): "
            "ib_send_lat median one-way latency, RC, sent inline below 188 B, MTU 2048 column; "
            "NIC and link rate as in the thesis (not re-read here)")
 _SEND_BW = ("NVIDIA/Mellanox community forum post on ib_send_bw message sizes "
             "(mellanox37.rssing.com/chan-11689808/article3279.html): ConnectX-4 VPI "
             "MCX456A-ECAT, 100GbE through a Mellanox SN2700 switch, ~97 Gbit/s at 65536-B messages")
+_OSU = ("github.com/dexhunter/allreduce-experiments (2021), data/ompi-results/latency/100g-latency.txt: "
+        "OSU MPI Latency Test v5.7 (osu_latency, Open MPI 4.0.1), two hosts on the repository's 100 Gb/s "
+        "InfiniBand network ('# 100GbIB', mlx5, scripts/nccltest.sh); one-way latency = half the ping-pong")
 _RAMCLOUD = ("RAMCloud wiki, 'clusterperf November 24, 2018' (ramcloud.atlassian.net/wiki/x/AYA1Mw): "
              "kernel-bypass RPC round trip, median; cluster NICs and link rate as on that page "
              "(not re-read here)")
@@ -96,6 +99,24 @@ MEASUREMENTS: list[Measurement] = [
         setting="RAMCloud clusterperf echo1K, median; model: message_time(30) + message_time(1000)",
         published=5.1, unit="us", source=_RAMCLOUD,
         predict=lambda: round_trip_us("tor-100g-host", 30, 1000)),
+    Measurement(
+        id="tor-100g-host:mpi-lat-8B", model="tor-100g-host",
+        quantity="one-way latency of an 8-B MPI message",
+        setting="osu_latency, 8 B; model: message_time(8 B) through one switch",
+        published=1.74, unit="us", source=_OSU,
+        predict=lambda: one_way_us("tor-100g-host", 8)),
+    Measurement(
+        id="tor-100g-host:mpi-lat-1MiB", model="tor-100g-host",
+        quantity="one-way time of a 1-MiB MPI message",
+        setting="osu_latency, 1048576 B; model: message_time(1 MiB) through one switch",
+        published=100.51, unit="us", source=_OSU,
+        predict=lambda: one_way_us("tor-100g-host", 1 << 20)),
+    Measurement(
+        id="tor-100g-host:mpi-lat-4MiB", model="tor-100g-host",
+        quantity="one-way time of a 4-MiB MPI message",
+        setting="osu_latency, 4194304 B; model: message_time(4 MiB) through one switch",
+        published=361.86, unit="us", source=_OSU,
+        predict=lambda: one_way_us("tor-100g-host", 4 << 20)),
     Measurement(
         id="tor-100g-host:bw-64KB", model="tor-100g-host",
         quantity="streaming goodput of 64-KiB messages",
