@@ -40,7 +40,12 @@ Dependencies are the program's own: a host thread is sequential, so every
 compute node depends on the previous compute node (the device runs one thing at
 a time) and on the communication operations the program waited for since then
 (`waited`); a communication node depends on the compute node that produced its
-data (the latest one). Only communication is asynchronous. Records stay in
+data (the latest one). Only communication is asynchronous. A program whose
+communication calls block one after another (`TraceRecorder(blocking_comm=True)`:
+the torch workload, whose DDP hook reduces a step's gradient buckets in order,
+as DDP does on one process group) also makes each communication node depend on
+the last operation it waited for since the latest compute node: the ops then
+run in a row, as they did, and not all at once. Records stay in
 memory and are written at close(): no file I/O on the timed path.
 """
 from __future__ import annotations
@@ -58,8 +63,9 @@ class TraceRecorder:
 
     def __init__(self, path: str | Path | None, *, host: str, rank: int, world: int,
                  tdf: float, device: dict[str, Any] | None = None, workload: str = "",
-                 scaling: dict[str, Any] | None = None, **meta: Any):
+                 scaling: dict[str, Any] | None = None, blocking_comm: bool = False, **meta: Any):
         self.path = Path(path) if path else None
+        self.blocking_comm = blocking_comm      # module docstring: comm after the op waited for
         self.header = {"type": "trace_header", "schema": SCHEMA, "host": host, "rank": rank,
                        "world": world, "tdf": float(tdf), "device": device or {},
                        "workload": workload, "scaling": scaling or {}, **meta}
@@ -101,6 +107,8 @@ class TraceRecorder:
         seq = self._seq.get(group, 0)
         self._seq[group] = seq + 1
         deps = [self._last_compute] if self._last_compute is not None else []
+        if self.blocking_comm and self._waited:
+            deps.append(self._waited[-1])       # which depends on the one before it, and so on
         node = {"id": len(self.nodes), "kind": "comm", "deps": deps, "t0": t0, "t1": t1,
                 "op": op, "algo": algo, "group": group, "seq": seq, "values": int(values),
                 "value_bytes": int(value_bytes), "bytes": int(values) * int(value_bytes), **attrs}

@@ -15,7 +15,9 @@ in collectives *inside* a compute() call (DDP's hook runs during backward) is
 taken out of that step's real compute time; the emulation then runs the step's
 communication and compute back to back (no overlap; see docs/pytorch.md);
 such comm nodes carry `inside_compute: true` in the trace and precede the
-compute node of their step.
+compute node of their step. Every call blocks, so the trace records each after
+the one before it (`TraceRecorder(blocking_comm=True)`): a DDP step's buckets are
+projected in a row, as they ran.
 """
 from __future__ import annotations
 
@@ -98,7 +100,8 @@ class Runtime:
         self.device = make_device(cfg.device)
         self.trace = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.rank, world=cfg.world,
                                    tdf=self.device.time_scale, device=self.device.describe(),
-                                   workload="torch", collective=cfg.collective, role="worker")
+                                   workload="torch", collective=cfg.collective, role="worker",
+                                   blocking_comm=True)
         self.bucket_sizes: list[int] = []    # DDP's gradient buckets (values), set by ddp_hook.register
         self.writer = JsonlWriter(cfg.out)
         self._coll = None

@@ -330,6 +330,13 @@ def point_summary(wl: TorchWorkload, workers: list[str], recs: list[dict[str, An
     wall = max(ends) if ends else None
     iter_s = wall / len(rank0) if wall is not None and rank0 else None
     calibration_incomplete = [h for h, r in hosts.items() if r.get("calibration_complete") is False]
+    reasons = ([f"calibration incomplete on {', '.join(calibration_incomplete)} (the script "
+                f"reported fewer iterations than calibration_rounds + 1)"] if calibration_incomplete else [])
+    if not rank0:
+        # An unmodified script: no time per iteration, nothing to hold against the projection.
+        reasons.append("no iterations counted: the script never called report.iteration() after "
+                       "calibration, so the testbed cannot count its iterations; its time per iteration "
+                       "is unknown and not checked against the projection (docs/pytorch.md, step 2)")
     comp, comm = mean("compute_s"), mean("comm_s")
     return {
         "type": "torch_summary", "collective": wl.collective, "workers": len(workers),
@@ -356,10 +363,8 @@ def point_summary(wl: TorchWorkload, workers: list[str], recs: list[dict[str, An
         "hw_iter_ms": iter_s / tdf * 1e3 if iter_s is not None else None,
         "hw_compute_ms": comp / tdf * 1e3 if comp is not None else None,
         "hw_comm_ms": comm / tdf * 1e3 if comm is not None else None,
-        "valid": (all(v.get("valid", True) for v in validity) and not calibration_incomplete),
-        "invalid_reasons": ([f"calibration incomplete on {', '.join(calibration_incomplete)} (the script "
-                             f"reported fewer iterations than calibration_rounds + 1)"]
-                            if calibration_incomplete else []),
+        "valid": all(v.get("valid", True) for v in validity) and not reasons,
+        "invalid_reasons": reasons,
     }
 
 
