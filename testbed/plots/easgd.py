@@ -21,7 +21,7 @@ import numpy as np
 
 from testbed.plots import figure
 from testbed.plots.captions import Resolution, invalid_note, invalid_reasons, per_case, run_mode_text
-from testbed.plots.style import (band_description, bound_line, case_styles, hollow, legend_handle, plot_repeats,
+from testbed.plots.style import (band_description, color_of, bound_line, case_styles, hollow, legend_handle, plot_repeats,
                                  plt, save, scenario_cases)
 from testbed.results import Run
 from testbed.scenario import register_figure_names
@@ -30,9 +30,12 @@ from testbed.workloads.easgd import FIGURES, PAPER_WEAK_SCALING, VARIANT_NAMES
 register_figure_names(*FIGURES)
 
 # pairs: (EASGD variant, its SGD counterpart) share a hue
-COLOURS = {"easgd": "#000000", "async_easgd": "#0072b2", "async_sgd": "#56b4e9",
-           "async_measgd": "#d55e00", "async_msgd": "#e69f00", "hogwild_easgd": "#009e73",
-           "hogwild_sgd": "#7fd4b4", "sync_easgd": "#cc79a7", "sync_sgd": "#e8b6d3"}
+def _colour(variant: str) -> str:
+    """The variant's colour from the one table (style.SYSTEM_COLORS); the original
+    EASGD is `easgd_original` there, since `easgd` names the whole family."""
+    return color_of("easgd_original" if variant == "easgd" else variant)
+
+
 LABELS = {"easgd": "EASGD (original, round robin)", "async_easgd": "Async EASGD", "async_sgd": "Async SGD",
           "async_measgd": "Async MEASGD", "async_msgd": "Async momentum SGD",
           "hogwild_easgd": "Hogwild EASGD", "hogwild_sgd": "Hogwild SGD",
@@ -121,10 +124,10 @@ def accuracy_vs_time(run: Run, out_dir: Path) -> list[Path]:
         xs, ys = [_hw(sums[idx], r["t_s"]) * 1e3 for r in recs], [r["acc"] for r in recs]
         key = (v, case, bad)
         name = LABELS.get(v, v) + ("" if len(styles) < 2 else f" ({case})") + (" (invalid)" if bad else "")
-        ax.plot(xs, ys, ":" if bad else styles.get(case, _ls(v)), color=COLOURS.get(v, "0.5"),
+        ax.plot(xs, ys, ":" if bad else styles.get(case, _ls(v)), color=_colour(v),
                 lw=0.8 if bad else 1.3, alpha=0.9, label=None if key in seen else name)
         if bad:                       # an invalid run: its end point hollow
-            hollow(ax, xs[-1:], ys[-1:], color=COLOURS.get(v, "0.5"))
+            hollow(ax, xs[-1:], ys[-1:], color=_colour(v))
         seen.add(key)
     targets = {s["target_acc"] for s in sums.values()}
     for t in targets:
@@ -161,7 +164,7 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(keys) + 2), 4.6))
     most = 0
     for x, key in enumerate(keys):
-        colour = COLOURS.get(key[0], "0.5")
+        colour = _colour(key[0])
         if projected.get(key):        # the hardware model's replay of the same runs: thin crosses
             ax.plot([x + 0.25] * len(projected[key]), projected[key], ls="none", marker="x", ms=5,
                     mew=0.8, color=colour, label=None if drew_proj else "projected (hardware model)")
@@ -194,7 +197,7 @@ def comm_share(run: Run, out_dir: Path) -> list[Path]:
     keys = sorted(rows, key=lambda k: (k[1], VARIANT_NAMES.index(k[0])))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(keys) + 2), 4.6))
     for x, k in enumerate(keys):
-        colour = COLOURS.get(k[0], "0.5")
+        colour = _colour(k[0])
         good = [r for r in rows[k] if not r[2]]
         # bars: median over the valid repeats (min-max whisker); every repeat of a key
         # invalid: hollow bars at the median of those (named in the caption)
@@ -243,11 +246,11 @@ def weak_scaling(run: Run, out_dir: Path) -> list[Path]:
             continue
         base = float(np.median([t for t, _ in per_n[1]]))
         data = {n: [(base / t, bad) for t, bad in ts] for n, ts in per_n.items()}
-        plot_repeats(ax, data, color=COLOURS.get(v, "0.5"), label=f"{LABELS.get(v, v)} (emulated)")
+        plot_repeats(ax, data, color=_colour(v), label=f"{LABELS.get(v, v)} (emulated)")
     for v, per_n in proj.items():
         ns = sorted(per_n)
         ax.plot(ns, [float(np.median(per_n[n])) for n in ns], "-", marker="x", ms=4, lw=0.7,
-                color=COLOURS.get(v, "0.5"), label=f"{LABELS.get(v, v)} (projected)")
+                color=_colour(v), label=f"{LABELS.get(v, v)} (projected)")
     bound_line(ax, PAPER_WEAK_SCALING, color="#b00000", label="paper: 91.5 % on 4253 KNL cores")
     ax.set_xscale("log", base=2)
     ax.set_ylim(0, 1.1)

@@ -38,6 +38,11 @@ SYSTEM_COLORS = {
     "easgd": "#56b4e9",
     "shadowsync": "#f0e442",
     "phub": "#000000",
+    "gloo": "#7f7f7f",        # PyTorch's own gloo allreduce (torch figures)
+    # The EASGD family: one colour per variant, its SGD counterpart lighter.
+    "easgd_original": "#333333", "async_easgd": "#0072b2", "async_sgd": "#56b4e9",
+    "async_measgd": "#d55e00", "async_msgd": "#e69f00", "hogwild_easgd": "#009e73",
+    "hogwild_sgd": "#7fd4b4", "sync_easgd": "#cc79a7", "sync_sgd": "#e8b6d3",
 }
 _ALIASES = {"in-switch": "switch", "ina": "switch", "model_parallel": "p4sgd", "data_parallel": "dp",
             "parameter_server": "ps"}

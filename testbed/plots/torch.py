@@ -25,14 +25,13 @@ import numpy as np
 
 from testbed.plots import figure
 from testbed.plots.captions import Resolution, invalid_reasons, run_mode_text, values_text
-from testbed.plots.style import legend_handle, plt, save
+from testbed.plots.style import color_of, legend_handle, plt, save
 from testbed.results import Run
 from testbed.scenario import register_figure_names
 from testbed.workloads.torch import FIGURES
 
 register_figure_names(*FIGURES)
 
-COLOURS = {"switch": "tab:red", "ring": "tab:blue", "ps": "tab:green", "gloo": "tab:gray"}
 STYLES = ["-", "--", ":", "-."]
 
 
@@ -131,24 +130,31 @@ def loss_vs_time(run: Run, out_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(8.4, 4.6))
     handles = []
     drawn_proj: set[tuple[str, float, int]] = set()
-    for idx, recs in sorted(by_point.items()):
+    # Milliseconds when a whole run is shorter than a second of hardware time (a
+    # 0-0.005 s axis reads badly).
+    longest = max((max(r["t_s"] for r in recs) / _tdf(sums[i]) for i, recs in by_point.items()), default=0.0)
+    unit, per_s = ("ms", 1e3) if longest < 1.0 else ("s", 1.0)
+    # The in-switch line last, so a line that coincides with another stays visible.
+    order = sorted(by_point.items(), key=lambda kv: (sums[kv[0]]["collective"] == "switch", kv[0]))
+    for z, (idx, recs) in enumerate(order):
         s = sums[idx]
         recs.sort(key=lambda r: r["iter"])
-        colour, ls = COLOURS.get(s["collective"], "k"), styles.get(s["case"], "-")
-        xs = np.array([r["t_s"] for r in recs]) / _tdf(s)
+        colour, ls = color_of(s["collective"]), styles.get(s["case"], "-")
+        xs = np.array([r["t_s"] for r in recs]) / _tdf(s) * per_s
         ys = np.array([r["loss"] for r in recs])
         if s["invalid"]:   # hollow markers on a thin line in the case's style
             ax.plot(xs, ys, ls=ls, lw=0.7, color=colour, marker="o", markerfacecolor="none",
-                    markeredgecolor=colour, ms=3.5, markeredgewidth=0.9, label=f"{_label(s)} (invalid)")
+                    markeredgecolor=colour, ms=3.5, markeredgewidth=0.9, label=f"{_label(s)} (invalid)",
+                    zorder=2 + z)
         else:
-            ax.plot(xs, ys, ls, color=colour, lw=1.6, label=_label(s))
+            ax.plot(xs, ys, ls, color=colour, lw=1.6, label=_label(s), zorder=2 + z)
         proj = s.get("projected_hw_iter_ms")
         # The projection: the same losses at the projected time per iteration. A lossy
         # point's projection is its lossless twin's (no loss model): drawn once.
         key = (s["collective"], round(proj or 0.0, 9), len(recs))
         if proj and key not in drawn_proj:
             drawn_proj.add(key)
-            px = (np.arange(len(recs)) + 1) * proj / 1e3
+            px = (np.arange(len(recs)) + 1) * proj / 1e3 * per_s
             ax.plot(px, ys, "-", color=colour, lw=0.6, marker="x", ms=3.5)
     if by_point:
         handles = ax.get_legend_handles_labels()[0]
@@ -160,7 +166,7 @@ def loss_vs_time(run: Run, out_dir: Path) -> list[Path]:
     else:
         ax.text(0.5, 0.5, "no successful torch points with losses", ha="center", va="center",
                 transform=ax.transAxes)
-    ax.set_xlabel("hardware time since training start (s) = emulated / TDF")
+    ax.set_xlabel(f"hardware time since training start ({unit}) = emulated / TDF")
     ax.set_ylabel("training loss (rank 0, per step)")
     ax.set_title("Training loss vs hardware time per collective", fontsize=9)
     return save(fig, run, out_dir, "torch_loss_vs_time", _caption(run, sums))
@@ -178,7 +184,7 @@ def iteration_time(run: Run, out_dir: Path) -> list[Path]:
         comp = [s["hw_compute_ms"] for _, s in rows]
         comm = [s.get("hw_comm_ms") or 0.0 for _, s in rows]
         for i, (_, s) in enumerate(rows):
-            c = COLOURS.get(s["collective"], "k")
+            c = color_of(s["collective"])
             bad = bool(s["invalid"])           # invalid: hollow bars in the collective's colour
             ax.bar(i, comp[i], width=0.7, facecolor="none" if bad else c, edgecolor=c,
                    alpha=1.0 if bad else 0.45, lw=1.2)
