@@ -14,6 +14,10 @@ from testbed.results import Run
 
 FigureFn = Callable[[Run, Path], list[Path]]
 _FIGURES: dict[str, FigureFn] = {}
+# The workload kind a family's figures are drawn from: a figure of another
+# family has nothing to draw from a run (empty axes), so it is refused.
+_KIND_OF_FAMILY = {"allreduce": "allreduce", "p4sgd": "p4sgd", "torch": "torch", "lhc": "lhc",
+                   "easgd": "easgd", "shadowsync": "shadowsync", "phub": "phub"}
 
 # Figure families; each module registers its figures on import.
 _FAMILIES = ("testbed.plots.allreduce", "testbed.plots.p4sgd", "testbed.plots.torch",
@@ -38,6 +42,10 @@ class PlotError(Exception):
     pass
 
 
+def _kind_of(fn: FigureFn) -> str | None:
+    return _KIND_OF_FAMILY.get(fn.__module__.rsplit(".", 1)[-1])
+
+
 def draw_figures(run: Run, names: list[str] | None = None) -> list[Path]:
     figures = known_figures()
     wanted = names or run.manifest.get("scenario", {}).get("figures") or []
@@ -47,6 +55,12 @@ def draw_figures(run: Run, names: list[str] | None = None) -> list[Path]:
     unknown = [n for n in wanted if n not in figures]
     if unknown:
         raise PlotError(f"unknown figure(s) {unknown}; known: {', '.join(sorted(figures))}")
+    kind = run.manifest.get("scenario", {}).get("workload", {}).get("kind")
+    fitting = sorted(n for n, fn in figures.items() if _kind_of(fn) in (kind, None))
+    unfit = [n for n in wanted if _kind_of(figures[n]) not in (kind, None)]
+    if unfit and kind:
+        raise PlotError(f"figure(s) {unfit} draw from {_kind_of(figures[unfit[0]])} runs; {run.path} ran "
+                        f"workload {kind!r} (its figures: {', '.join(fitting)})")
     out = run.path / "figures"
     out.mkdir(exist_ok=True)
     paths: list[Path] = []

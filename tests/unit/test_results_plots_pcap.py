@@ -16,7 +16,7 @@ from testbed.plots import PlotError, draw_figures
 def _fake_run(tmp_path):
     run_dir = res.new_run_dir("fake", tmp_path)
     manifest = {"status": "ok", "net": "local", "scenario": {
-        "name": "fake", "topology": {"workers": 4, "kind": "star"}, "switch": {"backend": "soft"},
+        "name": "fake", "workload": {"kind": "allreduce"}, "topology": {"workers": 4, "kind": "star"}, "switch": {"backend": "soft"},
         "figures": ["goodput_vs_size", "latency_cdf"]}, "machine": {"cpus": 2}, "git": {"commit": "abc"}}
     res.write_json(run_dir / "manifest.json", manifest)
     for idx, alg in enumerate(["ring", "ps"]):
@@ -65,6 +65,13 @@ def test_unknown_figure_is_a_clear_error(tmp_path):
     run = res.load_run(_fake_run(tmp_path))
     with pytest.raises(PlotError, match="unknown figure"):
         draw_figures(run, ["nope"])
+
+
+def test_a_figure_of_another_workload_is_refused_not_drawn_empty(tmp_path):
+    run = res.load_run(_fake_run(tmp_path))
+    assert run.manifest["scenario"]["workload"]["kind"] == "allreduce"
+    with pytest.raises(PlotError, match=r"p4sgd_scaling.*draw from p4sgd runs.*ran workload 'allreduce'"):
+        draw_figures(run, ["p4sgd_scaling"])
 
 
 def test_pcap_summary_counts_flows_hosts_and_retransmissions(tmp_path):
