@@ -236,8 +236,12 @@ def latency_cdf(run: Run, out_dir: Path) -> list[Path]:
         ax.set_title(f"{size} float32 values")
     extra = [st.legend_handle("0.35", "-", label="invalid points (faded)")] if invalid else []
     _legend(axes[0][0], algorithms, styles, extra, loc="lower right")
+    shown = (f"Panels: the smallest and the largest of the {len(sizes)} sizes that ran "
+             f"({', '.join(map(str, sizes))} values); goodput_vs_size has them all."
+             if len(sizes) > len(panels) else "")
     return save(fig, run, out_dir, "latency_cdf",
-                [_what_ran(run, res), invalid_note(invalid, len(run.points), "faded, left out of the solid CDFs"),
+                [_what_ran(run, res), shown,
+                 invalid_note(invalid, len(run.points), "faded, left out of the solid CDFs"),
                  run_mode_text(run)])
 
 

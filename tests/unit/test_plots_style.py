@@ -182,3 +182,10 @@ def test_band_stats_min_max_below_six_repeats_and_ci_above():
     assert st.band_stats([3, 1, 2]) == (2.0, 1.0, 3.0)
     med, lo, hi = st.band_stats(list(range(1, 21)))   # n=20: ranks 6 and 15
     assert (med, lo, hi) == (10.5, 6.0, 15.0)
+
+
+def test_latency_cdf_says_which_sizes_it_draws(tmp_path, drawn):
+    fig = drawn(fx.allreduce_run(tmp_path, repeats=1), ["latency_cdf"])["latency_cdf"]
+    assert [ax.get_title() for ax in fig.axes] == ["64 float32 values", "262144 float32 values"]
+    assert "the smallest and the largest of the 4 sizes that ran (64, 1024, 16384, 262144 values)" \
+        in st.caption_of(fig)
