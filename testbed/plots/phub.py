@@ -208,6 +208,11 @@ def server(run: Run, out_dir: Path) -> list[Path]:
            label="PHub core: chunked, rank-ordered sum (Python)")
     ax.bar(i + 0.2, [s.get("numpy_sum_gbps_per_core") or 0 for s in sums], width=0.4, color="#999999",
            label="numpy sum of the same bytes, same process")
+    for k, s in enumerate(sums):        # an invalid point's pair: red dashed outline, as in phub_stages
+        if s["invalid"]:
+            top = max(s["server_agg_gbps_per_core"], s.get("numpy_sum_gbps_per_core") or 0)
+            ax.bar(k, top, width=0.85, fill=False, edgecolor="#B00000", lw=1.5, ls="--",
+                   label="invalid point" if not any(x["invalid"] for x in sums[:k]) else None)
     ax.set_yscale("log")
     ax.set_xticks(i, [_point_label(s) for s in sums], fontsize=6.5)
     ax.set_ylabel("aggregation GB/s per core\n(emulator, measured)")
@@ -219,5 +224,6 @@ def server(run: Run, out_dir: Path) -> list[Path]:
     return save(fig, run, out_dir, "phub_server", caption(sums, [
         "GB/s of gradient bytes summed per second of the core's aggregation stage (median over cores; with "
         "racks, over rack servers); the emulator's own speed: the paced cores and the projection use the "
-        "modeled core (the profile's reduce_rate, 50 GB/s in tofino1-100g, and 1 us per message)"],
+        "modeled core (the profile's reduce_rate, 50 GB/s in tofino1-100g, and 1 us per message); "
+        "red dashed outline = invalid point"],
         lines_drawn=False))

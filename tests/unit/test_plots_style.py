@@ -189,3 +189,24 @@ def test_latency_cdf_says_which_sizes_it_draws(tmp_path, drawn):
     assert [ax.get_title() for ax in fig.axes] == ["64 float32 values", "262144 float32 values"]
     assert "the smallest and the largest of the 4 sizes that ran (64, 1024, 16384, 262144 values)" \
         in st.caption_of(fig)
+
+
+def test_phub_server_marks_its_invalid_point(tmp_path, drawn):
+    run_dir = res.new_run_dir("phub_server", tmp_path)
+    res.write_json(run_dir / "manifest.json", {
+        "status": "ok", "net": "mininet", "scenario": {"name": "phub_server", "workload": {"kind": "phub"},
+                                                       "topology": {"workers": 4, "kind": "star"},
+                                                       "switch": {"backend": "soft"}, "figures": ["phub_server"]},
+        "points": [], "machine": {"cpus": 2}, "git": {"commit": "abc"}})
+    for idx, valid in enumerate([True, False]):
+        res.append_jsonl(run_dir / "points.jsonl", {
+            "index": idx, "label": f"{idx:03d}-p", "status": "ok", "case": "", "impairments": [],
+            "fidelity": {"valid": valid, "reasons": [] if valid else ["network 1.3x the dilation"]}})
+        res.append_jsonl(run_dir / "metrics.jsonl", {
+            "point": idx, "type": "phub_summary", "algorithm": "phub", "workers": 4, "model": "cnn",
+            "size_scale": 1.0, "jobs": 1, "server_cores": 2, "tdf": 100.0, "chunk_bytes": 32768,
+            "server_agg_gbps_per_core": 1.5, "numpy_sum_gbps_per_core": 4.0, "valid": valid})
+    fig = drawn(run_dir, ["phub_server"])["phub_server"]
+    outlined = [p for p in fig.axes[0].patches if not p.get_fill()]
+    assert len(outlined) == 1 and outlined[0].get_linestyle() == "--"
+    assert "INVALID" in st.caption_of(fig) and "invalid point" in st.caption_of(fig)
