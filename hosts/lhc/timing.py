@@ -41,12 +41,15 @@ GPU_LAUNCH_S = 5e-6       # [A] as hosts/glm/devices.py
 def step_bytes(step: str, work: dict[str, Any]) -> tuple[float, int]:
     """(bytes moved, kernel launches) of one step on the modeled GPU."""
     n, u, rounds = work.get("n", 0), work.get("union", 0), work.get("rounds", 0)
+    # passes: |U|-sized passes the peeling makes (default: every round touches all of U);
+    # a projection may charge fewer (only the positions still alive) as an assumption.
+    passes = work.get("passes", max(1, rounds))
     if step == "support":
         return 4 * n + n / 8, 1
     if step == "encode":
-        return 4 * n + 24 * u + 12 * u * max(1, rounds), 2
+        return 4 * n + 24 * u + 12 * u * passes, 2
     if step == "decode":
-        return 24 * u * max(1, rounds) + 4 * n, max(1, rounds) + 1
+        return 24 * u * passes + 4 * n, max(1, rounds) + 1
     if step == "topk":
         return 16 * n + 8 * work.get("k", 0), 5
     if step == "topk_sum":

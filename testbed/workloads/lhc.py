@@ -116,6 +116,8 @@ class LhcWorkload(CalibratedWorkloadParams):
         default_factory=lambda: {"kind": "synthetic", "size": 262144, "density": 0.01},
         description="hosts/lhc/gradients.py spec: {kind: synthetic, size, density, cluster, overlap, scale, "
                     "seed} | {kind: profile, model: ncf|lstm|vgg19|bert, size_scale, overlap}.")
+    seed: int = Field(0, ge=0, description="Added to the gradient spec's seed (its data: masks, values, "
+                                           "NCF batches); sweep.repeats runs repeat r with seed + r.")
     iterations: int = Field(10, ge=1, description="Measured iterations.")
     warmup: int = Field(1, ge=0, description="Unmeasured iterations first.")
     compute_ms: Optional[float] = Field(None, ge=0, description="Modeled backward time per iteration (ms, "
@@ -177,6 +179,12 @@ def op_kind(wl: LhcWorkload) -> str:
     """The network model's op: top-k allgathers every rank's (indices, values) block
     (`values` = one rank's block); everything else is an allreduce."""
     return "allgather" if wl.algorithm == "topk_ring" else "allreduce"
+
+
+def gradient_spec(wl: LhcWorkload, world: int) -> dict[str, Any]:
+    """The hosts' gradient spec: the scenario's, its seed offset by workload.seed."""
+    spec = dict(wl.gradient, seed=int(wl.gradient.get("seed", 0)) + wl.seed)
+    return dict(spec, world=world) if spec.get("kind") == "ncf_train" else spec
 
 
 def gradient_size(wl: LhcWorkload) -> int:
@@ -242,9 +250,7 @@ class LhcRuntime(WorkloadRuntime):
         ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if wl.algorithm == "dense_ps" else None
         common = {
             "world": len(workers), "algorithm": wl.algorithm, "peers": peers, "ps": ps,
-            "port": ctx.tcp_port_base(LHC_TCP_PORT), "gradient": (
-                dict(wl.gradient, world=len(workers)) if wl.gradient.get("kind") == "ncf_train"
-                else dict(wl.gradient)),
+            "port": ctx.tcp_port_base(LHC_TCP_PORT), "gradient": gradient_spec(wl, len(workers)),
             "iterations": wl.iterations, "warmup": wl.warmup, "compute_ms": wl.modeled_compute_ms(),
             "topk_ratio": wl.topk_ratio, "sketch": wl.sketch.model_dump(), "device": wl.device.spec(),
             "start_at": ctx.start_at, "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
