@@ -56,6 +56,13 @@ def test_network_predictions_match_the_alpha_beta_formula(name):
     hdr = 14 + 20 + 8
     # a one-frame message: L0 + its serialization twice (sender's link, then the switch's)
     assert network.one_way_us(name, 32) == pytest.approx((l0 + 2 * _on_wire_s(hdr + 32, prof)) * 1e6)
+    # one switch more: its cable and pipeline and one more serialization; a direct cable: one switch less
+    prop = prof["cable_length"] * prof["propagation_delay"]
+    s_min = _on_wire_s(hdr, prof)                       # a 0-B payload: the minimum frame
+    assert network.switch_increment_us(name, 0) == pytest.approx((prop + prof["switch_pipeline_latency"] + s_min) * 1e6)
+    direct = prof["host_stack_latency"] + 2 * prof["nic_latency"] + prop + s_min
+    assert network.direct_one_way_us(name, 0) == pytest.approx(direct * 1e6)
+    assert network.round_trip_us(name, 0, 0, direct=True) == pytest.approx(2 * direct * 1e6)
     # 64 KiB streamed in MTU-sized UDP/IP datagrams
     per = int(prof["p2p_mtu_bytes"]) - 28
     full, last = divmod(65536, per)
