@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
 from testbed.plots import figure
 from testbed.plots import style as st
@@ -219,6 +219,10 @@ def scaling(run: Run, out_dir: Path) -> list[Path]:
             ax.set_xticks(all_w)
             ax.set_xticklabels([str(w) for w in all_w])
             ax.minorticks_off()
+            # Labels at 1, 2 and 5 of each decade: a throughput spanning less than a
+            # decade had a single labelled tick.
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
         else:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("workers")
