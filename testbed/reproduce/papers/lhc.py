@@ -59,7 +59,7 @@ HBM_EFF = AssumedConstant(
     "achieved share of V100 HBM2 bandwidth by the codec's kernels (hosts/lhc/timing.py GPU_EFFICIENCY [A]); "
     "0.5-0.9: irregular scatters below, STREAM-like copies above")
 PEEL_PASSES = AssumedConstant(
-    "peel_pass_share", 1.0, 0.15, 1.0, "of |U| per round",
+    "peel_pass_share", 1.0, 0.15, 1.0, "x union per round",
     "bytes the peeling touches per round, as a share of the union (hosts/lhc/timing.py [A]: every round "
     "touches all of U, as a kernel with one thread per position per round does). A kernel that only "
     "touches the positions still alive: 27-31 % of U per round on average in the codec's plans at 1k-60k "
@@ -413,7 +413,7 @@ def _iter_headline() -> Headline:
         setting=ITER_SETTING, project=iteration_best, constants=ITER_CONSTANTS,
         emulated=_emulated_iteration, emulated_applies=False,
         regimes=[
-            Regime("gradient density (x the profiles' touch rates)", "x", 1.0,
+            Regime("gradient density (x every layer's density)", "x", 1.0,
                    [0.01, 0.03, 0.1, 0.2, 0.3, 0.5, 1.0], lambda v: iteration_best({}, density_scale=v),
                    log_x=True),
             Regime("workers", "count", WORKERS, [2, 4, 8, 16], lambda v: iteration_best({}, workers=int(v)),
