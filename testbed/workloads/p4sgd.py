@@ -769,4 +769,6 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
             "iter_ms": r(s["iter_ms_p50"]), "comm_share": r(s["comm_share"]),
             "hidden_share": r(s["hidden_share"]), "allreduce_p50_ms": r(s["allreduce_p50_ms"]),
             "final_loss": r(s["final_loss"], 5), "time_to_target_s": r(s["time_to_target_s"]),
-            "valid": s["valid"], "all_correct": s["all_correct"]}
+            "valid": s["valid"], "all_correct": s["all_correct"],
+            # what `testbed reproduce p4sgd` reads: hardware time, and why a point is invalid
+            "hw_train_s": s.get("hw_train_s"), "invalid_reasons": s.get("invalid_reasons") or []}

@@ -137,10 +137,22 @@ def test_the_quick_scenario_set_loads_and_expands_with_an_8_worker_wide_point():
 
 
 def _point(label, case, repeat, valid=True, **summary):
-    s = {"type": "p4sgd_summary", "valid": valid, **summary}
+    s = {"valid": valid, **summary}
     if not valid:
         s["invalid_reasons"] = ["network slowdown 1.4x TDF"]
     return PointResult(label, case, {}, repeat, repeat, "ok", None, [s])
+
+
+def test_the_summary_row_carries_what_the_reproduction_reads():
+    from testbed.workloads.p4sgd import summary_row
+    full = {k: 1.0 for k in ("throughput_sps", "iter_ms_p50", "comm_share", "hidden_share", "allreduce_p50_ms",
+                             "final_loss", "time_to_target_s")}
+    full.update(mode="model_parallel", collective="switch", workers=8, device="u280", dilation=3000.0, batch=64,
+                pipeline_depth=4, valid=False, all_correct=True, hw_train_s=0.0125,
+                invalid_reasons=["network p50 1.4x TDF"])
+    row = summary_row(full)
+    assert row["workers"] == 8 and row["dilation"] == 3000.0 and row["hw_train_s"] == 0.0125
+    assert row["time_to_target_s"] == 1.0 and row["invalid_reasons"] == ["network p50 1.4x TDF"]
 
 
 def test_the_emulated_extractors_keep_valid_points_only():

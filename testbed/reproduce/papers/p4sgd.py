@@ -313,7 +313,7 @@ def data_parallel_u280_speedup(over: dict[str, float], features: int = FEATURES,
 
 # ---- emulated values --------------------------------------------------------------------------
 def _hw_time_to_target(s: dict[str, Any]) -> float | None:
-    t, d = s.get("time_to_target_s"), s.get("dilation") or s.get("tdf")
+    t, d = s.get("time_to_target_s"), s.get("dilation")
     return None if t is None or not d else float(t) / float(d)
 
 
@@ -324,7 +324,7 @@ def emulated_convergence(runs: Any) -> EmulatedValues:
     by_seed: dict[int, dict[str, float]] = {}
     reasons: list[str] = []
     n = 0
-    for p, s in run.rows("p4sgd_summary"):
+    for p, s in run.rows(None):          # the runtime's summary rows (testbed.workloads.p4sgd.summary_row)
         n += 1
         if not p.valid:
             reasons += p.invalid_reasons
@@ -353,7 +353,7 @@ def emulated_scaling(runs: Any) -> EmulatedValues:
     by_seed: dict[int, dict[int, float]] = {}
     reasons: list[str] = []
     n = 0
-    for p, s in run.rows("p4sgd_summary"):
+    for p, s in run.rows(None):
         n += 1
         if not p.valid:
             reasons += p.invalid_reasons
