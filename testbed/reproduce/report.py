@@ -89,7 +89,7 @@ def markdown(d: dict[str, Any], figures: list[Path], report_dir: Path) -> str:
     rows = d["model_validation"]
     L += ["## Hardware models against published measurements", "",
           "Each model a headline uses, checked against measurements that did not set its constants and that "
-          "are not from this paper (`testbed/reproduce/measurements.py`; tests/unit/test_reproduce_validation.py "
+          "are not from this paper (`testbed/reproduce/measurements/`; tests/unit/test_reproduce_validation.py "
           "recomputes it).", "",
           "| model | measurement | setting | published | model | error | source |", "|---|---|---|---|---|---|---|"]
     for r in rows:
