@@ -156,3 +156,23 @@ def test_reproduce_lhc_no_emulation_writes_every_field(tmp_path):
         if h["verdict"] != "reproduced":
             assert h["what_moves"]
     assert (rep.report_dir / "report.md").exists()
+
+
+def test_lstm_gradient_densities_measured():
+    """The measurement behind lstm_softmax_density (1.0) and lstm_vocab_touch's
+    6.7 %: hosts/dnn/lstm.py's LSTMLM, one backward of a 20x35 batch of uniform
+    tokens over a 10k vocabulary (hosts/lhc/profiles.py assumes the softmax layer
+    is as sparse as the embedding: a full softmax's gradient is dense)."""
+    import torch
+    from hosts.dnn.lstm import LSTMLM
+    torch.manual_seed(0)
+    m = LSTMLM(vocab=10_000, emb=32, hidden=32, layers=2)
+    x, y = torch.randint(0, 10_000, (20, 35)), torch.randint(0, 10_000, (20, 35))
+    torch.nn.functional.cross_entropy(m(x).reshape(-1, 10_000), y.reshape(-1)).backward()
+
+    def rows(g):
+        return (g.abs().sum(1) != 0).float().mean().item()
+    assert rows(m.head.weight.grad) == lhc.LSTM_SOFTMAX.nominal == 1.0
+    touched = rows(m.embed.weight.grad)
+    assert touched == pytest.approx(1 - (1 - 1 / 10_000) ** 700, abs=0.005)     # 6.7 %: distinct of 700 uniform
+    assert lhc.LSTM_TOUCH.lo <= touched <= lhc.LSTM_TOUCH.hi

@@ -85,10 +85,20 @@ NCF_USER = AssumedConstant("ncf_user_touch", 0.30, 0.05, 0.6, "share",
                            "hosts/lhc/profiles.py: users a 65,536-sample batch touches [A]")
 NCF_ITEM = AssumedConstant("ncf_item_touch", 0.70, 0.3, 1.0, "share",
                            "hosts/lhc/profiles.py: items a 65,536-sample batch touches [A]")
+MEASURED = ("hosts/dnn/lstm.py LSTMLM(vocab=10000, emb=32, hidden=32, layers=2), one backward of a 20x35 batch "
+            "of uniform tokens: pytest tests/unit/test_reproduce_lhc.py -k lstm_gradient_densities")
 LSTM_TOUCH = AssumedConstant("lstm_vocab_touch", 0.07, 0.02, 0.2, "share",
-                             "hosts/lhc/profiles.py: ~700 of 10k embedding/softmax rows in a 20x35 batch [A]")
-BERT_TOUCH = AssumedConstant("bert_vocab_touch", 2500 / 30522, 0.03, 0.2, "share",
-                             "hosts/lhc/profiles.py: ~2,500 of 30,522 word-embedding rows in a 32x128 batch [A]")
+                             "input-embedding rows a 20x35 batch touches: hosts/lhc/profiles.py ~700 of 10k [A]; "
+                             "6.7 % with uniform tokens (measured: " + MEASURED + "), fewer with a Zipf vocabulary")
+LSTM_SOFTMAX = AssumedConstant("lstm_softmax_density", 1.0, 0.07, 1.0, "share",
+                               "output (softmax) layer's gradient density: 1.0 measured for a full softmax "
+                               "(every vocabulary row gets p - y; measured: " + MEASURED + "), "
+                               "where hosts/lhc/profiles.py assumes the embedding's touch rate; 0.07: a sampled "
+                               "softmax over the batch's tokens")
+BERT_TOUCH = AssumedConstant("bert_vocab_touch", 2500 / 30522, 0.03, 1.0, "share",
+                             "hosts/lhc/profiles.py: ~2,500 of 30,522 word-embedding rows in a 32x128 batch [A] "
+                             "(fine-tuning); up to 1.0 in pre-training, where the MLM decoder tied to the word "
+                             "embedding makes its gradient dense")
 NCF_BATCH = AssumedConstant("ncf_batch", 65536, 16384, 262144, "samples/GPU",
                             "NCF samples per GPU per iteration (hosts/lhc/profiles.py [A]; MLPerf's 1M global "
                             "batch over 4-16 GPUs is the range)")
@@ -96,7 +106,7 @@ LSTM_BATCH = 20            # Zaremba et al. 2014: minibatch 20, unrolled 35 step
 LSTM_STEPS = 35
 
 ITER_CONSTANTS = [LAUNCH, HBM_EFF, PEEL_PASSES, FLOPS_EFF, COMPUTE_SCALE, PROFILE_OVERLAP, NCF_USER, NCF_ITEM, LSTM_TOUCH,
-                  BERT_TOUCH, NCF_BATCH]
+                  LSTM_SOFTMAX, BERT_TOUCH, NCF_BATCH]
 AGG_CONSTANTS = [LAUNCH, HBM_EFF, PEEL_PASSES, DEMO_OVERLAP]
 
 
@@ -255,7 +265,7 @@ def compute_s(model: str, over: dict[str, float]) -> float:
 
 def _layer_density(model: str, layer: Any, over: dict[str, float]) -> float:
     touch = {("ncf", "user_gmf"): NCF_USER, ("ncf", "user_mlp"): NCF_USER, ("ncf", "item_gmf"): NCF_ITEM,
-             ("ncf", "item_mlp"): NCF_ITEM, ("lstm", "embedding"): LSTM_TOUCH, ("lstm", "softmax"): LSTM_TOUCH,
+             ("ncf", "item_mlp"): NCF_ITEM, ("lstm", "embedding"): LSTM_TOUCH, ("lstm", "softmax"): LSTM_SOFTMAX,
              ("bert", "word_embedding"): BERT_TOUCH}.get((model, layer.name))
     return layer.density if touch is None else _c(over, touch)
 
