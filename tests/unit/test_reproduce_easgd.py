@@ -83,15 +83,16 @@ def test_the_quick_scenario_set_loads_and_expands():
     assert engine.check_scenarios(paper, quick=True) == 2 * 2 * paper.quick_seeds   # 2 variants x (1, 4) workers
 
 
-def _point(label, variant, workers, seed, wall, share, valid=True):
+def _point(label, variant, workers, repeat, wall, share, valid=True):
+    # every point of a sweep draws its own seed: pairs are made by repeat index
     row = {"variant": variant, "workers": workers, "hw_wall_ms": wall, "comm_share": share, "valid": valid}
-    return engine.PointResult(label, "", {}, seed - 1, seed, "ok", None, [row])
+    return engine.PointResult(label, "", {}, repeat, hash((label, repeat)) % 10**9, "ok", None, [row])
 
 
 def test_the_emulated_extractors_pair_seeds_and_leave_invalid_points_out():
-    pts = [_point("a1", "easgd", 4, 1, 8.0, 0.10), _point("s1", "sync_easgd", 4, 1, 4.0, 0.20),
-           _point("a2", "easgd", 4, 2, 9.0, 0.12), _point("s2", "sync_easgd", 4, 2, 3.0, 0.25, valid=False),
-           _point("o1", "sync_easgd", 1, 1, 2.0, 0.0)]
+    pts = [_point("a1", "easgd", 4, 0, 8.0, 0.10), _point("s1", "sync_easgd", 4, 0, 4.0, 0.20),
+           _point("a2", "easgd", 4, 1, 9.0, 0.12), _point("s2", "sync_easgd", 4, 1, 3.0, 0.25, valid=False),
+           _point("o1", "sync_easgd", 1, 0, 2.0, 0.0)]
     runs = {"weak": engine.EmulatedRun("weak", "scenarios/easgd/weak_scaling.yaml", None, pts)}
     sp = E._emulated_speedup(runs)
     assert sp.values == [2.0] and sp.n_points == 2 and any("s2" in r for r in sp.invalid_reasons)

@@ -172,7 +172,9 @@ EMU_WHAT = (f"{EMU_WORKERS} emulated workers, LeNet on digits (55 KB), KNL devic
             "small setting, not the paper's")
 
 
-def _by_seed(run: Any, variant: str, workers: int, key: str) -> tuple[dict[int, float], list[str], int]:
+def _by_repeat(run: Any, variant: str, workers: int, key: str) -> tuple[dict[int, float], list[str], int]:
+    """{repeat index: value} of the valid points (each point of a sweep draws its own
+    seed, so two variants' points are paired by their repeat index)."""
     vals, why, n = {}, [], 0
     for p, s in run.rows(None, variant=variant, workers=workers):
         n += 1
@@ -182,17 +184,17 @@ def _by_seed(run: Any, variant: str, workers: int, key: str) -> tuple[dict[int, 
         elif v is None or not math.isfinite(v):
             why.append(f"{p.label}: no {key}")
         else:
-            vals[p.seed] = float(v)
+            vals[p.repeat] = float(v)
     return vals, why, n
 
 
 def _ratio(runs: Any, num: tuple[str, int], den: tuple[str, int], what: str, scale: float = 1.0) -> EmulatedValues:
     run = runs["weak"]
-    a, wa, na = _by_seed(run, num[0], num[1], "hw_wall_ms")
-    b, wb, nb = _by_seed(run, den[0], den[1], "hw_wall_ms")
-    seeds = sorted(set(a) & set(b))
-    why = wa + wb + [f"seed {s}: no valid partner point" for s in sorted(set(a) ^ set(b))]
-    return EmulatedValues([scale * a[s] / b[s] for s in seeds if b[s] > 0], max(na, nb), what, why)
+    a, wa, na = _by_repeat(run, num[0], num[1], "hw_wall_ms")
+    b, wb, nb = _by_repeat(run, den[0], den[1], "hw_wall_ms")
+    both = sorted(set(a) & set(b))
+    why = wa + wb + [f"repeat {r}: no valid partner point" for r in sorted(set(a) ^ set(b))]
+    return EmulatedValues([scale * a[r] / b[r] for r in both if b[r] > 0], max(na, nb), what, why)
 
 
 def _emulated_speedup(runs: Any) -> EmulatedValues:
@@ -269,6 +271,8 @@ def _regimes_comparison(fn: Any) -> list[Regime]:
                lambda v: fn({"link_rate": v}), log_x=True),
         Regime("workers", "KNL nodes", WORKERS.nominal, [2, 4, 8, 16, 32, 64, 128, 256],
                lambda v: fn({}, workers=v), log_x=True),
+        Regime("communication period tau", "steps", TAU.nominal, [1, 2, 4, 8, 16, 32, 64],
+               lambda v: fn({"tau": v}), log_x=True),
     ]
 
 
