@@ -120,13 +120,7 @@ def run(scenario: str, overrides: tuple[str, ...], net_mode: str | None, quick: 
     from testbed.results import ResultsDirError, check_writable
     from testbed.scenario import ScenarioError, expand_points, load_scenario
 
-    path = Path(scenario)
-    if not path.exists():
-        cand = SCENARIOS_DIR / scenario
-        if cand.exists():
-            path = cand
-        else:
-            _fail(f"{scenario}: no such scenario file; `testbed list` shows the shipped ones")
+    path = _scenario_path(scenario)
     if max_points is not None:
         overrides = (*overrides, f"sweep.max_points={max_points}")
     try:
@@ -189,6 +183,19 @@ def run(scenario: str, overrides: tuple[str, ...], net_mode: str | None, quick: 
     if outcome.failed:
         click.secho(f"{len(outcome.failed)} point(s) did not complete; see points.jsonl and logs/", fg="red", err=True)
         sys.exit(1)
+
+
+def _scenario_path(scenario: str) -> Path:
+    """A scenario file as given (relative to the current folder), else under scenarios/."""
+    path = Path(scenario)
+    if path.is_dir():
+        _fail(f"{scenario}: is a folder; give a scenario file (.yaml)")
+    if not path.exists():
+        cand = SCENARIOS_DIR / scenario
+        if not cand.is_file():
+            _fail(f"{scenario}: no such scenario file; `testbed list` shows the shipped ones")
+        path = cand
+    return path
 
 
 def _check_net_settings(scn, net_mode: str) -> None:
@@ -431,6 +438,187 @@ def reproduce(paper: str | None, list_papers: bool, quick: bool, out_dir: Path |
         d = h.to_dict()
         click.echo(f"{d['id']:<22} {click.style(d['verdict'], bold=True)}: {d['reason']}")
     click.echo(f"\nreport: {rep.report_dir / 'report.md'}  ({rep.wall_s:.0f} s)")
+
+
+@main.group()
+def net() -> None:
+    """Keep one point's network up to poke at it (as p4run does): pingall, iperf, host shells.
+
+    \b
+      testbed net up scenarios/quickstart.yaml            # mininet> prompt; exit tears it down
+      testbed net up scenarios/quickstart.yaml --no-cli   # stays up until Ctrl-C or `testbed net down`
+      testbed switch tables                                # the live switch's table entries
+    """
+
+
+@net.command("up")
+@click.argument("scenario")
+@click.option("--point", "point_sel", default=None, metavar="LABEL|INDEX",
+              help="Which sweep point's network (default: the first); `testbed run --dry-run --summary` lists them.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario value.")
+@click.option("--quick", is_flag=True, help="Pick the point from the scenario's quick sweep.")
+@click.option("--no-cli", is_flag=True, help="No mininet> prompt: keep the network up until Ctrl-C or `net down`.")
+@click.option("--name", default=None, help="Name of the live network (default: the scenario's name).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Results root for its logs and captures (default results/).")
+def net_up(scenario: str, point_sel: str | None, overrides: tuple[str, ...], quick: bool, no_cli: bool,
+           name: str | None, out_dir: Path | None) -> None:
+    """Build SCENARIO's network (one point: switches programmed, impairments applied) and keep it up."""
+    from testbed import live
+    from testbed.results import ResultsDirError, check_writable, new_run_dir
+    from testbed.scenario import ScenarioError, expand_points, load_scenario
+
+    path = _scenario_path(scenario)
+    try:
+        scn = load_scenario(path, list(overrides))
+        points = expand_points(scn, quick=quick)
+    except ScenarioError as e:
+        _fail(f"invalid scenario:\n{e}")
+    if scn.net.mode != "mininet":
+        _fail(f"net up builds Mininet networks; {path} sets net.mode {scn.net.mode}")
+    if point_sel is None:
+        point = points[0]
+    elif point_sel.isdigit() and int(point_sel) < len(points):
+        point = points[int(point_sel)]
+    else:
+        point = next((p for p in points if p.label == point_sel), None)
+        if point is None:
+            _fail(f"no point {point_sel!r}; points: " + ", ".join(h["label"] for h in points.headers()))
+    name = name or scn.name
+    if any(n.name == name for n in live.live_networks()):
+        _fail(f"a live network named {name!r} exists; `testbed net down --net {name}` or choose --name")
+    try:
+        check_writable(scn.name, out_dir)
+    except ResultsDirError as e:
+        _fail(str(e))
+    from testbed.net.isolation import enter_private_netns, isolation_available
+    ok, reason = isolation_available()
+    if not ok:
+        _fail(f"net up needs root or unprivileged user namespaces: {reason}")
+    enter_private_netns()
+    run_dir = new_run_dir(scn.name, out_dir)
+
+    def ready(network) -> None:
+        hosts = ", ".join(f"{h} {i.ip}" for h, i in sorted(network.hosts.items()))
+        click.echo(f"live network {name!r}: point {point.label}; hosts {hosts}; switches "
+                   + ", ".join(f"{sw} P4Runtime {a}" for sw, a in sorted(network.switch_info.get('p4runtime', {}).items()))
+                   + f"\nlogs and captures: {run_dir}\n"
+                   + ("`testbed switch tables|counters|read` reads the switches; Ctrl-C or `testbed net down` ends it"
+                      if no_cli else "at the mininet> prompt: pingall, iperf w1 w2, w1 ping -c1 w2, exit (tears it down)"), err=no_cli)
+
+    from testbed.outcomes import SkipPoint
+    try:
+        live.keep_up(point, run_dir, name, cli=not no_cli, on_ready=ready)
+    except SkipPoint as e:
+        _fail(f"point {point.label} cannot run here: {e}")
+    click.echo(f"network {name!r} torn down", err=True)
+
+
+@net.command("down")
+@click.option("--net", "name", default=None, help="The live network's name (default: the only one).")
+def net_down(name: str | None) -> None:
+    """Tear down a network `testbed net up --no-cli` keeps up."""
+    from testbed import live
+    try:
+        target = live.find(name)
+    except live.LiveError as e:
+        _fail(str(e))
+    if not live.stop(target):
+        _fail(f"{target.name}: process {target.pid} did not end within 30 s; `testbed clean` removes leftovers")
+    click.echo(f"network {target.name!r} torn down")
+
+
+@net.command("list")
+def net_list() -> None:
+    """Live networks (`net up`, and points of runs in progress)."""
+    from testbed import live
+    nets = live.live_networks()
+    if not nets:
+        click.echo("no live network")
+    for n in nets:
+        click.echo(f"{n.name}: point {n.point} of {n.scenario}, pid {n.pid}, switches "
+                   + ", ".join(f"{sw} {a}" for sw, a in sorted(n.p4runtime.items())) + f", run {n.run_dir}")
+
+
+@main.group()
+def switch() -> None:
+    """Live switch state over P4Runtime (a `net up` network or a running point): tables, counters, registers."""
+
+
+def _switch_controllers(name: str | None, sw: str | None):
+    from testbed import live
+    try:
+        target = live.find(name)
+        live.enter_netns_of(target.pid)
+        logs = Path(target.run_dir) / "logs" / "live"
+        logs.mkdir(parents=True, exist_ok=True)
+        return live.controllers(target, sw, logs)
+    except live.LiveError as e:
+        _fail(str(e))
+    except Exception as e:  # noqa: BLE001 - a switch that does not answer: say which and why
+        _fail(f"cannot read the switch: {e}")
+
+
+_NET_OPT = click.option("--net", "name", default=None, help="The live network (default: the only one).")
+_SW_OPT = click.option("--switch", "sw", default=None, help="One switch (default: every switch).")
+
+
+@switch.command("tables")
+@_NET_OPT
+@_SW_OPT
+def switch_tables(name: str | None, sw: str | None) -> None:
+    """Every table's entries and the multicast groups."""
+    for s, c in _switch_controllers(name, sw).items():
+        try:
+            for t in c.p4info.tables:
+                entries = c.read_table(t.preamble.name)
+                click.echo(f"{s} {t.preamble.name}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
+                for e in entries:
+                    click.echo(f"  {e['match']} -> {e['action']}{e['params'] or ''}")
+            for g, reps in sorted(c.read_multicast_groups().items()):
+                click.echo(f"{s} multicast group {g}: ports {[p for p, _ in reps]}")
+        finally:
+            c.close()
+
+
+@switch.command("counters")
+@_NET_OPT
+@_SW_OPT
+@click.option("--all", "show_all", is_flag=True, help="Also cells that counted nothing.")
+def switch_counters(name: str | None, sw: str | None, show_all: bool) -> None:
+    """Every counter's cells (packets, bytes)."""
+    for s, c in _switch_controllers(name, sw).items():
+        try:
+            for cname, cells in c.read_counters(nonzero_only=not show_all).items():
+                line = ", ".join(f"[{i}] {p} pkts {b} B" for i, (p, b) in sorted(cells.items())) or "0"
+                click.echo(f"{s} {cname}: {line}")
+        finally:
+            c.close()
+
+
+@switch.command("read")
+@click.argument("register")
+@click.option("--index", type=int, default=None, help="One cell (default: every cell).")
+@click.option("--nonzero", is_flag=True, help="Only cells that are not zero.")
+@_NET_OPT
+@_SW_OPT
+def switch_read(register: str, index: int | None, nonzero: bool, name: str | None, sw: str | None) -> None:
+    """A register's cells (soft switch: P4Runtime; BMv2: its Thrift runtime)."""
+    from testbed.switch.controller import ControllerError
+    for s, c in _switch_controllers(name, sw).items():
+        try:
+            names = [r.preamble.name for r in c.p4info.registers]
+            if register not in names:
+                _fail(f"{s}: no register {register!r}; registers: {', '.join(names)}")
+            cells = c.read_register(register, index)
+        except ControllerError as e:
+            _fail(str(e))
+        finally:
+            c.close()
+        shown = {i: v for i, v in sorted(cells.items()) if v or not nonzero}
+        click.echo(f"{s} {register}: {len(cells)} cell(s)" + (f", {len(shown)} not zero" if nonzero else ""))
+        for i, v in list(shown.items())[:4096]:
+            click.echo(f"  [{i}] {v}")
 
 
 @main.command()

@@ -177,23 +177,26 @@ def _run_point_safely(point: Point, run_dir: Path, net_mode: str, reg: Any
                 seen["impairments"], extra)
 
 
-def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[str, Any],
-               recorder: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """One point, start to end. recorder (testbed.net.plan.PlanRecorder): a dry
-    run of the same steps: the network and the controller record instead of
-    acting, nothing is waited for, and the point ends before collecting."""
+def point_dirs(point: Point, run_dir: Path) -> tuple[Path, Path, Path]:
+    """The point's logs/, pcaps/ and points/ (work) folders, created."""
+    dirs = (run_dir / "logs" / point.label, run_dir / "pcaps" / point.label, run_dir / "points" / point.label)
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    return dirs
+
+
+def plan_point_network(point: Point, run_dir: Path, net_mode: str, reg: Any, recorder: Any = None
+                       ) -> tuple[Any, WorkloadRuntime, list[Any], tuple[Path, Path, Path]]:
+    """The point's network, planned (not started), its workload runtime and the
+    aggregation jobs it asks the switch for. SkipPoint when the point cannot run
+    here (an impairment no mechanism applies, a backend this machine lacks, in-network
+    aggregation without a switch). Used by every point and by `testbed net up`."""
     from testbed.net.factory import BackendUnavailable, build_network  # noqa: PLC0415
-    from testbed.net.impairments import (ImpairmentError, fill_drop_simulator_observed,  # noqa: PLC0415
-                                         unconfigured_switch_drops)
+    from testbed.net.impairments import ImpairmentError  # noqa: PLC0415
 
     scn = point.scenario
-    logs = run_dir / "logs" / point.label
-    pcaps = run_dir / "pcaps" / point.label
-    work = run_dir / "points" / point.label
-    for d in (logs, pcaps, work):
-        d.mkdir(parents=True, exist_ok=True)
+    logs, pcaps, work = point_dirs(point, run_dir)
     runtime: WorkloadRuntime = get_runtime(scn.workload.kind)
-
     job_requests = runtime.ina_jobs(point)
     try:
         net = build_network(net_mode, scn, logs_dir=logs, pcaps_dir=pcaps, seed=point.seed, registry=reg,
@@ -207,29 +210,57 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
         # How many switches each host pair's path crosses, where the monitor reads the traces.
         from testbed.fidelity.paths import PATHS_FILE, write_path_table  # noqa: PLC0415
         write_path_table(work / PATHS_FILE, plan.path_switches())
+    if job_requests and "p4runtime" not in net.switch_info:
+        raise SkipPoint(f"in-network aggregation needs the switch: --net {net_mode} has none "
+                        f"between hosts; use --net mininet, or a host algorithm (ring/ps)")
+    return net, runtime, job_requests, (logs, pcaps, work)
+
+
+def start_point_network(net: Any, point: Point, logs: Path, job_requests: list[Any], recorder: Any = None) -> Any:
+    """Start the planned network, then program its switches (forwarding, flood
+    group, the point's jobs) over P4Runtime. Returns the ControlPlane (None
+    without P4Runtime switches). The caller stops both, also on failure."""
+    from testbed.net.impairments import ImpairmentError  # noqa: PLC0415
+
+    try:
+        net.start()
+    except ImpairmentError as e:
+        # A shaping or impairment that did not take (tc/nft refused it, or
+        # the read-back differs): the network records it as not applied.
+        raise SkipPoint(f"impairment cannot be applied: {e}") from None
+    if "p4runtime" not in getattr(net, "switch_info", {}):
+        return None
+    from testbed.switch.control_plane import ControlPlane  # noqa: PLC0415
+    controller_cls = None
+    if recorder is not None:
+        from functools import partial  # noqa: PLC0415
+        from testbed.switch.recording import RecordingController  # noqa: PLC0415
+        controller_cls = partial(RecordingController, recorder=recorder)
+    return ControlPlane.start(net, point.scenario.switch.program, logs, job_requests, controller_cls)
+
+
+def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[str, Any],
+               recorder: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """One point, start to end. recorder (testbed.net.plan.PlanRecorder): a dry
+    run of the same steps: the network and the controller record instead of
+    acting, nothing is waited for, and the point ends before collecting."""
+    from testbed.net.impairments import fill_drop_simulator_observed, unconfigured_switch_drops  # noqa: PLC0415
+
+    scn = point.scenario
+    net, runtime, job_requests, (logs, pcaps, work) = plan_point_network(point, run_dir, net_mode, reg, recorder)
     procs: dict[str, Any] = {}
     warnings: list[str] = []
     cpu = None
     control = None
     counters: dict[str, Any] = {}
-    if job_requests and "p4runtime" not in net.switch_info:
-        raise SkipPoint(f"in-network aggregation needs the switch: --net {net_mode} has none "
-                        f"between hosts; use --net mininet, or a host algorithm (ring/ps)")
+    announced = None
     try:
-        try:
-            net.start()
-        except ImpairmentError as e:
-            # A shaping or impairment that did not take (tc/nft refused it, or
-            # the read-back differs): the network records it as not applied.
-            raise SkipPoint(f"impairment cannot be applied: {e}") from None
-        if "p4runtime" in getattr(net, "switch_info", {}):
-            from testbed.switch.control_plane import ControlPlane  # noqa: PLC0415
-            controller_cls = None
-            if recorder is not None:
-                from functools import partial  # noqa: PLC0415
-                from testbed.switch.recording import RecordingController  # noqa: PLC0415
-                controller_cls = partial(RecordingController, recorder=recorder)
-            control = ControlPlane.start(net, scn.switch.program, logs, job_requests, controller_cls)
+        control = start_point_network(net, point, logs, job_requests, recorder)
+        if control is not None and recorder is None:
+            # `testbed switch tables|counters|read` can look at this point's switches while it runs.
+            from testbed.net.live_registry import announce  # noqa: PLC0415
+            announced = announce(f"{scn.name}@{run_dir.name}", run_dir, scn.name, point.label, scn.switch.program,
+                                 net.switch_info)
         ctx = PointContext(point=point, hosts=net.hosts, work_dir=work, net_mode=net_mode,
                            start_at=time.time() + START_SLACK_S,
                            switch=getattr(net, "switch_info", {}))
@@ -255,6 +286,9 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
             raise PointFailed(_switch_died(dead[0])) from e
         raise
     finally:
+        if announced is not None:
+            from testbed.net.live_registry import withdraw  # noqa: PLC0415
+            withdraw(announced)
         _stop_programs(procs)
         cpu_report = cpu.report() if cpu is not None else None
         if control is not None:

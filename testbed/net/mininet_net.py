@@ -211,6 +211,13 @@ class MininetNetwork(Network):
                 raise
             raise NetworkError(f"building the Mininet network failed: {type(e).__name__}: {e}") from e
 
+    @property
+    def mininet(self) -> Any:
+        """The started Mininet object (for Mininet's own CLI: `testbed net up`)."""
+        if self._net is None:
+            raise NetworkError("the network is not started")
+        return self._net
+
     def node(self, name: str) -> Any:
         """The Mininet node (for tests and tools that need it)."""
         if self._net is None:
