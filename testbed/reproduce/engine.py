@@ -294,6 +294,10 @@ def evaluate(h: Headline, runs: EmulatedRuns | None, flagged: dict[str, str]) ->
     v = decide(h.paper_value, h.unit, env, iv, h.emulated_applies and (runs is not None), h.constants,
                note, tol)
     reason = v.reason
+    assumed = sum(s.status == "assumed" for s in h.setting)
+    if assumed:
+        # A verdict at a setting the paper's stored text does not state is only as good as those items.
+        reason += f" (at a setting with {assumed} of {len(h.setting)} items assumed)"
     bad = [p for p in h.profiles if p in flagged]
     if bad:
         reason += "; " + "; ".join(f"hardware model {p} misses published measurements ({flagged[p]})" for p in bad)

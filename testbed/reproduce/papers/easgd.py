@@ -52,7 +52,7 @@ WEAK_NODES = round(PAPER_CORES / KNL_CORES_PER_NODE)   # 62.54 -> 63 (nearest; 4
 WORKERS = AssumedConstant(
     "workers", 16, 4, 64, "KNL nodes",
     "the node count of the paper's Sync-vs-original comparison is not in the stored text [A]; "
-    "4 up to the weak-scaling run's ~63")
+    "4 up to the weak-scaling run's ~63; nominal: the geometric middle of that range")
 TAU = AssumedConstant(
     "tau", 1, 1, 64, "steps",
     "communication period: Sync EASGD exchanges every step in Zhang et al.'s eq. 5/6 as reconstructed "
