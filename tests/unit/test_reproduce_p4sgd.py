@@ -123,9 +123,26 @@ def test_model_parallelism_scales_with_the_width_and_beats_data_parallelism_on_w
     assert m.scaling_speedup({}, workers=1) == pytest.approx(1.0)
 
 
+def test_the_convergence_check_runs_the_rules_choice_to_the_projections_target():
+    from testbed import results as res
+    from testbed.scenario import expand_points, load_scenario
+    sr = next(s for s in m.PAPER.scenarios if s.key == "convergence")
+    pts = expand_points(load_scenario(res.PROJECT_ROOT / sr.path, list(engine._overrides(m.PAPER, sr, True))),
+                        quick=True)
+    g, p = m.time_to_target("gpu", {}), m.time_to_target("p4sgd", {})
+    for pt in pts:
+        wl = pt.scenario.workload
+        assert (wl.batch, wl.lr) == (g["batch"], g["lr"]) == (p["batch"], p["lr"])
+        assert wl.target_loss == pytest.approx(m.target_loss(m.C_TARGET.nominal), abs=5e-4)
+        assert wl.dataset == m.DATASET and wl.glm == m.GLM
+    gpu = [pt for pt in pts if pt.case == "gpu"]
+    assert gpu and all(pt.scenario.workload.device == "gpu" and len(pt.scenario.hosts()) == g["workers"]
+                       for pt in gpu)
+
+
 def test_the_quick_scenario_set_loads_and_expands_with_an_8_worker_wide_point():
     n = engine.check_scenarios(m.PAPER, quick=True)
-    assert n == 15                          # convergence 3 cases x 3 seeds, scaling 2 counts x 3 seeds
+    assert n == 12                          # convergence 2 cases x 3 seeds, scaling 2 counts x 3 seeds
     from testbed import results as res
     from testbed.scenario import expand_points, load_scenario
     sr = next(s for s in m.PAPER.scenarios if s.key == "scaling")
@@ -156,17 +173,16 @@ def test_the_summary_row_carries_what_the_reproduction_reads():
 
 
 def test_the_emulated_extractors_keep_valid_points_only():
-    conv = EmulatedRun("convergence", "scenarios/p4sgd/convergence.yaml", None, [
+    conv = EmulatedRun("convergence", "scenarios/p4sgd/reproduce_convergence.yaml", None, [
         _point("p0", "p4sgd", 0, time_to_target_s=10.0, dilation=100.0),
-        _point("g0", "dp256_lr1", 0, time_to_target_s=30.0, dilation=50.0),       # 0.6 hw s: 6x
-        _point("h0", "dp1024_lr1", 0, time_to_target_s=80.0, dilation=100.0),     # slower: not the best
+        _point("g0", "gpu", 0, time_to_target_s=30.0, dilation=50.0),             # 0.6 hw s: 6x
         _point("p1", "p4sgd", 1, time_to_target_s=10.0, dilation=100.0),
-        _point("g1", "dp256_lr1", 1, valid=False, time_to_target_s=1.0, dilation=100.0),
-        _point("p2", "p4sgd", 2, time_to_target_s=None, dilation=100.0, target_loss=0.32),
-        _point("g2", "dp256_lr1", 2, time_to_target_s=20.0, dilation=100.0),
+        _point("g1", "gpu", 1, valid=False, time_to_target_s=1.0, dilation=100.0),
+        _point("p2", "p4sgd", 2, time_to_target_s=None, dilation=100.0),
+        _point("g2", "gpu", 2, time_to_target_s=20.0, dilation=100.0),
     ])
     ev = m.emulated_convergence({"convergence": conv})
-    assert ev.values == [pytest.approx(6.0)] and ev.n_points == 7
+    assert ev.values == [pytest.approx(6.0)] and ev.n_points == 6
     assert any("g1" in r for r in ev.invalid_reasons) and any("never reached" in r for r in ev.invalid_reasons)
     scal = EmulatedRun("scaling", "scenarios/p4sgd/scaling.yaml", None, [
         _point("a", "p4sgd_wide", 0, workers=1, hw_train_s=0.08),
