@@ -411,7 +411,8 @@ CONVERGENCE = Headline(
                          "fewer GPUs where fewer are faster (the tuning rule)", "assumed",
                          "the paper's GPU baseline is not in the stored material"),
              SettingItem("convergence criterion", "training loss target_fraction (0.9) of the way from the "
-                         "initial loss to the optimum (L-BFGS)", "assumed", "the paper's criterion is not stored"),
+                         "initial loss to the optimum (Newton's method on the full batch)", "assumed",
+                         "the paper's criterion is not stored"),
              SettingItem("statistical efficiency", "iterations to the target from serial mini-batch SGD on "
                          "scikit-learn's digits (5-9 vs 0-4, 1797 x 65 with bias), mean over 3 sample orders",
                          "assumed", "bundled real data (scenarios/p4sgd/convergence.yaml); taken to carry over "
