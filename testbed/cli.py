@@ -129,6 +129,14 @@ def run(scenario: str, overrides: tuple[str, ...], net_mode: str | None, quick: 
     except ScenarioError as e:
         _fail(f"invalid scenario:\n{e}")
     net_mode = net_mode or scn.net.mode
+    set_paths = {p for p, _ in scn._cli_overrides}
+    if scn.workload.kind == "torch" and "workload.script" in set_paths and "workload.args" not in set_paths \
+            and scn.workload.args:
+        click.secho(f"note: your script gets the scenario's workload.args {scn.workload.args}; "
+                    f"--set 'workload.args=[...]' gives it its own (or [] for none)", fg="yellow", err=True)
+    for key, value in points.ran()["pinned"].items():
+        click.secho(f"note: --set {key}={value} pins a swept key: the sweep runs that value only "
+                    f"({len(points)} point(s); the manifest's sweep_ran says what ran)", fg="yellow", err=True)
     if (as_json or summary_only) and not dry_run:
         _fail("--json and --summary describe a dry run: add --dry-run")
     if dry_run:

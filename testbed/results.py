@@ -218,6 +218,11 @@ def drop_point_records(path: Path, point_index: int) -> None:
 
 
 def resolve_project_path(path: str) -> Path:
-    """A scenario's file path: absolute, or relative to the project root."""
+    """A scenario's file path: absolute; or relative to the folder the command runs
+    in, where it exists there (a user's own script or inventory); else relative to
+    the project root (the shipped scenarios name scenarios/... from there)."""
     p = Path(path).expanduser()
-    return p if p.is_absolute() else PROJECT_ROOT / p
+    if p.is_absolute():
+        return p
+    here = Path.cwd() / p
+    return here.resolve() if here.exists() else PROJECT_ROOT / p

@@ -88,6 +88,8 @@ def run_points(scenario: Scenario, points: Points | list[Point], *, net_mode: st
     manifest = base_manifest(scenario.model_dump(mode="json"), cli, headers)
     manifest["net"] = net_mode
     manifest["switch_backend"] = scenario.switch.backend
+    if isinstance(points, Points):
+        manifest["sweep_ran"] = points.ran()       # what ran, after --quick and --set
     res.write_json(run_dir / "manifest.json", manifest)
     if on_start:
         on_start(run_dir, points)

@@ -137,6 +137,16 @@ class Points(Sequence):
     def __len__(self) -> int:
         return self._len
 
+    def ran(self) -> dict[str, Any]:
+        """The sweep these points are: cases, grid and repeats after --quick and
+        --set (a --set on a swept key pins it to one value: `pinned` names them),
+        for the manifest, whose `scenario` keeps the file's sweep as written."""
+        full = dict(self.scenario.sweep.grid) if not self.quick or self.scenario.sweep.quick.grid is None \
+            else dict(self.scenario.sweep.quick.grid)
+        pinned = {p: v for p, v in self.scenario._cli_overrides if p in full and len(full[p]) > 1}
+        return {"quick": self.quick, "cases": [c.name for c in self._cases], "grid": self._grid,
+                "repeats": self._repeats, "points": self._len, "pinned": pinned}
+
     def _combo(self, c: int) -> tuple[Case, dict[str, Any]]:
         """Combination number c, in itertools.product order (last grid key fastest)."""
         case_i, rest = divmod(c, self._per_case)

@@ -31,7 +31,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from testbed import stats
-from testbed.results import PROJECT_ROOT, read_jsonl
+from testbed.results import PROJECT_ROOT, read_jsonl, resolve_project_path
 from testbed.workloads import register_workload
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for,
@@ -72,11 +72,6 @@ def _default_dataset() -> dict[str, Any]:
     return {"source": "synthetic", "kind": "dense", "samples": 4096, "features": 2048}
 
 
-def resolve_path(path: str) -> Path:
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else PROJECT_ROOT / p
-
-
 class XrtParams(BaseModel):
     """A real (or dry-run) Alveo U280 kernel driven through XRT (hosts/glm/u280_xrt.py)."""
 
@@ -94,7 +89,7 @@ class XrtParams(BaseModel):
     @classmethod
     def _xclbin_exists(cls, path: Optional[str]) -> Optional[str]:
         from hosts.glm.u280_xrt import check_xclbin  # noqa: PLC0415 - light
-        if path is not None and (why := check_xclbin(resolve_path(path))) is not None:
+        if path is not None and (why := check_xclbin(resolve_project_path(path))) is not None:
             raise ValueError(why)
         return path
 
@@ -112,7 +107,7 @@ class XrtParams(BaseModel):
         return self
 
     def host_spec(self) -> dict[str, Any]:
-        return {"xclbin": None if self.xclbin is None else str(resolve_path(self.xclbin)),
+        return {"xclbin": None if self.xclbin is None else str(resolve_project_path(self.xclbin)),
                 "device_index": self.device_index, "kernel_name": self.kernel_name,
                 "dry_run": self.dry_run}
 
@@ -197,8 +192,8 @@ class P4sgdWorkload(CalibratedWorkloadParams):
         elif source == "libsvm":
             if not isinstance(spec.get("path"), str):
                 raise ValueError("a libsvm dataset needs `path` (relative to the project root or absolute)")
-            if not resolve_path(spec["path"]).exists():
-                raise ValueError(f"dataset file {resolve_path(spec['path'])} does not exist")
+            if not resolve_project_path(spec["path"]).exists():
+                raise ValueError(f"dataset file {resolve_project_path(spec['path'])} does not exist")
         elif spec.get("name") not in _BUILTIN_DATASETS:
             raise ValueError(f"unknown builtin dataset {spec.get('name')!r}; available: "
                              f"{', '.join(sorted(_BUILTIN_DATASETS))}")
@@ -271,7 +266,7 @@ class P4sgdWorkload(CalibratedWorkloadParams):
         if spec["source"] == "synthetic":
             spec.setdefault("model", self.glm)
         elif spec["source"] == "libsvm":
-            spec["path"] = str(resolve_path(spec["path"]))
+            spec["path"] = str(resolve_project_path(spec["path"]))
             spec.setdefault("model", self.glm)
         return spec
 

@@ -34,7 +34,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from hosts.dnn.timing import WARMUP_ITERATIONS
-from testbed.results import PROJECT_ROOT, read_jsonl
+from testbed.results import PROJECT_ROOT, read_jsonl, resolve_project_path
 from testbed.workloads import register_workload
 from testbed.workloads.allreduce import InaParams
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
@@ -55,11 +55,6 @@ HW_TABLE_MAX_VALUES = 2 ** 26      # 256 MB buckets: above DDP's 25 MB default c
 register_figures_if_loaded(*FIGURES)
 
 
-def resolve_path(path: str) -> Path:
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else PROJECT_ROOT / p
-
-
 @register_workload
 class TorchWorkload(CalibratedWorkloadParams):
     """A user's PyTorch training script on every worker."""
@@ -67,8 +62,11 @@ class TorchWorkload(CalibratedWorkloadParams):
     FIGURES = FIGURES
 
     kind: Literal["torch"] = Field("torch", description="Workload type; selects which fields below apply.")
-    script: str = Field(..., description="Path of the training script (relative: to the project root).")
-    args: list[str] = Field(default_factory=list, description="The script's command-line arguments.")
+    script: str = Field(..., description="Path of the training script (relative: to the current folder if it "
+                                         "is there, else to the project root).")
+    args: list[str] = Field(default_factory=list, description="The script's command-line arguments, passed as "
+                            "they are: a shipped scenario's args are for its own script (train.py); with your "
+                            "own script set your arguments, or none (`--set workload.args=[]`).")
     collective: Literal["switch", "ring", "ps", "gloo"] = Field(
         "ring", description="Where gradients (DDP buckets) and hosts.dnn.collective calls go: switch "
                             "(in-network aggregation), ring, ps (a parameter-server host), or gloo "
@@ -94,8 +92,12 @@ class TorchWorkload(CalibratedWorkloadParams):
     @field_validator("script")
     @classmethod
     def _script_exists(cls, v: str) -> str:
-        if not resolve_path(v).is_file():
-            raise ValueError(f"script {v!r}: no such file (relative paths start at {PROJECT_ROOT})")
+        p = resolve_project_path(v)
+        if p.is_dir():
+            raise ValueError(f"script {v!r}: {p} is a folder; name the training script (.py) in it")
+        if not p.is_file():
+            raise ValueError(f"script {v!r}: no such file (a relative path is looked up in the current folder, "
+                             f"{Path.cwd()}, then in the project, {PROJECT_ROOT})")
         return v
 
     @field_validator("device")
@@ -232,7 +234,7 @@ class TorchRuntime(WorkloadRuntime):
         common = {
             "world": len(workers), "collective": wl.collective, "peers": peers, "ps": ps, "port": port,
             "master_addr": peers[0]["ip"], "master_port": port + MASTER_PORT_OFFSET,
-            "script": str(resolve_path(wl.script)), "args": list(wl.args), "batch_size": wl.batch_size,
+            "script": str(resolve_project_path(wl.script)), "args": list(wl.args), "batch_size": wl.batch_size,
             "seed": wl.seed, "device": wl.device_spec(), "start_at": ctx.start_at,
             "connect_timeout_s": 60.0, "timeout_s": wl.timeout_s,
             "calibration": ({"rounds": wl.calibration_rounds, "iteration_wall_s": ITERATION_WALL_S}

@@ -435,3 +435,29 @@ def test_clean_kills_only_recorded_processes_of_dead_runs(tmp_path):
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=10)
+
+
+def test_set_on_a_swept_key_says_it_pins_it_and_the_manifest_says_what_ran(tmp_path):
+    res = tb("run", "scenarios/torch/lenet.yaml", "--quick", "--set", "workload.collective=switch",
+             "--dry-run", "--summary")
+    assert res.returncode == 0, _out(res)
+    assert "--set workload.collective=switch pins a swept key" in res.stderr and "(1 point(s)" in res.stderr
+    from testbed.scenario import expand_points, load_scenario
+    ran = expand_points(load_scenario(ROOT / "scenarios/torch/lenet.yaml", ["workload.collective=switch"]),
+                        quick=True).ran()
+    assert ran["grid"]["workload.collective"] == ["switch"] and ran["pinned"] == {"workload.collective": "switch"}
+
+
+def test_a_users_script_is_found_from_the_current_folder_and_told_about_the_scenarios_args(tmp_path):
+    (tmp_path / "mine.py").write_text("print('hello')\n")
+    (tmp_path / "adir").mkdir()
+    res = tb("run", str(ROOT / "scenarios/torch/lenet.yaml"), "--quick", "--set", "workload.script=mine.py",
+             "--dry-run", "--summary", cwd=tmp_path)
+    assert res.returncode == 0, _out(res)
+    assert "your script gets the scenario's workload.args ['--model', 'lenet'" in res.stderr
+    cleared = tb("run", str(ROOT / "scenarios/torch/lenet.yaml"), "--quick", "--set", "workload.script=mine.py",
+                 "--set", "workload.args=[]", "--dry-run", "--summary", cwd=tmp_path)
+    assert cleared.returncode == 0 and "workload.args" not in cleared.stderr, _out(cleared)
+    folder = tb("run", str(ROOT / "scenarios/torch/lenet.yaml"), "--set", "workload.script=adir", "--dry-run",
+                cwd=tmp_path)
+    assert_clear_error(folder, "is a folder")
