@@ -29,6 +29,12 @@ VARIANTS: dict[str, tuple[str | None, str]] = {
 EASGD_VARIANTS = ("easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd")
 SGD_VARIANTS = ("async_sgd", "async_msgd", "hogwild_sgd", "sync_sgd")
 MODEL_KEYS = ("c1", "c2", "hidden")
+# The step order at an exchange of the master variants (docs/easgd.md, "The step order"):
+# step_then_exchange: W' = W - eta g(W), then e = alpha (W' - C), W <- W' - e (this testbed's first);
+# zhang: e = alpha (W - C) and g(W) both at the pre-exchange W, W <- W - e - eta g(W)
+# (Zhang et al. NIPS 2015, Algorithm 1 as reconstructed [I]). Sync EASGD already takes
+# both at the pre-exchange W (Zhang's eq. 5/6), whatever this says.
+EXCHANGE_ORDERS = ("step_then_exchange", "zhang")
 
 
 def serving(variant: str) -> str | None:
@@ -56,9 +62,10 @@ class EasgdSettings:
     model: dict              # LeNet widths {c1, c2, hidden}
     snapshot_every_s: float  # the centre is saved this often (emulated seconds)
     dataset: dict            # hosts/easgd/datasets.py spec: {source, path, limit}
+    exchange_order: str = "step_then_exchange"   # EXCHANGE_ORDERS (master variants)
 
     KEYS = frozenset({"variant", "steps", "tau", "lr", "alpha", "momentum", "batch_size", "seed",
-                      "model", "snapshot_every_s", "dataset"})
+                      "model", "snapshot_every_s", "dataset", "exchange_order"})
 
     @classmethod
     def parse(cls, data: Any, where: str) -> "EasgdSettings":
@@ -72,6 +79,7 @@ class EasgdSettings:
         batch = c.int("batch_size", lo=1)
         seed = c.int("seed", lo=0)
         snap = c.number("snapshot_every_s", positive=True)
+        order = c.str("exchange_order", EXCHANGE_ORDERS)
         model = c.data.get("model")
         if not isinstance(model, dict) or set(model) != set(MODEL_KEYS) or not all(
                 isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in model.values()):
@@ -84,7 +92,7 @@ class EasgdSettings:
         if not isinstance(dataset, dict) or not isinstance(dataset.get("source"), str):
             c.error("dataset", f"must be an object with a source, got {dataset!r}")
         c.finish(set(cls.KEYS))
-        return cls(variant, steps, tau, lr, alpha, momentum, batch, seed, dict(model), snap, dict(dataset))
+        return cls(variant, steps, tau, lr, alpha, momentum, batch, seed, dict(model), snap, dict(dataset), order)
 
     def identity(self) -> dict[str, Any]:
         """What master and workers must agree on (checked at the handshake)."""

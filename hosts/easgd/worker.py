@@ -7,6 +7,8 @@ scenario's allreduce (synchronous variants).
 Per local step t (rules from hosts/easgd/rules.py, weights as one flat vector):
   easgd, async_easgd, hogwild_easgd  W <- W - eta g(W); every tau steps send W,
                                      receive e = alpha (W - C), W <- W - e
+                                     (exchange_order zhang: on an exchange step send the
+                                     pre-step W, W <- W - e - eta g(W), g at the pre-step W)
   async_measgd    Nesterov local step (v, W) instead; same exchange
   async_sgd, async_msgd, hogwild_sgd send g(W) every step, receive the centre, W <- C
   sync_easgd      every tau steps: S = allreduce(W) (pre-step), then
@@ -125,6 +127,16 @@ def train(rt, task: Task, s, link: MasterLink | None, snap: Snapshots | None) ->
             else:
                 g, loss = timing.compute(rt, lambda: task.gradient(w, idx), s.batch_size)
                 w = rules.sgd_step(w, g, s.lr)
+        elif due and s.exchange_order == "zhang":   # exchange and gradient at the pre-exchange W
+            e = timing.exchange(rt, link, w, link.peer)
+            exchanges += 1
+            if local_momentum(var):
+                ahead = rules.nesterov_lookahead(w, v, s.momentum)
+                g, loss = timing.compute(rt, lambda: task.gradient(ahead, idx), s.batch_size)
+                w, v = rules.nesterov_step(w - e, v, g, s.lr, s.momentum)
+            else:
+                g, loss = timing.compute(rt, lambda: task.gradient(w, idx), s.batch_size)
+                w = rules.sgd_step(w - e, g, s.lr)
         else:                             # easgd, async_easgd, async_measgd, hogwild_easgd
             if local_momentum(var):
                 ahead = rules.nesterov_lookahead(w, v, s.momentum)

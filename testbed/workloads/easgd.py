@@ -8,6 +8,7 @@ and the four SGD counterparts, LeNet on scikit-learn's digits.
                                   # hogwild_sgd | sync_sgd
       steps: 150                  # local steps per worker
       tau: 4                      # steps between exchanges (EASGD variants)
+      exchange_order: step_then_exchange   # or zhang: exchange and gradient at the pre-step W
       lr: 0.05
       alpha: null                 # moving rate; null = 0.9 / workers (Zhang: beta = P alpha = 0.9)
       collective: ring            # the allreduce of sync_easgd / sync_sgd: ring | ps | switch
@@ -85,6 +86,11 @@ class EasgdWorkload(CalibratedWorkloadParams):
     lr: float = Field(0.05, gt=0, description="Learning rate eta.")
     alpha: Optional[float] = Field(None, gt=0, lt=1, description="Moving rate alpha = eta rho; null = 0.9 / workers "
                                                                  "(Zhang et al.'s beta = P alpha = 0.9) [I].")
+    exchange_order: Literal["step_then_exchange", "zhang"] = Field(
+        "step_then_exchange", description="Master variants' step order at an exchange: step_then_exchange "
+        "(W' = W - eta g(W), then the elastic exchange of W') or zhang (the exchange and the gradient both at the "
+        "pre-exchange W, W <- W - alpha (W - C) - eta g(W): Zhang et al.'s Algorithm 1 [I]). Sync EASGD is "
+        "Zhang's order either way (docs/easgd.md, The step order).")
     momentum: float = Field(0.9, ge=0, lt=1, description="delta: Nesterov (async_measgd) / momentum at the master "
                                                           "(async_msgd).")
     momentum_lr: Optional[float] = Field(None, gt=0, description="eta of the momentum variants (async_measgd, "
@@ -267,7 +273,8 @@ class EasgdRuntime(WorkloadRuntime):
         settings = {"variant": wl.variant, "steps": wl.steps, "tau": wl.tau, "lr": wl.lr_for(),
                     "alpha": wl.alpha_for(len(workers)), "momentum": wl.momentum,
                     "batch_size": wl.batch_size, "seed": wl.seed, "model": wl.model.model_dump(),
-                    "snapshot_every_s": wl.snapshot_every_s, "dataset": wl.dataset_spec()}
+                    "snapshot_every_s": wl.snapshot_every_s, "dataset": wl.dataset_spec(),
+                    "exchange_order": wl.exchange_order}
         peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in workers]
         coll = wl.collective if sync else "gloo"      # async workers never open a collective
         ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if sync and wl.collective == "ps" else None
