@@ -125,21 +125,28 @@ def test_repeats_draw_different_gradients():
     assert len({s["seed"] for s in specs}) == 3
 
 
-def _point(label, algo, repeat, value, valid=True, key="agg_gbps"):
-    return engine.PointResult(label, "", {"workload.algorithm": algo}, repeat, 10 + repeat, "ok", None,
-                              [{"type": "lhc_summary", "algorithm": algo, key: value, "valid": valid,
-                                **({} if valid else {"invalid_reasons": ["net too slow"]})}])
+def _point(label, algo, repeat, agg_ms, tdf=1000.0, valid=True, hw_iter_us=None):
+    """A point as the engine keeps it: the runtime's summary row (summary_row)."""
+    row = {"algorithm": algo, "n": 65536, "agg_ms": agg_ms, "iter_ms": agg_ms, "tdf": tdf,
+           "hw_iter_us": hw_iter_us, "valid": valid}
+    if not valid:
+        row["invalid_reasons"] = ["net too slow"]
+    return engine.PointResult(label, "", {"workload.algorithm": algo}, repeat, 10 + repeat, "ok", None, [row])
 
 
 def test_emulated_ratios_pair_each_seed_and_leave_invalid_points_out():
-    pts = [_point("a0", "lhc_switch", 0, 6.0), _point("d0", "dense_switch", 0, 2.0),
-           _point("a1", "lhc_switch", 1, 9.0), _point("d1", "dense_switch", 1, 3.0, valid=False),
-           _point("a2", "lhc_switch", 2, 4.0), _point("d2", "dense_switch", 2, 2.0)]
+    from testbed.workloads.lhc import summary_row
+    assert {"algorithm", "agg_ms", "tdf", "hw_iter_us", "valid"} <= set(summary_row(
+        {k: 1 for k in ("algorithm", "workers", "n", "iter_ms", "agg_ms", "net_ms", "agg_network_gbps",
+                        "dense_over_sent", "union", "core_values", "decode_errors", "exact", "valid")}))
+    # throughput ratio = dense hardware time / LHC hardware time (agg_ms / tdf), per repeat
+    pts = [_point("a0", "lhc_switch", 0, 100.0, tdf=1000), _point("d0", "dense_switch", 0, 600.0, tdf=2000),
+           _point("a1", "lhc_switch", 1, 90.0), _point("d1", "dense_switch", 1, 300.0, valid=False),
+           _point("a2", "lhc_switch", 2, 50.0), _point("d2", "dense_switch", 2, 100.0)]
     ev = lhc._emulated_throughput({"throughput": engine.EmulatedRun("throughput", "x", None, pts)})
     assert ev.values == [3.0, 2.0] and ev.n_points == 3
     assert any("net too slow" in r for r in ev.invalid_reasons)
-    it = [_point("a0", "lhc_switch", 0, 50.0, key="hw_iter_us"), _point("d0", "dense_switch", 0, 100.0,
-                                                                          key="hw_iter_us")]
+    it = [_point("a0", "lhc_switch", 0, 1.0, hw_iter_us=50.0), _point("d0", "dense_switch", 0, 1.0, hw_iter_us=100.0)]
     assert lhc._emulated_iteration({"iteration": engine.EmulatedRun("iteration", "x", None, it)}).values == [2.0]
 
 
