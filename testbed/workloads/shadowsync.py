@@ -609,4 +609,7 @@ def summary_row(r: dict[str, Any]) -> dict[str, Any]:
             "ex_per_s": rnd(r["examples_per_s"], 1), "eval_ne": rnd(r["eval_ne"]),
             "train_ne": rnd(r["train_ne"]), "sync_gap": rnd(r["avg_sync_gap"], 1),
             "pushes": f"{r['pushes_applied']}/{r['pushes_sent']}", "pushes_match": r["pushes_match"],
-            "device_valid": r["device_valid"], "valid": r.get("valid"), "ok": r["ok"]}
+            "device_valid": r["device_valid"], "valid": r.get("valid"), "ok": r["ok"],
+            # what testbed reproduce reads: the rate on the modeled hardware (x TDF) and why invalid
+            "hw_ex_per_s": rnd(r.get("hw_examples_per_s"), 1), "tdf": rnd(r.get("tdf"), 1),
+            "invalid_reasons": list(r.get("invalid_reasons") or [])}
