@@ -65,16 +65,28 @@ def test_one_iteration_is_the_device_and_network_models():
 
 def test_the_numerics_are_the_training_cores_mini_batch_sgd():
     from hosts.glm.training import reference_sgd
+    from testbed.stats import SMOOTHING_WINDOW, time_to_target
     ds, model = m._data()
-    batch, lr = 64, 1.0
-    x, hist = reference_sgd(ds, model, lr, batch, epochs=1, seed=1, eval_every=1)
-    per_epoch = -(-ds.n_samples // batch)
+    batch, lr = 256, 1.0                  # 8 mini-batches an epoch: the curve's 2nd point ends epoch 1
+    x, hist = reference_sgd(ds, model, lr, batch, epochs=2, seed=1, eval_every=1)
+    assert -(-ds.n_samples // batch) == 2 * m.EVAL_EVERY
     curve = m._curve(batch, lr, 1)
-    if len(curve) >= per_epoch:       # it may stop earlier, at the strictest target
-        assert curve[per_epoch - 1] == pytest.approx(hist[-1]["loss"], rel=1e-12)
+    assert curve[1] == pytest.approx(hist[1]["loss"], rel=1e-12)
+    if len(curve) >= 4:                   # it may stop earlier, at the strictest target
+        assert curve[3] == pytest.approx(hist[2]["loss"], rel=1e-12)
     l0, opt = m.optimum()
     assert l0 == pytest.approx(math.log(2)) and 0 < opt < min(curve)
     assert m.target_loss(0.0) == pytest.approx(l0) and m.target_loss(1.0) == pytest.approx(opt)
+    # the emulated runs' rule: the smoothed curve's crossing (testbed.stats), not a single dip
+    assert m.SMOOTHING_WINDOW == SMOOTHING_WINDOW
+    c = m._curve(16, 1.0, 0)
+    tgt = m.target_loss(0.9)
+    its = [m.EVAL_EVERY * (k + 1) for k in range(len(c))]
+    assert m.iterations_to_target(16, 1.0, 0.9) == pytest.approx(np.mean(
+        [time_to_target([m.EVAL_EVERY * (k + 1) for k in range(len(m._curve(16, 1.0, s)))],
+                        list(m._curve(16, 1.0, s)), tgt) for s in m.SEEDS]))
+    first_dip = next(i for i, v in zip(its, c) if v <= tgt)
+    assert time_to_target(its, list(c), tgt) >= first_dip
 
 
 def test_one_tuning_rule_for_both_methods():
