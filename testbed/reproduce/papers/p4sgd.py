@@ -394,7 +394,7 @@ def emulated_scaling(runs: Any) -> EmulatedValues:
 
 
 # ---- the paper --------------------------------------------------------------------------------
-SOURCE = "Huang et al., P4SGD, IEEE TPDS 34(8) 2023 (doi 10.1109/TPDS.2023.3279255); arXiv 2305.05885v1 abstract"
+SOURCE = "Huang et al., P4SGD, IEEE TPDS 2023 (doi 10.1109/TPDS.2023.3279255); arXiv 2305.05885v1 abstract"
 
 COMMON_SETTING = [
     SettingItem("workers", WORKERS, "verified", "arXiv 2305.05885 abstract: eight Xilinx U280 FPGAs"),
