@@ -15,11 +15,13 @@ envelope [lo, hi] reaches the paper's number exactly when
 
 The envelope is testbed.fidelity.sensitivity.band over the headline's assumed
 constants: nominal, each constant alone at either end, and the two corners.
-Where the corner on the paper's side reaches the paper's value, the values
-named are the nearest ones along the straight line from the nominal constants
-to that corner (bisection; the projection is taken as monotone along it, which
-holds for the sums of times the models are); otherwise the evaluated point
-closest to the paper's value that reaches it.
+The values named are, first, one constant alone: of those whose end of range
+reaches the paper's value, the one that needs the smallest share of the way
+from its nominal to that end (bisection); else every constant together, the
+nearest point along the straight line from the nominal constants to the
+envelope's corner on the paper's side (the projection is taken as monotone
+along these lines, which holds for the sums of times the models are); else the
+evaluated point closest to the paper's value that reaches it.
 """
 from __future__ import annotations
 
@@ -69,28 +71,51 @@ def envelope(project: Callable[[dict[str, float]], float], constants: list[Assum
     if within(paper, b.nominal, tol) or not reachable(paper, b.lo, b.hi, tol):
         return env
     nominal = {c.name: c.nominal for c in constants}
+    by_name = {c.name: c for c in constants}
     up = paper > b.nominal
-    corner, corner_value = (b.slow_values, b.slow_corner) if up else (b.fast_values, b.fast_corner)
     edge = paper / (1 + tol) if up else paper / (1 - tol)     # the near edge of "within tol"
-    if corner and corner_value is not None and (corner_value >= edge if up else corner_value <= edge):
-        lo, hi = 0.0, 1.0          # smallest step toward the corner that reaches the edge
 
+    def reaches(v: float) -> bool:
+        return v >= edge if up else v <= edge
+
+    def smallest_step(target: dict[str, float]) -> tuple[float, dict[str, float], float] | None:
+        """Bisection for the smallest step t from the nominal constants toward
+        `target` whose projection reaches the edge: (t, the values, the projection)."""
         def at(t: float) -> dict[str, float]:
-            return {k: nominal[k] + t * (corner[k] - nominal[k]) for k in corner}
-
+            return {k: nominal[k] + t * (target[k] - nominal[k]) for k in target}
+        if not reaches(project(at(1.0))):
+            return None
+        lo, hi = 0.0, 1.0
         for _ in range(40):
             mid = (lo + hi) / 2
-            v = project(at(mid))
-            if (v >= edge) if up else (v <= edge):
+            if reaches(project(at(mid))):
                 hi = mid
             else:
                 lo = mid
-        v = float(project(at(hi)))
-        if within(paper, v, tol):
-            env.reaching, env.reaching_value = at(hi), v
-            return env
-    # Not along the line to the corner: the evaluated point closest to the paper's value.
-    by_name = {c.name: c for c in constants}
+        values = at(hi)
+        v = float(project(values))
+        return (hi, values, v) if within(paper, v, tol) else None
+
+    # One constant alone first (what a reader can act on): the one that needs the
+    # smallest share of the way from its nominal to the end of its range.
+    singles = []
+    for name, (v_lo, v_hi) in b.per_constant.items():
+        c = by_name[name]
+        for end, v_end in ((c.lo, v_lo), (c.hi, v_hi)):
+            if end != c.nominal and reaches(v_end):
+                found = smallest_step({name: end})
+                if found:
+                    singles.append(found)
+    if singles:
+        _, env.reaching, env.reaching_value = min(singles, key=lambda f: f[0])
+        return env
+    # Else all of them together, along the line to the envelope's corner on the paper's side.
+    corner = b.slow_values if up else b.fast_values
+    found = smallest_step(corner) if corner else None
+    if found:
+        _, env.reaching, env.reaching_value = found
+        return env
+    # Not along that line: the evaluated point closest to the paper's value.
     candidates = [({name: by_name[name].lo}, v_lo) for name, (v_lo, _) in b.per_constant.items()]
     candidates += [({name: by_name[name].hi}, v_hi) for name, (_, v_hi) in b.per_constant.items()]
     if b.fast_corner is not None:
@@ -148,8 +173,8 @@ def decide(paper: float, unit: str, env: Envelope, emulated: Interval | None, ap
         changed = ", ".join(f"{k} = {v:.4g} {units.get(k, '')} (nominal {nominal.get(k, float('nan')):.4g})"
                             for k, v in env.reaching.items() if v != nominal.get(k))
         return Verdict("within_envelope",
-                       f"{proj} ({span}); it reaches the paper's {fmt(paper, unit)} only with {changed} "
-                       f"(projection {fmt(env.reaching_value, unit)}){em_text}",
+                       f"{proj} ({span}); it comes within {tol:.0%} of the paper's {fmt(paper, unit)} with "
+                       f"{changed} (projection {fmt(env.reaching_value, unit)}){em_text}",
                        {"reaching": env.reaching})
     most = env.band.most_sensitive
     side = "below" if p < paper else "above"

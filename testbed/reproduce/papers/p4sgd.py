@@ -69,9 +69,10 @@ TARGET_RANGE = (0.8, 0.95)                       # the target_fraction constant'
 
 # ---- assumed constants ------------------------------------------------------------------------
 C_LAUNCH = AssumedConstant(
-    "gpu.launch_s", 5e-6, 3e-6, 10e-6, "s",
+    "gpu.launch_s", 5e-6, 3e-6, 20e-6, "s",
     "hosts/glm/devices.py GpuDevice: kernel launch + sync per kernel, commonly measured 3-10 us for small "
-    "CUDA kernels [A]; 4 kernels per step")
+    "CUDA kernels [A]; up to 20 us, the launch round trip of one small kernel on a V100 that the model "
+    "validation cites (measurements/devices.py device:glm-gpu:launch, a secondary source); 4 kernels per step")
 C_GPU_HBM = AssumedConstant(
     "gpu.hbm_efficiency", 0.7, 0.4, 0.9, "share of 900 GB/s",
     "GpuDevice: V100 HBM2 900 GB/s [D]; GLM kernels' share 0.7 [A], range as testbed/workloads/p4sgd.py "
