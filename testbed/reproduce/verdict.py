@@ -1,13 +1,16 @@
 """Verdicts, computed from the numbers, never written by hand.
 
   reproduced       the paper's value is within TOLERANCE (25 %) of the projection
-                   at the paper's setting, and inside the emulated 95 % interval
-                   where the emulation measures the paper's setting
-                   (Headline.emulated_applies);
+                   at the paper's setting, and, where the emulation measures the
+                   paper's setting (Headline.emulated_applies), inside the emulated
+                   95 % interval, an interval no wider than the margin (a wider
+                   one cannot tell the paper's value from its neighbours);
   within_envelope  some values of the assumed constants, within their ranges,
                    bring the projection within TOLERANCE of the paper's value
                    (the report names those values);
-  not_reproduced   neither.
+  not_reproduced   neither; also when the projection agrees but the emulation at the
+                   paper's setting does not confirm it (no valid value, an interval
+                   that excludes the paper's value or is too wide to decide).
 
 "Within 25 % of x" is |paper - x| <= 0.25 x throughout, so a value in the
 envelope [lo, hi] reaches the paper's number exactly when
@@ -159,13 +162,20 @@ def decide(paper: float, unit: str, env: Envelope, emulated: Interval | None, ap
             em_ok = False
             em_text = (f"; the emulated 95 % interval {fmt(emulated.lo, unit)}–{fmt(emulated.hi, unit)} "
                        f"(n={emulated.n}) excludes {fmt(paper, unit)}")
+        elif (emulated.hi - emulated.lo) / 2 > tol * abs(paper):
+            # An interval wider than the margin contains the paper's value without telling
+            # it from its neighbours: the emulation cannot decide, so it does not confirm.
+            em_ok = False
+            em_text = (f"; the emulated 95 % interval {fmt(emulated.lo, unit)}–{fmt(emulated.hi, unit)} "
+                       f"(n={emulated.n}) is wider than the ±{tol:.2g} margin: too few seeds to decide")
         else:
             em_text = (f", and the emulated 95 % interval {fmt(emulated.lo, unit)}–{fmt(emulated.hi, unit)} "
                        f"(n={emulated.n}) contains it")
     if within(paper, p, tol) and em_ok:
         return Verdict("reproduced", f"the paper's {fmt(paper, unit)} is within {tol:.0%} of {proj[4:]}{em_text}")
     if within(paper, p, tol):
-        return Verdict("within_envelope" if reachable(paper, env.lo, env.hi, tol) else "not_reproduced",
+        # The nominal projection agrees; the emulation at the paper's setting does not confirm it.
+        return Verdict("not_reproduced",
                        f"{proj} ({span}), within {tol:.0%} of the paper's {fmt(paper, unit)}{em_text}")
     if env.reaching is not None:
         units = {c.name: c.unit for c in constants}

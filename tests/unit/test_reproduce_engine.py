@@ -68,14 +68,17 @@ def test_not_reproduced_when_no_constant_reaches_it():
 
 def test_the_emulated_interval_decides_where_it_applies():
     env = envelope(ratio, [LAUNCH, LINK], 8.0)
-    inside = mean_ci95([7.0, 8.5, 9.0])
+    inside = mean_ci95([7.8, 8.3, 8.0])
     outside = mean_ci95([3.0, 3.1, 3.2])
     assert decide(8.0, "x", env, inside, True, [LAUNCH, LINK]).verdict == "reproduced"
     v = decide(8.0, "x", env, outside, True, [LAUNCH, LINK])
     assert v.verdict != "reproduced" and "excludes" in v.reason
     assert decide(8.0, "x", env, outside, False, [LAUNCH, LINK]).verdict == "reproduced"
     none = decide(8.0, "x", env, None, True, [LAUNCH, LINK])
-    assert none.verdict != "reproduced" and "no valid emulated value" in none.reason
+    assert none.verdict == "not_reproduced" and "no valid emulated value" in none.reason
+    wide = mean_ci95([2.0, 8.0, 14.0])              # contains 8, but +-15: wider than 25 % of 8
+    undecided = decide(8.0, "x", env, wide, True, [LAUNCH, LINK])
+    assert undecided.verdict == "not_reproduced" and "too few seeds to decide" in undecided.reason
 
 
 def test_what_moves_finds_the_regime_value_nearest_the_paper_setting():
