@@ -366,21 +366,29 @@ def pcap(pcap_files: tuple[str, ...], as_json: bool, show_packets: int) -> None:
         files.extend(sorted(p.glob("*.pcap")) if p.is_dir() else [p])
     if not files:
         _fail(f"no .pcap files in {', '.join(pcap_files)}")
+    groups = pcap_ina.by_capture_point(files)
     try:
         summaries = [summarize(f) for f in files]
-        ina = pcap_ina.analyze(files)
+        decoded = {where: pcap_ina.analyze(fs) for where, fs in groups.items()}
     except PcapError as e:
         _fail(str(e))
+    where_text = {"switch": "at the switch ports", "other": "at the hosts' interfaces (switch.capture_hosts)"}
     if as_json:
-        click.echo(json.dumps({"files": [s.to_dict() for s in summaries], "ina": ina.to_dict()}, indent=2))
+        out = {"files": [s.to_dict() for s in summaries]}
+        for where, ina in decoded.items():
+            out["ina" if where == "switch" or len(decoded) == 1 else "ina_at_hosts"] = ina.to_dict()
+        click.echo(json.dumps(out, indent=2))
         return
     for s in summaries:
         click.echo(format_summary(s))
         click.echo("")
-    if ina.packets:
-        click.echo(ina.format(show_packets))
-    else:
+    if not any(ina.packets for ina in decoded.values()):
         click.echo("no in-network aggregation packets in these traces")
+    for where, ina in decoded.items():
+        if ina.packets:
+            if len(decoded) > 1:
+                click.echo(f"--- captured {where_text[where]} ---")
+            click.echo(ina.format(show_packets))
 
 
 @main.command()

@@ -53,6 +53,17 @@ REFUSAL_COUNTERS = {
 _INTF_PCAP = re.compile(r"^(?P<switch>[A-Za-z]+\d+)-eth(?P<port>\d+)_(?P<dir>in|out)\.pcap$")
 
 
+def by_capture_point(paths: Iterable[str | Path]) -> dict[str, list[Path]]:
+    """{"switch": a soft switch's per-port <sw>-eth<p>_in/_out pcaps, "other": the
+    rest (host captures, switch.capture_hosts; tcpdump's per-interface pcaps)}:
+    one frame seen at a host and again at the switch port must not count twice,
+    so each capture point is decoded on its own."""
+    out: dict[str, list[Path]] = {"switch": [], "other": []}
+    for p in map(Path, paths):
+        out["switch" if _INTF_PCAP.match(p.name) else "other"].append(p)
+    return {k: v for k, v in out.items() if v}
+
+
 @dataclass
 class InaPacket:
     ts: float

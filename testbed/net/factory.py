@@ -71,6 +71,7 @@ def build_network(net_mode: str, scenario: Any, *, logs_dir: Path, pcaps_dir: Pa
     if sw.backend == "bmv2":
         build = compile_bmv2(sw.program, sw.options, Path(logs_dir), recorder)
     kw = dict(run_dir=Path(logs_dir), seed=seed, capture=sw.capture, capture_bytes=sw.capture_bytes,
+              capture_hosts=list(sw.capture_hosts),
               log_dir=logs_dir, pcap_dir=pcaps_dir, registry=registry, backend=sw.backend,
               p4runtime=sw.backend in ("soft", "bmv2"), bmv2_build=build, recorder=recorder,
               ina_traffic=ina_traffic)

@@ -62,7 +62,7 @@ class MininetNetwork(Network):
     def __init__(self, topology: Any, links: Any, hosts: list[str] | None, switch_cls: type,
                  switch_config_base: dict[str, Any] | None, run_dir: str | Path, seed: int = 0,
                  capture: bool = False, *, capture_bytes: int | None = None,
-                 log_dir: str | Path | None = None,
+                 capture_hosts: list[str] | None = None, log_dir: str | Path | None = None,
                  pcap_dir: str | Path | None = None, registry: RunRegistry | None = None,
                  backend: str | None = None, p4runtime: bool = False, bmv2_build: Any = None,
                  recorder: Any = None, ina_traffic: bool = True):
@@ -81,6 +81,7 @@ class MininetNetwork(Network):
         self.seed = int(seed)
         self.capture = capture
         self.capture_bytes = capture_bytes  # snaplen of the captures; None: whole frames
+        self.capture_hosts = list(capture_hosts or []) if capture else []   # host-side captures too
         self.soft = accepts_switch_config(switch_cls)
         self.backend = backend or ("soft" if self.soft else switch_cls.__name__)
 
@@ -409,6 +410,8 @@ class MininetNetwork(Network):
         self._wait_ports_ready()
         if self.capture and not self.soft:
             self._start_captures()
+        if self.capture_hosts:
+            self._start_host_captures()
         self._built = True
 
     def _make_mininet(self, **kw: Any) -> Any:
@@ -582,6 +585,22 @@ class MininetNetwork(Network):
         while time.monotonic() < deadline and not all(p.exists() for p in pcaps):
             time.sleep(0.02)
 
+    def _start_host_captures(self) -> None:
+        """tcpdump at each named host's interface, inside its namespace: what the
+        host sent and received, before the switch (switch.capture_hosts)."""
+        pcaps = []
+        for h in self.capture_hosts:
+            intf = f"{h}-eth0"
+            with open_log(self.log_dir / f"tcpdump-{intf}.log") as f:
+                p = self.node(h).popen(with_parent_death_signal(self._capture_argv(intf)),
+                                       stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
+            self._register(p.pid, f"{h}: tcpdump {intf}")
+            self._captures.append(p)
+            pcaps.append(self.pcap_dir / f"{intf}.pcap")
+        deadline = time.monotonic() + 5        # the pcap header is written once tcpdump listens
+        while time.monotonic() < deadline and not all(p.exists() for p in pcaps):
+            time.sleep(0.02)
+
     def _capture_argv(self, intf: str) -> list[str]:
         snaplen = [] if self.capture_bytes is None else ["-s", str(self.capture_bytes)]
         return ["tcpdump", "-U", "-n", "-Z", "root", "-i", intf, *snaplen,
@@ -627,6 +646,8 @@ class MininetNetwork(Network):
                 for port in self.plan.switch_ports(sw):
                     rec.command(sw, with_parent_death_signal(self._capture_argv(f"{sw}-eth{port}")),
                                 "capture")
+        for h in self.capture_hosts:
+            rec.command(h, with_parent_death_signal(self._capture_argv(f"{h}-eth0")), "capture at the host")
 
     def _record_switch(self, rec: Any, sw: str) -> None:
         ports = {p: f"{sw}-eth{p}" for p in self.plan.switch_ports(sw)}  # Mininet's port names

@@ -180,6 +180,12 @@ class Switch(BaseModel):
                     "every aggregation header; only payloads are lost. At least "
                     f"{MIN_CAPTURE_BYTES}: Ethernet + IPv4 + UDP + the aggregation header "
                     "(testbed/wire.py); needs `capture: true`.")
+    capture_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts that also capture at their own interface (`<host>-eth0.pcap` beside the switch "
+                    "ports' pcaps, tcpdump in the host's namespace, cut at `capture_bytes`): what a host "
+                    "sent and received, before the switch and its impairments. Mininet networks only; "
+                    "needs `capture: true`.")
     options: dict[str, Any] = Field(
         default_factory=dict, description="Backend-specific settings, passed through unchanged.")
 
@@ -461,18 +467,28 @@ def switch_problems(sw: Switch) -> list[tuple[Loc, str]]:
 
 
 def capture_problems(sw: Switch) -> list[tuple[Loc, str]]:
-    """`switch.capture_bytes` cuts what is captured: refused without a capture.
-    (Its bounds, the headers and the largest snaplen, are the field's own.)"""
-    if sw.capture_bytes is None or sw.capture:
-        return []
-    return [(("switch", "capture_bytes"),
-             f"{sw.capture_bytes}, but switch.capture is false (nothing is captured): remove "
-             "switch.capture_bytes (--set switch.capture_bytes=null) or set switch.capture: true")]
+    """`switch.capture_bytes` cuts what is captured and `switch.capture_hosts`
+    adds host-side captures: both refused without a capture. (The snaplen's
+    bounds are the field's own; unknown host names: net_problems.)"""
+    problems: list[tuple[Loc, str]] = []
+    if sw.capture_bytes is not None and not sw.capture:
+        problems.append((("switch", "capture_bytes"),
+                         f"{sw.capture_bytes}, but switch.capture is false (nothing is captured): remove "
+                         "switch.capture_bytes (--set switch.capture_bytes=null) or set switch.capture: true"))
+    if sw.capture_hosts and not sw.capture:
+        problems.append((("switch", "capture_hosts"),
+                         f"{sw.capture_hosts}, but switch.capture is false (nothing is captured): set "
+                         "switch.capture: true or remove switch.capture_hosts"))
+    return problems
 
 
 def net_problems(scn: Scenario, hosts: list[str]) -> list[tuple[Loc, str]]:
     """`net`: the mode's settings are present, and a cluster places known hosts on its servers."""
     net, problems = scn.net, []
+    for h in scn.switch.capture_hosts:
+        if h not in hosts:
+            problems.append((("switch", "capture_hosts"), f"{h!r} is not a host of this scenario "
+                             f"({', '.join(hosts)})"))
     if net.mode == "ssh" and not net.inventory:
         problems.append((("net", "inventory"), "net.mode ssh needs an inventory file "
                          "(see docs/real-rack.md), e.g. --set net.inventory=rack/inventory.yaml"))
