@@ -42,7 +42,10 @@ def draw_headlines(d: dict[str, Any], folder: Path) -> Path:
         ax.set_visible(False)
     for ax, h in zip(axes.flat, hs):
         u = h["unit"]
-        ax.axhline(h["paper_value"], color=ROLE_COLORS["paper"], lw=0.8, ls=":")
+        tol = h.get("tolerance", d["tolerance"])
+        pv = h["paper_value"]
+        ax.axhspan(pv / (1 + tol), pv / (1 - tol), color=ROLE_COLORS["paper"], alpha=0.07)
+        ax.axhline(pv, color=ROLE_COLORS["paper"], lw=0.8, ls=":")
         ax.plot([0], [h["paper_value"]], "D", color=ROLE_COLORS["paper"], ms=8, label="paper")
         lo, hi = h["envelope"]
         p = h["projected"]
@@ -66,7 +69,8 @@ def draw_headlines(d: dict[str, Any], folder: Path) -> Path:
     axes.flat[0].legend(fontsize=6, loc="best")
     caption = [f"{d['title']}: each panel one headline, in hardware-equivalent units. Paper: the number as the "
                f"paper states it. Projected: the hardware models at the paper's setting, the bar its envelope "
-               f"over the assumed constants' ranges. Emulated: mean and 95 % interval over seeds of valid points "
+               f"over the assumed constants' ranges; grey: the values within the headline's margin (25 % unless "
+               f"stated) of the paper's. Emulated: mean and 95 % interval over seeds of valid points "
                f"only ('own setting': measured at the emulated scale, a check of the model)."]
     bad = [h["id"] for h in hs if h["emulated"]["n_points"] and h["emulated"]["mean"] is None]
     if bad:

@@ -39,10 +39,11 @@ def _emulated_cell(e: dict[str, Any], unit: str) -> str:
 
 def markdown(d: dict[str, Any], figures: list[Path], report_dir: Path) -> str:
     L: list[str] = []
-    mode = "quick" if d["quick"] else "full"
+    mode = ("projections only, no emulation" if d["ran"]["net"] is None
+            else "quick run" if d["quick"] else "full run")
+    flag = " --no-emulation" if d["ran"]["net"] is None else " --quick" if d["quick"] else ""
     L += [f"# Reproduction report: {d['title']}", "",
-          f"`testbed reproduce {d['paper']}{' --quick' if d['quick'] else ''}` ({mode} run, status "
-          f"**{d['status']}**). {d['citation']}", "",
+          f"`testbed reproduce {d['paper']}{flag}` ({mode}, status **{d['status']}**). {d['citation']}", "",
           "| claim | paper | projected (paper's setting) | envelope | emulated mean [95 % CI] (valid/points) "
           "| verdict |", "|---|---|---|---|---|---|"]
     for h in d["headlines"]:
@@ -50,11 +51,11 @@ def markdown(d: dict[str, Any], figures: list[Path], report_dir: Path) -> str:
         L.append(f"| {h['claim']} | {fmt(h['paper_value'], u)} | {fmt(h['projected'], u)} | "
                  f"{fmt(h['envelope'][0], u)}–{fmt(h['envelope'][1], u)} | {_emulated_cell(h['emulated'], u)} | "
                  f"**{h['verdict']}** |")
-    L += ["", f"A verdict is computed: `reproduced` when the paper's value is within ±{d['tolerance']:.0%} (or the "
-          "headline's own stated margin) of "
-          "the projection at the paper's setting (and inside the emulated 95 % interval where the emulation "
-          "measures the paper's setting), `within_envelope` when some values of the assumed constants within "
-          "their ranges reach it, `not_reproduced` otherwise.", ""]
+    L += ["", f"A verdict is computed (docs/reproduce.md): `reproduced` when the paper's value is within "
+          f"±{d['tolerance']:.0%} (or the headline's own stated margin) of the projection at the paper's setting "
+          "and, where the emulation measures the paper's setting, inside an emulated 95 % interval no wider than "
+          "that margin; `within_envelope` when some values of the assumed constants within their ranges reach "
+          "it; `not_reproduced` otherwise.", ""]
     for f in figures:
         L += [f"![{f.stem}](figures/{f.name})", ""]
     for h in d["headlines"]:
@@ -65,9 +66,12 @@ def markdown(d: dict[str, Any], figures: list[Path], report_dir: Path) -> str:
         if h["note"]:
             L.append(f"- Note: {h['note']}")
         e = h["emulated"]
-        L.append(f"- Emulated: {_emulated_cell(e, u)}; {e['what']}"
-                 + ("" if e["applies_at_paper_setting"] else " (not at the paper's setting: a check of the "
-                    "model, not a condition of the verdict)") + ".")
+        if e["n_points"] or e["mean"] is not None:
+            L.append(f"- Emulated: {_emulated_cell(e, u)}; {e['what']}"
+                     + ("" if e["applies_at_paper_setting"] else " (not at the paper's setting: a check of the "
+                        "model, not a condition of the verdict)") + ".")
+        else:
+            L.append(f"- Emulated: {e['what']}.")
         if e["left_out"]:
             L.append("  Left out: " + "; ".join(e["left_out"][:5]) + (" …" if len(e["left_out"]) > 5 else ""))
         L += ["", "Setting:", "", "| item | value | status | source |", "|---|---|---|---|"]
