@@ -241,6 +241,9 @@ def scaling(run: Run, out_dir: Path) -> list[Path]:
         extra.append(f"Projected (thin lines with crosses, band = sensitivity to the device/network constants): model "
                      f"profile {values_text(sorted(profiles))}; worker counts beyond the emulated ones are "
                      f"projected only.")
+    crossover = _crossover_text(run, case_system)
+    if crossover:
+        extra.insert(0, crossover)
     if notes:
         extra.append(f"DISAGREE (> {DISAGREE_FRAC:.0%} between emulated and projected at the same N): "
                      + "; ".join(notes))
@@ -249,6 +252,46 @@ def scaling(run: Run, out_dir: Path) -> list[Path]:
     elif profiles:
         extra.append("Not compared with the projection: the run recorded no hardware-time throughput.")
     return _save(fig, run, out_dir, "p4sgd_scaling", extra, sums)
+
+
+def _crossover_text(run: Run, case_system: dict[str, str]) -> str | None:
+    """One sentence: per model width that ran both ways, which parallelism the
+    projection favours at the largest worker count both reach, and why."""
+    res = Resolution(run)
+    features: dict[str, Any] = {}
+    for p in run.points:
+        ds = res.get(p["index"], "workload.dataset") or {}
+        features.setdefault(p.get("case") or "base", ds.get("features"))
+    curves: dict[str, dict[int, float]] = defaultdict(dict)
+    by_case: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in run.metrics_of("projection"):
+        if r.get("workload") == "p4sgd" and r.get("hw_throughput_sps") and r.get("case") in case_system:
+            by_case[r["case"]][int(r["workers"])].append(r["hw_throughput_sps"])
+    for case, by_w in by_case.items():
+        curves[case] = {w: float(np.median(v)) for w, v in by_w.items()}
+    parts = []
+    for width in sorted({f for f in features.values() if f}):
+        mp = [c for c in curves if features.get(c) == width and case_system.get(c) == "p4sgd"]
+        dp = [c for c in curves if features.get(c) == width and case_system.get(c) == "dp"]
+        if not mp or not dp:
+            continue
+        a, b = curves[mp[0]], curves[dp[0]]
+        common = sorted(set(a) & set(b))
+        if len(common) < 2:
+            continue
+        lo, n = common[0], common[-1]
+        eff_mp = a[n] / n / (a[lo] / lo)
+        eff_dp = b[n] / n / (b[lo] / lo)
+        why = ("data parallelism's gradient allreduce carries all the features every step, model "
+               "parallelism's only the batch's partial sums" if eff_mp >= eff_dp else
+               "each worker's slice of the features leaves too little compute per micro-batch against the "
+               "device's fixed per-micro-batch cost, while data parallelism's work per worker stays whole")
+        winner = "model parallelism (P4SGD) wins" if eff_mp >= eff_dp else "data parallelism wins"
+        parts.append(f"{width} features: P4SGD {eff_mp:.0%} vs data-parallel {eff_dp:.0%} at {n} workers, "
+                     f"{winner}: {why}")
+    if not parts:
+        return None
+    return "Where model parallelism beats data parallelism (projected scaling efficiency): " + "; ".join(parts) + "."
 
 
 def _case_label(system: str, case: str) -> str:

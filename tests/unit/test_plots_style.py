@@ -168,6 +168,14 @@ def test_scaling_projection_is_dashed_labelled_and_disagreement_noted(tmp_path, 
     assert len(labelled) >= 2, [t.get_text() for t in ax_t.get_yticklabels()]   # not one lone label
 
 
+def test_scaling_caption_says_where_model_parallelism_beats_data_parallelism(tmp_path, drawn):
+    fig = drawn(fx.scaling_run(tmp_path), ["p4sgd_scaling"])["p4sgd_scaling"]
+    text = st.caption_of(fig)
+    # The fixture projects P4SGD at 1.9^log2(N), data-parallel at 1.5^log2(N): 256^(log2 1.9 - 1) = 66 %.
+    assert "Where model parallelism beats data parallelism (projected scaling efficiency): 8192 features: " \
+           "P4SGD 66% vs data-parallel 10% at 256 workers, model parallelism (P4SGD) wins" in text
+
+
 def test_scaling_invalid_point_hollow(tmp_path, drawn):
     fig = drawn(fx.scaling_run(tmp_path, invalid_point=22), ["p4sgd_scaling"])["p4sgd_scaling"]
     hollow = [ln for ln in _data_lines(fig.axes[0]) if ln.get_markerfacecolor() == "none"]
