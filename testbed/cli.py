@@ -245,7 +245,7 @@ def _dry_run(scn, points, net_mode: str, as_json: bool, summary_only: bool = Fal
 
 
 def _print_summary(run_dir: Path) -> None:
-    from testbed.results import load_run
+    from testbed.results import load_run, summary_legend
 
     r = load_run(run_dir)
     rows = []
@@ -263,6 +263,8 @@ def _print_summary(run_dir: Path) -> None:
     for row in rows:
         line = "  ".join(str(row.get(c, "")).ljust(widths[c]) for c in cols)
         click.secho(line, fg=None if row.get("status") == "ok" else "red")
+    for line in summary_legend(cols):       # what hw_ / projected_hw_ / emu_ say
+        click.echo(line)
     for w in r.manifest.get("warnings", []):
         click.secho(f"WARNING: {w}", fg="yellow", err=True)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -190,6 +191,28 @@ def list_runs(root: Path | None = None) -> list[Path]:
             found.update(r.glob("*/*/manifest.json"))
             found.update(r.glob("reproduce/*/*/runs/*/*/manifest.json"))
     return sorted(found, key=lambda m: m.stat().st_mtime)
+
+
+# What a summary column's prefix says of its time or rate (each workload's summary_row).
+SUMMARY_PREFIXES = (
+    ("hw_", "hw_*: hardware-equivalent (emulated / TDF), comparable across points"),
+    ("projected_hw_", "projected_hw_*: the hardware model's projection of the point's own trace"),
+    ("emu_", "emu_*: emulated wall time (dilated by the point's TDF where it has one)"),
+)
+_UNIT = re.compile(r"(^|_)(ms|s|us|sps|mbps|gbps)($|[_/@])|per_s")
+
+
+def summary_legend(columns: Iterable[str]) -> list[str]:
+    """Lines under the summary table: what its columns' hw_ / projected_hw_ / emu_
+    prefixes mean (those present), and, for a table written before the columns said
+    so, that its unprefixed times are emulated."""
+    cols = list(columns)
+    out = [text for prefix, text in SUMMARY_PREFIXES if any(c.startswith(prefix) for c in cols)]
+    bare = [c for c in cols if _UNIT.search(c) and not c.startswith(("hw_", "projected_hw_", "emu_", "proj"))]
+    if bare:
+        out.append("written before the columns said which: unprefixed times are emulated (LHC's net_gbps: "
+                   f"on hardware-equivalent time), proj* projected: {', '.join(bare)}")
+    return out
 
 
 def write_summary_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:

@@ -81,7 +81,10 @@ class WorkloadRuntime:
         return records
 
     def summarize(self, ctx: PointContext, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Rows for the end-of-run table and summary.csv."""
+        """Rows for the end-of-run table and summary.csv. Every time or rate column says
+        what it is, with its unit: hw_* hardware-equivalent (emulated / TDF), first;
+        projected_hw_* the projection of the point's trace; emu_* emulated wall time
+        (docs/time-fidelity.md, "Reading the summary table")."""
         return []
 
     def retune(self, point: Any, fidelity: dict[str, Any] | None) -> Any | None:

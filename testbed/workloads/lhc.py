@@ -418,12 +418,21 @@ def fidelity_records(wl: LhcWorkload, work_dir: Path, summary: dict[str, Any]) -
 
 
 def summary_row(s: dict[str, Any]) -> dict[str, Any]:
+    """The point's row of the end-of-run table and summary.csv: hw_* hardware-equivalent
+    (emulated / TDF; each point runs at its own TDF, so only these compare across
+    points), projected_hw_* the hardware model's replay of the point's own trace,
+    emu_* emulated wall time."""
     def r(v, nd=3):
         return None if v is None else round(v, nd)
+    proj_ms = s.get("projected_hw_iter_ms")
     return {"algorithm": s["algorithm"], "workers": s["workers"], "n": s["n"],
-            "iter_ms": r(s["iter_ms"]), "agg_ms": r(s["agg_ms"]), "net_ms": r(s["net_ms"]),
-            "hw_iter_us": r(s.get("hw_iter_us"), 2), "hw_net_us": r(s.get("hw_net_us"), 2),
-            "net_gbps": r(s["agg_network_gbps"], 4), "dense_over_sent": r(s["dense_over_sent"], 2),
+            "hw_iter_us": r(s.get("hw_iter_us"), 2), "hw_agg_us": r(s.get("hw_agg_us"), 2),
+            "hw_net_us": r(s.get("hw_net_us"), 2),
+            "projected_hw_iter_us": r(proj_ms * 1e3 if proj_ms is not None else None, 2),
+            "hw_net_gbps": r(s["agg_network_gbps"], 4),
+            "emu_iter_ms": r(s["iter_ms"]), "emu_agg_ms": r(s["agg_ms"]), "emu_net_ms": r(s["net_ms"]),
+            "tdf": s.get("tdf"), "net_ratio": r(s.get("net_ratio_p50"), 2),
+            "emu/proj": r(s.get("emulated_over_projected"), 2),
+            "dense_over_sent": r(s["dense_over_sent"], 2),
             "union": s["union"], "core": s["core_values"], "decode_errors": s["decode_errors"],
-            "exact": s["exact"], "tdf": s.get("tdf"), "net_ratio": r(s.get("net_ratio_p50"), 2),
-            "emu/proj": r(s.get("emulated_over_projected"), 2), "valid": s["valid"]}
+            "exact": s["exact"], "valid": s["valid"]}

@@ -756,14 +756,29 @@ def _summary(wl: P4sgdWorkload, workers: list[str], raw: dict[str, list], summar
 
 
 def summary_row(s: dict[str, Any]) -> dict[str, Any]:
+    """The point's row of the end-of-run table and summary.csv. Times and rates say
+    what they are: hw_* hardware-equivalent (emulated / TDF: each point runs at its
+    own TDF, so only these compare across points), projected_hw_* the hardware
+    model's replay of the point's own trace, emu_* emulated wall time."""
     def r(v, nd=3):
         return None if v is None else round(v, nd)
+
+    def hw(v, scale=1.0):           # an emulated duration in hardware-equivalent time
+        return v * scale / tdf if v is not None and tdf else None
+    tdf = s.get("tdf") or s.get("dilation")
+    samples, proj_s = s.get("samples"), s.get("projected_hw_train_s")
     return {"mode": s["mode"], "collective": s["collective"], "workers": s["workers"],
-            "device": s["device"], "dilation": s["dilation"], "batch": s["batch"],
-            "depth": s["pipeline_depth"], "throughput_sps": r(s["throughput_sps"], 1),
-            "iter_ms": r(s["iter_ms_p50"]), "comm_share": r(s["comm_share"]),
-            "hidden_share": r(s["hidden_share"]), "allreduce_p50_ms": r(s["allreduce_p50_ms"]),
-            "final_loss": r(s["final_loss"], 5), "time_to_target_s": r(s["time_to_target_s"]),
-            "valid": s["valid"], "all_correct": s["all_correct"],
+            "device": s["device"], "batch": s["batch"], "depth": s["pipeline_depth"],
+            "hw_throughput_sps": r(s.get("hw_throughput_sps"), 1),
+            "projected_hw_throughput_sps": r(samples / proj_s if samples and proj_s else None, 1),
             # what `testbed reproduce p4sgd` reads: hardware time, and why a point is invalid
-            "hw_train_s": s.get("hw_train_s"), "invalid_reasons": s.get("invalid_reasons") or []}
+            "hw_train_s": s.get("hw_train_s"), "projected_hw_train_s": proj_s,
+            "hw_iter_ms": r(hw(s.get("iter_ms_p50")), 6),
+            "hw_allreduce_p50_ms": r(hw(s.get("allreduce_p50_ms")), 6),
+            "hw_time_to_target_s": r(hw(s.get("time_to_target_s")), 6),
+            "emu_throughput_sps": r(s["throughput_sps"], 1), "emu_iter_ms": r(s["iter_ms_p50"]),
+            "emu_allreduce_p50_ms": r(s["allreduce_p50_ms"]), "emu_time_to_target_s": r(s["time_to_target_s"]),
+            "tdf": tdf, "emu/proj": r(s.get("emulated_vs_projected"), 2),
+            "comm_share": r(s["comm_share"]), "hidden_share": r(s["hidden_share"]),
+            "final_loss": r(s["final_loss"], 5), "valid": s["valid"], "all_correct": s["all_correct"],
+            "invalid_reasons": s.get("invalid_reasons") or []}

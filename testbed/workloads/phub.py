@@ -501,17 +501,24 @@ def fidelity_records(wl: PhubWorkload, work_dir: Path, summary: dict[str, Any]) 
 
 
 def summary_row(s: dict[str, Any]) -> dict[str, Any]:
+    """The point's row of the end-of-run table and summary.csv: hw_* hardware-equivalent
+    (emulated / TDF, or the server's modeled stage times; each point runs at its own
+    TDF, so only these compare across points), projected_hw_* the hardware model's
+    replay of the point's own trace (_<n>w: replicated to n workers), emu_* measured
+    on the emulation's wall clock (the server's stages: this machine's CPU)."""
     def r(v, nd=3):
         return None if v is None else round(v, nd)
     return {"algorithm": s["algorithm"], "model": s["model"], "workers": s["workers"], "jobs": s["jobs"],
-            "racks": s.get("racks", 1),
-            "chunk_bytes": s["chunk_bytes"], "iter_ms": r(s["iter_ms"]), "hw_iter_ms": r(s["hw_iter_ms"]),
-            "recv_ms": r(s.get("server_recv_s_per_iter_ms")), "agg_ms": r(s.get("server_agg_s_per_iter_ms")),
-            "opt_ms": r(s.get("server_opt_s_per_iter_ms")), "send_ms": r(s.get("server_send_s_per_iter_ms")),
+            "racks": s.get("racks", 1), "chunk_bytes": s["chunk_bytes"],
+            "hw_iter_ms": r(s["hw_iter_ms"]),
             **{f"hw_{k}_us": r(s.get(f"server_hw_{k}_us_per_iter"), 2) for k in HW_STAGES},
-            "agg_gbps": r(s.get("server_agg_gbps_per_core")), "numpy_gbps": r(s.get("numpy_sum_gbps_per_core")),
-            "weights_agree": s["weights_agree"], "ok": s["ok"], "tdf": s["tdf"],
-            "net_ratio": r(s.get("net_ratio_p50"), 2), "proj_ms": r(s.get("projected_hw_iter_ms")),
+            "projected_hw_iter_ms": r(s.get("projected_hw_iter_ms")),
+            **{f"projected_hw_iter_ms_{n}w": r(s.get(f"projected_hw_iter_ms_{n}")) for n in PROJECTED_WORKERS},
+            "emu_iter_ms": r(s["iter_ms"]),
+            "emu_recv_ms": r(s.get("server_recv_s_per_iter_ms")), "emu_agg_ms": r(s.get("server_agg_s_per_iter_ms")),
+            "emu_opt_ms": r(s.get("server_opt_s_per_iter_ms")), "emu_send_ms": r(s.get("server_send_s_per_iter_ms")),
+            "emu_agg_gbps": r(s.get("server_agg_gbps_per_core")), "emu_numpy_gbps": r(s.get("numpy_sum_gbps_per_core")),
+            "tdf": s["tdf"], "net_ratio": r(s.get("net_ratio_p50"), 2),
             "emu/proj": r(s.get("emulated_over_projected"), 2),
-            **{f"proj{n}_ms": r(s.get(f"projected_hw_iter_ms_{n}")) for n in PROJECTED_WORKERS},
+            "weights_agree": s["weights_agree"], "ok": s["ok"],
             "valid": s["valid"], "fidelity": (s.get("fidelity") or "")[:60]}

@@ -602,14 +602,21 @@ def project_trainers(traces: list, trainers: int, profile: Any, per_trainer: flo
 
 
 def summary_row(r: dict[str, Any]) -> dict[str, Any]:
+    """The point's row of the end-of-run table and summary.csv: hw_* on the modeled
+    hardware (emulated x TDF for a rate; each point runs at its own TDF, so only these
+    compare across points), projected_hw_* the hardware model's replay of the point's
+    own trace, emu_* measured on the emulation's wall clock."""
     def rnd(x, k=4):
         return None if x is None else round(x, k)
     return {"algo": r["label"], "trainers": r["trainers"], "hogwild": r["hogwild_workers"],
             "emb_ps": r["embedding_servers"], "k": r["k"] if r["mode"] == "foreground" else None,
-            "ex_per_s": rnd(r["examples_per_s"], 1), "eval_ne": rnd(r["eval_ne"]),
-            "train_ne": rnd(r["train_ne"]), "sync_gap": rnd(r["avg_sync_gap"], 1),
+            # what testbed reproduce reads: the rate on the modeled hardware (x TDF) and why invalid
+            "hw_ex_per_s": rnd(r.get("hw_examples_per_s"), 1),
+            "projected_hw_ex_per_s": rnd(r.get("projected_hw_examples_per_s"), 1),
+            "projected_hw_iter_ms": rnd(r.get("projected_hw_iter_ms")),
+            "emu_ex_per_s": rnd(r["examples_per_s"], 1), "tdf": rnd(r.get("tdf"), 1),
+            "emu/proj": rnd(r.get("emulated_over_projected"), 2),
+            "eval_ne": rnd(r["eval_ne"]), "train_ne": rnd(r["train_ne"]), "sync_gap": rnd(r["avg_sync_gap"], 1),
             "pushes": f"{r['pushes_applied']}/{r['pushes_sent']}", "pushes_match": r["pushes_match"],
             "device_valid": r["device_valid"], "valid": r.get("valid"), "ok": r["ok"],
-            # what testbed reproduce reads: the rate on the modeled hardware (x TDF) and why invalid
-            "hw_ex_per_s": rnd(r.get("hw_examples_per_s"), 1), "tdf": rnd(r.get("tdf"), 1),
             "invalid_reasons": list(r.get("invalid_reasons") or [])}

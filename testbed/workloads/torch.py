@@ -385,15 +385,23 @@ def fidelity_records(wl: TorchWorkload, work_dir: Path, summary: dict[str, Any])
 
 
 def summary_row(r: dict[str, Any]) -> dict[str, Any]:
+    """The point's row of the end-of-run table and summary.csv, per iteration: hw_*
+    hardware-equivalent (emulated / TDF; each point runs at its own TDF, so only
+    these compare across points), projected_hw_* the hardware model's replay of the
+    point's own trace, emu_* emulated wall time."""
     def rnd(x, k=4):
         return None if x is None else round(x, k)
+
+    def ms(x):
+        return None if x is None else x * 1e3
     return {"collective": r["collective"], "workers": r["workers"], "device": r["device"],
             "iterations": r["iterations"], "final_loss": rnd(r["final_loss"]),
-            "final_acc": rnd(r["final_acc"]), "wall_s": rnd(r["wall_s"], 2),
-            "compute_ms/it": rnd(r["iter_compute_s"] and r["iter_compute_s"] * 1e3, 2),
-            "comm_ms/it": rnd(r["iter_comm_s"] and r["iter_comm_s"] * 1e3, 2),
-            "tdf": r.get("tdf"), "hw_ms/it": rnd(r.get("hw_iter_ms"), 4),
-            "proj_hw_ms/it": rnd(r.get("projected_hw_iter_ms"), 4),
-            "emu/proj": rnd(r.get("emulated_over_projected"), 2),
+            "final_acc": rnd(r["final_acc"]),
+            "hw_iter_ms": rnd(r.get("hw_iter_ms"), 4), "hw_compute_ms": rnd(r.get("hw_compute_ms"), 4),
+            "hw_comm_ms": rnd(r.get("hw_comm_ms"), 4),
+            "projected_hw_iter_ms": rnd(r.get("projected_hw_iter_ms"), 4),
+            "emu_iter_ms": rnd(ms(r.get("iter_s")), 2), "emu_compute_ms": rnd(ms(r["iter_compute_s"]), 2),
+            "emu_comm_ms": rnd(ms(r["iter_comm_s"]), 2), "emu_wall_s": rnd(r["wall_s"], 2),
+            "tdf": r.get("tdf"), "emu/proj": rnd(r.get("emulated_over_projected"), 2),
             "retx": r["retransmissions"], "device_valid": r["device_valid"], "valid": r.get("valid"),
             "ok": r["ok"]}

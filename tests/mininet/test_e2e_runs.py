@@ -114,7 +114,7 @@ def test_quickstart_quick_results_folder(tmp_path):
     with (d / "summary.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert {(int(r["point"]), int(r["size"])) for r in rows} == {(p["index"], s) for p in points for s in (64, 4096)}
-    assert all(r["status"] == "ok" and r["all_correct"] == "True" and float(r["p50_ms"]) > 0 for r in rows)
+    assert all(r["status"] == "ok" and r["all_correct"] == "True" and float(r["emu_p50_ms"]) > 0 for r in rows)
 
     # logs/<point>/: one log per host and per switch, the P4Runtime request log
     for p in points:

@@ -37,4 +37,6 @@ def test_the_lossy_path_scenarios_differ_only_in_the_switchs_packet_path(tmp_pat
     assert fast.workload.sizes == py.workload.sizes == [262144]
     (tmp_path / "summary.csv").write_text("label,algorithm,status,p50_ms\na,switch,ok,12.5\nb,ring,failed,\n")
     assert p50_by_algorithm(str(tmp_path)) == {"switch": 12.5}
+    (tmp_path / "summary.csv").write_text("label,algorithm,status,emu_p50_ms\na,switch,ok,12.5\nb,ring,failed,\n")
+    assert p50_by_algorithm(str(tmp_path)) == {"switch": 12.5}
     assert p50_by_algorithm(None) == {} and lp.packet_paths(str(tmp_path)) == {}

@@ -136,13 +136,21 @@ def _point(label, algo, repeat, agg_ms, tdf=1000.0, valid=True, hw_iter_us=None)
 
 def test_emulated_ratios_pair_each_seed_and_leave_invalid_points_out():
     from testbed.workloads.lhc import summary_row
-    assert {"algorithm", "agg_ms", "tdf", "hw_iter_us", "valid"} <= set(summary_row(
-        {k: 1 for k in ("algorithm", "workers", "n", "iter_ms", "agg_ms", "net_ms", "agg_network_gbps",
-                        "dense_over_sent", "union", "core_values", "decode_errors", "exact", "valid")}))
+    row = summary_row({k: 1 for k in ("algorithm", "workers", "n", "iter_ms", "agg_ms", "net_ms", "agg_network_gbps",
+                                      "dense_over_sent", "union", "core_values", "decode_errors", "exact",
+                                      "valid", "hw_agg_us", "tdf")})
+    assert {"algorithm", "hw_agg_us", "emu_agg_ms", "tdf", "hw_iter_us", "valid"} <= set(row)
+    assert lhc._hw_agg_us(row) == 1.0           # the row's own hardware-equivalent aggregation time
     # throughput ratio = dense hardware time / LHC hardware time (agg_ms / tdf), per repeat
     pts = [_point("a0", "lhc_switch", 0, 100.0, tdf=1000), _point("d0", "dense_switch", 0, 600.0, tdf=2000),
            _point("a1", "lhc_switch", 1, 90.0), _point("d1", "dense_switch", 1, 300.0, valid=False),
            _point("a2", "lhc_switch", 2, 50.0), _point("d2", "dense_switch", 2, 100.0)]
+    ev = lhc._emulated_throughput({"throughput": engine.EmulatedRun("throughput", "x", None, pts)})
+    assert ev.values == [3.0, 2.0] and ev.n_points == 3
+    # today's rows: hw_agg_us (the rows above: a report kept before, agg_ms / tdf)
+    for p in pts:
+        row = p.summaries[0]
+        row["hw_agg_us"], row["emu_agg_ms"] = row["agg_ms"] * 1e3 / row["tdf"], row.pop("agg_ms")
     ev = lhc._emulated_throughput({"throughput": engine.EmulatedRun("throughput", "x", None, pts)})
     assert ev.values == [3.0, 2.0] and ev.n_points == 3
     assert any("net too slow" in r for r in ev.invalid_reasons)

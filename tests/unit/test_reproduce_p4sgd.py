@@ -180,8 +180,12 @@ def test_the_summary_row_carries_what_the_reproduction_reads():
                 pipeline_depth=4, valid=False, all_correct=True, hw_train_s=0.0125,
                 invalid_reasons=["network p50 1.4x TDF"])
     row = summary_row(full)
-    assert row["workers"] == 8 and row["dilation"] == 3000.0 and row["hw_train_s"] == 0.0125
-    assert row["time_to_target_s"] == 1.0 and row["invalid_reasons"] == ["network p50 1.4x TDF"]
+    assert row["workers"] == 8 and row["tdf"] == 3000.0 and row["hw_train_s"] == 0.0125
+    assert row["emu_time_to_target_s"] == 1.0 and row["invalid_reasons"] == ["network p50 1.4x TDF"]
+    # the hardware-equivalent time to the target: what emulated_convergence reads
+    assert row["hw_time_to_target_s"] == pytest.approx(1.0 / 3000.0, abs=1e-6)
+    assert m._hw_time_to_target(row) == row["hw_time_to_target_s"]
+    assert m._hw_time_to_target({"hw_time_to_target_s": None, "time_to_target_s": 1.0, "dilation": 2.0}) is None
 
 
 def test_the_emulated_extractors_keep_valid_points_only():
@@ -195,6 +199,11 @@ def test_the_emulated_extractors_keep_valid_points_only():
     ])
     ev = m.emulated_convergence({"convergence": conv})
     assert ev.values == [pytest.approx(6.0)] and ev.n_points == 6
+    # today's rows carry the hardware-equivalent time itself (the rows above: a report kept before)
+    conv_hw = EmulatedRun("convergence", "scenarios/p4sgd/reproduce_convergence.yaml", None, [
+        _point("p0", "p4sgd", 0, hw_time_to_target_s=0.1, emu_time_to_target_s=10.0, tdf=100.0),
+        _point("g0", "gpu", 0, hw_time_to_target_s=0.6, emu_time_to_target_s=30.0, tdf=50.0)])
+    assert m.emulated_convergence({"convergence": conv_hw}).values == [pytest.approx(6.0)]
     assert any("g1" in r for r in ev.invalid_reasons) and any("never reached" in r for r in ev.invalid_reasons)
     scal = EmulatedRun("scaling", "scenarios/p4sgd/scaling.yaml", None, [
         _point("a", "p4sgd_wide", 0, workers=1, hw_train_s=0.08),

@@ -305,8 +305,11 @@ def iteration_best(over: dict[str, float], **kw: Any) -> float:
 # ---- emulated values ---------------------------------------------------------------------
 def _hw_agg_us(s: dict[str, Any]) -> float | None:
     """Aggregation time on the modeled hardware (encode + rounds + decode, the slowest
-    worker's; the summary row's agg_ms is emulated wall time at the point's TDF)."""
-    agg, tdf = s.get("agg_ms"), s.get("tdf")
+    worker's): the summary row's hw_agg_us; in a report kept before the row said
+    hw_/emu_ (--from), its agg_ms (emulated wall time at the point's TDF) / tdf."""
+    if s.get("hw_agg_us") is not None:
+        return float(s["hw_agg_us"])
+    agg, tdf = s.get("emu_agg_ms", s.get("agg_ms")), s.get("tdf")
     return agg * 1e3 / tdf if agg and tdf else None
 
 

@@ -328,6 +328,10 @@ def data_parallel_u280_speedup(over: dict[str, float], features: int = FEATURES,
 
 # ---- emulated values --------------------------------------------------------------------------
 def _hw_time_to_target(s: dict[str, Any]) -> float | None:
+    if "hw_time_to_target_s" in s:          # the summary row's hardware-equivalent time
+        t = s["hw_time_to_target_s"]
+        return None if t is None else float(t)
+    # a report kept before the summary said hw_/emu_ (--from): emulated time over the dilation
     t, d = s.get("time_to_target_s"), s.get("dilation")
     return None if t is None or not d else float(t) / float(d)
 
