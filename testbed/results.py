@@ -81,11 +81,8 @@ def known_roots() -> list[Path]:
     return roots
 
 
-def new_run_dir(scenario_name: str, root: Path | None = None) -> Path:
-    """Create results/<scenario>/<timestamp>/ (suffixing -2, -3 on a clash)."""
-    if root is not None:
-        remember_root(root)
-    base = (root or DEFAULT_RESULTS_ROOT) / scenario_name
+def new_stamped_dir(base: Path, subdirs: tuple[str, ...] = ()) -> Path:
+    """Create <base>/<YYYYmmdd-HHMMSS>/ (suffixing -2, -3 on a clash) and its subdirs."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     candidate = base / stamp
     n = 2
@@ -93,11 +90,19 @@ def new_run_dir(scenario_name: str, root: Path | None = None) -> Path:
         candidate = base / f"{stamp}-{n}"
         n += 1
     try:
-        for sub in ("logs", "pcaps"):
-            (candidate / sub).mkdir(parents=True, exist_ok=True)
+        candidate.mkdir(parents=True)
+        for sub in subdirs:
+            (candidate / sub).mkdir()
     except OSError as e:
-        raise _unwritable(root or DEFAULT_RESULTS_ROOT, e) from None
+        raise _unwritable(base, e) from None
     return candidate
+
+
+def new_run_dir(scenario_name: str, root: Path | None = None) -> Path:
+    """Create results/<scenario>/<timestamp>/ with logs/ and pcaps/."""
+    if root is not None:
+        remember_root(root)
+    return new_stamped_dir((root or DEFAULT_RESULTS_ROOT) / scenario_name, ("logs", "pcaps"))
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:

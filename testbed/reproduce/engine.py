@@ -342,19 +342,11 @@ class ReproductionReport:
 
 
 def new_report_dir(paper: str, out: Path | None) -> Path:
-    base = (out or res.DEFAULT_RESULTS_ROOT) / "reproduce" / paper
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    d = base / stamp
-    n = 2
-    while d.exists():
-        d = base / f"{stamp}-{n}"
-        n += 1
+    """<out or results>/reproduce/<paper>/<timestamp>/."""
     try:
-        d.mkdir(parents=True)
-    except OSError as e:
-        raise ReproduceError(f"cannot write the report under {base}: {e.strerror or e}; choose another --out") \
-            from None
-    return d
+        return res.new_stamped_dir((out or res.DEFAULT_RESULTS_ROOT) / "reproduce" / paper)
+    except res.ResultsDirError as e:
+        raise ReproduceError(str(e)) from None
 
 
 def reproduce(name: str, *, quick: bool = False, out: Path | None = None, net_mode: str = "mininet",
