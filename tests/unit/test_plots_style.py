@@ -223,3 +223,26 @@ def test_phub_server_marks_its_invalid_point(tmp_path, drawn):
     outlined = [p for p in fig.axes[0].patches if not p.get_fill()]
     assert len(outlined) == 1 and outlined[0].get_linestyle() == "--"
     assert "INVALID" in st.caption_of(fig) and "invalid point" in st.caption_of(fig)
+
+
+def test_lhc_throughput_plots_the_codec_inclusive_metric_first(tmp_path, drawn):
+    run_dir = res.new_run_dir("lhc-throughput", tmp_path)
+    res.write_json(run_dir / "manifest.json", {
+        "status": "ok", "net": "mininet", "scenario": {"name": "lhc-throughput", "workload": {"kind": "lhc"},
+                                                       "topology": {"workers": 4, "kind": "star"},
+                                                       "switch": {"backend": "soft"}, "figures": ["lhc_throughput"]},
+        "points": [], "machine": {"cpus": 2}, "git": {"commit": "abc"}})
+    for idx, (algo, density, codec, net) in enumerate([("lhc", 0.05, 3.0, 20.0), ("lhc", 0.01, 9.0, 60.0),
+                                                       ("dense_switch", 0.05, 10.0, 10.0),
+                                                       ("dense_switch", 0.01, 10.0, 10.0)]):
+        res.append_jsonl(run_dir / "points.jsonl", {"index": idx, "label": f"{idx:03d}", "status": "ok",
+                                                     "case": "", "impairments": []})
+        res.append_jsonl(run_dir / "metrics.jsonl", {
+            "point": idx, "type": "lhc_summary", "algorithm": algo, "gradient": {"density": density},
+            "agg_gbps": codec, "agg_network_gbps": net, "dense_over_sent": 5.0, "valid": True, "workers": 4,
+            "tdf": 100.0, "decode_errors": 0, "checked_iterations": 5})
+    fig = drawn(run_dir, ["lhc_throughput"])["lhc_throughput"]
+    left, middle = fig.axes[0], fig.axes[1]
+    assert "codec included" in left.get_ylabel() and "network rounds only" in middle.get_ylabel()
+    lhc_left = next(ln for ln in _data_lines(left) if _hex(ln.get_color()) == _hex(st.color_of("lhc")))
+    assert sorted(lhc_left.get_ydata()) == [3.0, 9.0]          # agg_gbps, not the network rounds' 20 and 60
