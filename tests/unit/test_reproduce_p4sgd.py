@@ -35,7 +35,8 @@ def test_the_paper_declares_both_headlines_with_sourced_settings():
     assert {"gpu.launch_s", "gpu.hbm_efficiency", "u280.hbm_efficiency", "u280.latency_s",
             "net.nic_latency", "net.switch_pipeline_latency"} <= names
     launch = next(c for c in conv.constants if c.name == "gpu.launch_s")
-    assert (launch.lo, launch.nominal, launch.hi) == (3e-6, 5e-6, 10e-6)      # GpuDevice's documented range
+    # GpuDevice's documented 3-10 us, up to the 20 us small-kernel launch round trip the validation cites
+    assert (launch.lo, launch.nominal, launch.hi) == (3e-6, 5e-6, 20e-6)
 
 
 def test_one_iteration_is_the_device_and_network_models():
