@@ -1,5 +1,5 @@
 """The hardware-model validation table (testbed/reproduce/validation.py, measurements/network.py,
-measurements/devices.py): every prediction comes from the model, every row has a source, the
+measurements/devices.py, measurements/knl.py, measurements/lhc.py): every prediction comes from the model, every row has a source, the
 errors are what an independent recomputation gives, and the flagging rule flags what it should.
 
 Whether a model is within ±25 % of its measurements is a finding, not a test: nothing here
@@ -13,11 +13,12 @@ import pytest
 from testbed.fidelity.constants import load_profile
 from testbed.reproduce import validation
 from testbed.reproduce.measurements import MEASUREMENTS, Measurement
-from testbed.reproduce.measurements import devices, network
+from testbed.reproduce.measurements import devices, knl, lhc, network
 
-OURS = network.MEASUREMENTS + devices.MEASUREMENTS
+OURS = network.MEASUREMENTS + devices.MEASUREMENTS + knl.MEASUREMENTS + lhc.MEASUREMENTS
 MODELS = sorted({m.model for m in OURS})
-COVERED = ["tofino1-100g", "tor-100g-host", "device:u280", "device:glm-gpu", "device:dnn-v100", "device:dnn-a100"]
+COVERED = ["tofino1-100g", "tor-100g-host", "device:u280", "device:glm-gpu", "device:dnn-v100", "device:dnn-a100",
+           "device:knl", "aries-dragonfly", "device:lhc-codec-v100"]
 
 
 def test_our_measurements_are_registered_and_well_formed():
@@ -119,11 +120,79 @@ def test_dnn_predictions_come_from_the_profiled_network(monkeypatch):
     assert devices.images_per_s("v100", "fp32", "resnet50", 112) < 0.55 * base
 
 
+def test_u280_gemv_predictions_are_the_models_forward_phase(monkeypatch):
+    from hosts.glm.devices import U280Device
+    u = U280Device(sleep=False)
+    for m, n in ((8192, 8192), (512, 256)):
+        # float64 slice streamed once at HBM peak x efficiency, + half the pipeline latency
+        expect = (m * n * 8 / u.effective_Bps + u.latency_s / 2) * 1e3
+        assert devices.u280_gemv_ms(m, n) == pytest.approx(expect)
+    rows = {r["id"]: r for r in validation.validation_rows(["device:u280"])}
+    assert rows["device:u280:vitis-blas-gemv-8192x8192"]["predicted"] == pytest.approx(devices.u280_gemv_ms(8192, 8192))
+    base = devices.u280_gemv_ms(8192, 8192)
+
+    class HalfU280(U280Device):
+        def __init__(self, **kw):
+            super().__init__(hbm_efficiency=0.25, **kw)
+    monkeypatch.setattr(devices, "U280Device", HalfU280)
+    assert devices.u280_gemv_ms(8192, 8192) == pytest.approx(2 * base, rel=1e-3)
+
+
+def test_knl_deepbench_predictions_come_from_the_knl_model(monkeypatch):
+    from hosts.dnn import device as dnn
+    rate = dnn.PEAK_FLOPS["knl"]["fp32"] * dnn.DEFAULT_EFFICIENCY
+    launch = dnn.DEFAULT_LAUNCH_S
+    # 3x3 conv, C=128 -> K=256 on 56x56 (pad 1): 2*C*9 FLOPs per output element; a step is 3x forward, 3 launches
+    fwd = 2 * 128 * 9 * 256 * 56 * 56 * 16
+    assert knl._knl_conv_ms(56, 56, 128, 16, 256, 3, 3, 1, 1) == pytest.approx((3 * fwd / rate + 3 * launch) * 1e3)
+    # SGEMM forward: 2*M*N*K FLOPs, one launch
+    assert knl._knl_gemm_ms(5124, 9124, 2560) == pytest.approx((2 * 5124 * 9124 * 2560 / rate + launch) * 1e3)
+    ids = {m.id: m for m in knl.MEASUREMENTS}
+    base = ids["knl-deepbench-sgemm-5124x9124x2560"].predict()
+    monkeypatch.setitem(dnn.PEAK_FLOPS["knl"], "fp32", dnn.PEAK_FLOPS["knl"]["fp32"] / 2)
+    assert ids["knl-deepbench-sgemm-5124x9124x2560"].predict() == pytest.approx(2 * base, rel=1e-3)
+    assert ids["knl-deepbench-conv3x3-56x56x128-k256-n16"].predict() > 1.9 * (3 * fwd / rate) * 1e3
+
+
+def test_lhc_codec_predictions_come_from_lhc_device(monkeypatch):
+    from hosts.lhc import timing
+    n = lhc.N_STREAM
+    bw = timing.V100_HBM_PEAK_BPS * timing.GPU_EFFICIENCY
+    support = 4 * n + n / 8
+    assert lhc.support_stream_GBps() == pytest.approx(support / (timing.GPU_LAUNCH_S + support / bw) / 1e9)
+    assert lhc.dense_write_GBps() == pytest.approx(4 * n / (timing.GPU_LAUNCH_S + 4 * n / bw) / 1e9)
+    assert lhc.empty_kernel_us() == pytest.approx(timing.GPU_LAUNCH_S * 1e6)
+    rows = {r["id"]: r for r in validation.validation_rows(["device:lhc-codec-v100"])}
+    assert rows["lhc-codec:support-vs-read-stream"]["predicted"] == pytest.approx(lhc.support_stream_GBps())
+    base_bw, base_launch = lhc.support_stream_GBps(), lhc.empty_kernel_us()
+    # the model's constants move: half the HBM peak halves the bandwidth; a 10-us launch doubles the empty kernel
+    monkeypatch.setattr(timing, "V100_HBM_PEAK_BPS", timing.V100_HBM_PEAK_BPS / 2)
+    assert lhc.support_stream_GBps() == pytest.approx(base_bw / 2, rel=1e-2)
+    defaults = list(timing.LhcDevice.__init__.__defaults__)
+    defaults[3] = 2 * timing.GPU_LAUNCH_S          # (type, time_scale, efficiency, launch_s, sleep)
+    monkeypatch.setattr(timing.LhcDevice.__init__, "__defaults__", tuple(defaults))
+    assert lhc.empty_kernel_us() == pytest.approx(2 * base_launch)
+
+
 # -- coverage and the flagging rule ----------------------------------------------------------
 @pytest.mark.parametrize("model", ["tofino1-100g", "tor-100g-host", "device:glm-gpu", "device:dnn-v100",
-                                   "device:dnn-a100"])
+                                   "device:dnn-a100", "device:u280", "device:knl", "aries-dragonfly",
+                                   "device:lhc-codec-v100"])
 def test_models_with_three_or_more_published_measurements(model):
     assert sum(m.model == model for m in OURS) >= validation.MIN_MEASUREMENTS
+    rows = validation.validation_rows([model])
+    assert sum(r["published"] is not None for r in rows) >= validation.MIN_MEASUREMENTS
+    assert "fewer than" not in validation.flagged_profiles(rows).get(model, "")
+
+
+@pytest.mark.parametrize(("model", "n_sources"), [("device:u280", 3), ("device:lhc-codec-v100", 3),
+                                                  ("device:knl", 2)])
+def test_models_once_short_count_their_sources(model, n_sources):
+    """u280, knl and the LHC codec had 2, 2 and 0 measurements. Their rows now come from 3, 2 and 3
+    different publications (KNL: Keuper & Pfreundt's two networks and DeepBench's three kernels; no
+    third KNL source could be read)."""
+    sources = {m.source.split(",")[0] for m in OURS if m.model == model}
+    assert len(sources) == n_sources, sources
 
 
 def test_models_short_of_measurements_are_flagged_for_it():

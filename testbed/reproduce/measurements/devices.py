@@ -13,6 +13,13 @@ precision is set to the one the measurement used); none of these numbers set a
 constant of the model (U280Device cites Shuhai's 425 GB/s in its docstring but
 charges 460 GB/s x 0.5; the DNN peaks are data-sheet figures).
 
+The U280's Vitis BLAS GEMV rows compare times: the model's forward phase over
+the benchmark's float64 matrix (value_bytes 8: the workload's element size, not
+a model constant) against the published kernel execution time; the GEMV engine
+streams its matrix from 16 of the 32 pseudo-channels, the kind of engine the
+model's 50 % efficiency describes. The 8192 x 8192 row is bandwidth-bound, the
+512 x 256 row (1 MiB) weighs the fixed costs.
+
 The memory-bound models predict a streaming bandwidth: the bytes a large
 micro-batch step moves over the time the model charges for it (launches and
 pipeline latency included, negligible at that size). A STREAM-like benchmark
@@ -54,6 +61,12 @@ def u280_streaming_GBps() -> float:
 
 def glm_gpu_streaming_GBps() -> float:
     return _streaming_Bps(GpuDevice(sleep=False)) / 1e9
+
+
+def u280_gemv_ms(m: int, n: int) -> float:
+    """What the U280 model charges one forward phase over a dense float64 m x n
+    slice (q = A x: the slice streamed once from HBM, + half the pipeline latency), ms."""
+    return U280Device(value_bytes=8, sleep=False).step_time(m, n, None, phase="forward") * 1e3
 
 
 def glm_gpu_kernel_us() -> float:
@@ -170,6 +183,19 @@ MEASUREMENTS: list[Measurement] = [
         source="Xilinx Vitis_Accel_Examples, host/hbm_bandwidth/details.md (commit 9ce7f8a1, 2019-11-07): "
                "runtime log on U280, 'THROUGHPUT = 421.3 GB/s'",
         predict=u280_streaming_GBps),
+    *[Measurement(
+        id=f"device:u280:vitis-blas-gemv-{m}x{n}", model="device:u280",
+        quantity=f"kernel execution time of a dense float64 GEMV, {m} x {n} matrix streamed from HBM",
+        setting="Alveo U280 (xilinx_u280_xdma_201920), Vitis BLAS L2 gemvStreamCh16: 16 HBM channels, "
+                "4 doubles per channel per cycle, 333 MHz; model: one forward phase over the same "
+                "float64 slice (value_bytes 8)",
+        published=published_ms, unit="ms",
+        source="Xilinx Vitis Libraries 2021.1, BLAS benchmark page (xilinx.github.io/Vitis_Libraries/blas/"
+               "2021.1/benchmark.html), '1.1 gemv', table 'gemv with OpenCL in u280', 'Kernel execution time' "
+               f"for M={m}, N={n}; design parameters (double, 16 channels, parEntries 4, 333 MHz) from "
+               "Xilinx/Vitis_Libraries blas/L2/benchmarks/streamingKernel/gemvStreamCh16/Makefile",
+        predict=lambda m=m, n=n: u280_gemv_ms(m, n))
+      for m, n, published_ms in ((8192, 8192, 3.32612), (512, 256, 0.014316))],
     # -- V100 GLM (GpuDevice) -----------------------------------------------------
     Measurement(
         id="device:glm-gpu:global-mem-bw", model="device:glm-gpu",
