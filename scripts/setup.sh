@@ -9,8 +9,11 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 
 # gcc + python3-dev: scripts/build_fastpath.py compiles the INA pipeline's C hot loop.
+# openssh-server + sudo: tests/mininet/test_cluster_real.py runs `net.mode: cluster` on two
+# namespaces with an sshd of its own each (Mininet's cluster code runs ssh and sudo); the test
+# never uses the system's sshd service (on a systemd machine the package enables one).
 APT_PACKAGES=(mininet bridge-utils tcpdump tshark ethtool nftables iproute2 iputils-ping procps psmisc util-linux
-              gcc python3-dev)
+              gcc python3-dev openssh-server sudo)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

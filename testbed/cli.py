@@ -149,7 +149,9 @@ def run(scenario: str, overrides: tuple[str, ...], net_mode: str | None, quick: 
     except ResultsDirError as e:
         _fail(str(e))
 
-    if net_mode in ("mininet", "cluster"):
+    # Not for cluster: its servers and their SSH tunnels are reached through the
+    # runner's own network namespace (docs/real-rack.md, section 4).
+    if net_mode == "mininet":
         from testbed.net.isolation import enter_private_netns, isolation_available
         ok, reason = isolation_available()
         if not ok:
