@@ -116,7 +116,7 @@ def test_the_knl_and_aries_measurements_are_recomputed_from_the_models():
     for r in rows.values():
         assert r["error"] == pytest.approx(r["predicted"] / r["published"] - 1)
     flagged = flagged_profiles(list(rows.values()))
-    assert "fewer than 3" in flagged["device:knl"]           # two published KNL numbers found
+    assert "fewer than" not in flagged.get("device:knl", "")   # five published KNL numbers, two sources
 
 
 def test_no_emulation_writes_the_report_with_every_field(tmp_path):
