@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator
 from testbed import results as res
 from testbed.manifest import git_state, machine
 from testbed.reproduce.model import EmulatedValues, Headline, Paper, Regime
-from testbed.reproduce.verdict import TOLERANCE, Envelope, decide, envelope, within
+from testbed.reproduce.verdict import TOLERANCE, Envelope, pct, decide, envelope, within
 from testbed.stats import mean_ci95
 
 PAPERS = ("p4sgd", "lhc", "easgd", "shadowsync", "phub")
@@ -234,11 +234,11 @@ def what_moves(h: Headline, regime: Regime, tol: float = TOLERANCE) -> RegimeRes
     if reach is None:
         sentence = (f"with {regime.name} anywhere in {values[0]:.4g}–{values[-1]:.4g} {regime.unit} (the paper's "
                     f"setting {regime.paper_setting:.4g}) and the constants nominal, the projection "
-                    f"({min(projected):.3g}–{max(projected):.3g}) never comes within {tol:.0%} of the paper's "
+                    f"({min(projected):.3g}–{max(projected):.3g}) never comes within {pct(tol)} of the paper's "
                     f"{h.paper_value:.3g}")
     else:
         side = "≥" if reach > regime.paper_setting else "≤"
-        sentence = (f"the projection reaches the paper's {h.paper_value:.3g} (within {tol:.0%}) at "
+        sentence = (f"the projection reaches the paper's {h.paper_value:.3g} (within {pct(tol)}) at "
                     f"{regime.name} {side} {reach:.4g} {regime.unit}, against {regime.paper_setting:.4g} in the "
                     f"paper's setting (where it is {at_paper:.3g})")
         if reach == regime.paper_setting:

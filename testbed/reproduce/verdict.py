@@ -136,6 +136,11 @@ class Verdict:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+def pct(tol: float) -> str:
+    """A margin as a percentage: 25 %, 0.1 %."""
+    return f"{tol * 100:.3g} %"
+
+
 def fmt(x: float | None, unit: str = "") -> str:
     if x is None:
         return "n/a"
@@ -167,23 +172,23 @@ def decide(paper: float, unit: str, env: Envelope, emulated: Interval | None, ap
             # it from its neighbours: the emulation cannot decide, so it does not confirm.
             em_ok = False
             em_text = (f"; the emulated 95 % interval {fmt(emulated.lo, unit)}–{fmt(emulated.hi, unit)} "
-                       f"(n={emulated.n}) is wider than the ±{tol:.2g} margin: too few seeds to decide")
+                       f"(n={emulated.n}) is wider than the ±{pct(tol)} margin: too few seeds to decide")
         else:
             em_text = (f", and the emulated 95 % interval {fmt(emulated.lo, unit)}–{fmt(emulated.hi, unit)} "
                        f"(n={emulated.n}) contains it")
     if within(paper, p, tol) and em_ok:
-        return Verdict("reproduced", f"the paper's {fmt(paper, unit)} is within {tol:.0%} of {proj[4:]}{em_text}")
+        return Verdict("reproduced", f"the paper's {fmt(paper, unit)} is within {pct(tol)} of {proj[4:]}{em_text}")
     if within(paper, p, tol):
         # The nominal projection agrees; the emulation at the paper's setting does not confirm it.
         return Verdict("not_reproduced",
-                       f"{proj} ({span}), within {tol:.0%} of the paper's {fmt(paper, unit)}{em_text}")
+                       f"{proj} ({span}), within {pct(tol)} of the paper's {fmt(paper, unit)}{em_text}")
     if env.reaching is not None:
         units = {c.name: c.unit for c in constants}
         nominal = {c.name: c.nominal for c in constants}
         changed = ", ".join(f"{k} = {v:.4g} {units.get(k, '')} (nominal {nominal.get(k, float('nan')):.4g})"
                             for k, v in env.reaching.items() if v != nominal.get(k))
         return Verdict("within_envelope",
-                       f"{proj} ({span}); it comes within {tol:.0%} of the paper's {fmt(paper, unit)} with "
+                       f"{proj} ({span}); it comes within {pct(tol)} of the paper's {fmt(paper, unit)} with "
                        f"{changed} (projection {fmt(env.reaching_value, unit)}){em_text}",
                        {"reaching": env.reaching})
     most = env.band.most_sensitive
