@@ -319,8 +319,20 @@ class ReproductionReport:
     wall_s: float
     status: str = "ok"
     net_mode: str = "mininet"
+    # What ran, as the report of the run this one is rewritten from (--from) said it.
+    previous_ran: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        p = self.paper
+        d = self._dict()
+        if self.previous_ran is not None:
+            # The emulated runs are the earlier run's: its wall time, seeds and scenarios stand;
+            # the verdicts are this code's (git), recomputed at `rewritten_at`.
+            d["ran"] = {**self.previous_ran, "git": d["ran"]["git"], "rewritten_at": d["ran"]["started_at"],
+                        "rewrite_s": d["ran"]["wall_s"]}
+        return d
+
+    def _dict(self) -> dict[str, Any]:
         p = self.paper
         return {
             "format": 1, "paper": p.name, "title": p.title, "citation": p.citation, "status": self.status,
@@ -360,9 +372,14 @@ def reproduce(name: str, *, quick: bool = False, out: Path | None = None, net_mo
         check_scenarios(paper, quick)
     started = time.time()
     t0 = time.monotonic()
+    previous = None
     if from_dir is not None:
         runs: EmulatedRuns | None = load_emulated(from_dir, paper)
         report_dir = from_dir
+        if (from_dir / "report.json").exists():
+            previous = read_report(from_dir)
+            quick = bool(previous.get("quick", quick))
+            net_mode = previous.get("ran", {}).get("net") or net_mode
     else:
         report_dir = new_report_dir(name, out)
         runs = None
@@ -378,7 +395,8 @@ def reproduce(name: str, *, quick: bool = False, out: Path | None = None, net_mo
     progress("projecting the headlines at the paper's setting")
     results = [evaluate(h, runs, flagged) for h in paper.headlines]
     rep = ReproductionReport(paper, report_dir, quick, results, runs, validation, started,
-                             time.monotonic() - t0, status, net_mode)
+                             time.monotonic() - t0, status, net_mode,
+                             previous_ran=previous.get("ran") if previous else None)
     writer.write(rep)
     if status == "interrupted":
         raise KeyboardInterrupt(str(report_dir))

@@ -107,7 +107,9 @@ def markdown(d: dict[str, Any], figures: list[Path], report_dir: Path) -> str:
         L += ["", "## What could not be verified", ""] + [f"- {n}" for n in d["notes"]]
     ran = d["ran"]
     L += ["", "## What ran", "",
-          f"- Wall time: {ran['wall_s']:.0f} s; started {ran['started_at']}.",
+          f"- Wall time: {ran['wall_s']:.0f} s; started {ran['started_at']}."
+          + (f" Verdicts recomputed from the kept results at {ran['rewritten_at']} "
+             f"(`testbed reproduce {d['paper']} --from`)." if ran.get("rewritten_at") else ""),
           f"- Git: {ran['git'].get('commit')}" + (" (with uncommitted changes)" if ran["git"].get("dirty") else ""),
           f"- Machine: {ran['machine'].get('cpus')} cores, {ran['machine'].get('mem_gib')} GiB, kernel "
           f"{ran['machine'].get('kernel')}, load {', '.join(f'{x:.2f}' for x in ran['machine'].get('loadavg', []))}.",

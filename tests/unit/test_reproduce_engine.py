@@ -147,3 +147,23 @@ def test_every_paper_is_listed_and_loads():
         assert len(ids) == len(set(ids))
     with pytest.raises(engine.ReproduceError, match="unknown paper"):
         engine.load_paper("nope")
+
+
+def test_from_keeps_what_ran_and_recomputes_the_verdicts(tmp_path, monkeypatch):
+    """--from rewrites a report from its kept emulated results: the earlier run's
+    quick flag, wall time, seeds and scenarios stand; the verdicts are recomputed."""
+    paper = Paper("toy", "A toy paper", "Doe", [headline(13.0, True, [7.0, 9.0, 8.0])])
+    monkeypatch.setattr(engine, "load_paper", lambda name: paper)
+    ran = {"started_at": "2026-01-01T00:00:00+0000", "wall_s": 321.0, "git": {"commit": "old"},
+           "machine": {"cpus": 2, "mem_gib": 24, "kernel": "k", "loadavg": [0, 0, 0]}, "net": "mininet",
+           "seeds": 3, "scenarios": [{"key": "k", "path": "x.yaml", "run_dir": None, "points": 1, "valid": 1,
+                                      "seeds": [1], "wall_s": 300.0}]}
+    (tmp_path / "report.json").write_text(json.dumps({"quick": True, "ran": ran}))
+    point = engine.PointResult("000-a-r0", "a", {}, 0, 1, "ok", None, [{"v": 8.0, "valid": True}])
+    (tmp_path / engine.EMULATED_FILE).write_text(json.dumps(point.to_dict("k")) + "\n")
+    rep = engine.reproduce("toy", from_dir=tmp_path)
+    d = json.loads((tmp_path / "report.json").read_text())
+    assert d["quick"] is True and d["ran"]["wall_s"] == 321.0 and d["ran"]["scenarios"][0]["wall_s"] == 300.0
+    assert d["ran"]["rewritten_at"] and d["ran"]["git"]["commit"] != "old"
+    assert rep.headlines[0].verdict in ("within_envelope", "not_reproduced", "reproduced")
+    assert "Verdicts recomputed from the kept results" in (tmp_path / "report.md").read_text()
