@@ -80,6 +80,7 @@ def _cluster_classes() -> tuple[type, type]:
     mininet is imported only where a cluster network is built."""
     from mininet.examples.cluster import MininetCluster, RemoteHost  # noqa: PLC0415
     from mininet.link import TCIntf  # noqa: PLC0415
+    from mininet.node import Node  # noqa: PLC0415
 
     class ClusterHost(RemoteHost):
         """Mininet's RemoteHost whose popen keeps argv, environment and cwd."""
@@ -91,6 +92,21 @@ def _cluster_classes() -> tuple[type, type]:
                 args[0].split() if len(args) == 1 else list(args))
             cmd = remote_command(argv, kw.pop("env", None), kw.pop("cwd", None) or os.getcwd())
             return super().popen(cmd, **kw)
+
+        def _popen(self, cmd: Any, sudo: bool = True, tt: bool = True, **params: Any) -> Any:
+            """RemoteMixin._popen without its preexec_fn (os.setpgrp run in the
+            child between fork and exec, which can hang or abort a child of a
+            process holding gRPC threads: the P4Runtime controller's; see
+            testbed.net.base.with_parent_death_signal): a new session instead."""
+            cmd = cmd.split() if isinstance(cmd, str) else list(cmd)
+            if self.isRemote:
+                ssh = [w for w in self.sshcmd if tt or w != "-tt"]
+                cmd = ssh + (["sudo", "-E"] if sudo else []) + cmd
+            elif self.user and not sudo:
+                cmd = ["sudo", "-E", "-u", self.user, *cmd]
+            params.pop("preexec_fn", None)
+            params.setdefault("start_new_session", True)
+            return Node._popen(self, cmd, **params)
 
         def addIntf(self, intf: Any, port: Any = None, moveIntfFn: Any = None) -> Any:  # noqa: N802
             # Mininet's tunnel code has already put the interface into this
@@ -176,6 +192,9 @@ class ClusterNetwork(MininetNetwork):
 
     def _host_params(self, host: str) -> dict[str, Any]:
         server = self._mininet_server(self.placement[host])
+        if server == LOCAL:   # exactly a mininet-mode host
+            from mininet.node import Host  # noqa: PLC0415
+            return {"cls": Host}
         params: dict[str, Any] = {"server": server}
         if self.cluster.user:
             params["user"] = self.cluster.user
