@@ -177,7 +177,8 @@ def decide(paper: float, unit: str, env: Envelope, emulated: Interval | None, ap
             em_text = (f", and the emulated 95 % interval {fmt(emulated.lo, unit)}–{fmt(emulated.hi, unit)} "
                        f"(n={emulated.n}) contains it")
     if within(paper, p, tol) and em_ok:
-        return Verdict("reproduced", f"the paper's {fmt(paper, unit)} is within {pct(tol)} of {proj[4:]}{em_text}")
+        return Verdict("reproduced", f"the paper's {fmt(paper, unit)} is within {pct(tol)} of the projection at "
+                                     f"the paper's setting, {fmt(p, unit)}{em_text}")
     if within(paper, p, tol):
         # The nominal projection agrees; the emulation at the paper's setting does not confirm it.
         return Verdict("not_reproduced",
