@@ -246,3 +246,26 @@ def test_lhc_throughput_plots_the_codec_inclusive_metric_first(tmp_path, drawn):
     assert "codec included" in left.get_ylabel() and "network rounds only" in middle.get_ylabel()
     lhc_left = next(ln for ln in _data_lines(left) if _hex(ln.get_color()) == _hex(st.color_of("lhc")))
     assert sorted(lhc_left.get_ydata()) == [3.0, 9.0]          # agg_gbps, not the network rounds' 20 and 60
+
+
+def _empty_axes(fig) -> list[str]:
+    """Visible axes with nothing drawn from data (no line with points, no bar, no band)."""
+    out = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        drawn = any(len(ln.get_xdata()) for ln in ax.get_lines()) or ax.patches or ax.collections
+        if not drawn:
+            out.append(ax.get_title() or ax.get_ylabel() or "?")
+    return out
+
+
+@pytest.mark.parametrize("make,names", [
+    (fx.allreduce_run, ["goodput_vs_size", "latency_cdf"]),
+    (fx.convergence_run, ["p4sgd_convergence"]),
+    (fx.scaling_run, ["p4sgd_scaling"]),
+])
+def test_figures_drawn_from_a_run_that_feeds_them_have_no_empty_axes(tmp_path, drawn, make, names):
+    figs = drawn(make(tmp_path), names)
+    for name, fig in figs.items():
+        assert not _empty_axes(fig), f"{name}: empty axes {_empty_axes(fig)}"
