@@ -31,6 +31,8 @@ CLONE_NEWNET = 0x40000000
 
 def enter_netns_of(pid: int) -> None:
     """Join the network namespace of `pid` (the run's own), before any thread starts."""
+    import ctypes  # noqa: PLC0415
+
     from testbed.net.isolation import netns_inode  # noqa: PLC0415
     from testbed.libc import libc  # noqa: PLC0415
 
@@ -43,7 +45,7 @@ def enter_netns_of(pid: int) -> None:
                         f"(reading a live switch needs root)") from None
     try:
         if libc().setns(fd, CLONE_NEWNET) != 0:
-            err = os.strerror(__import__("ctypes").get_errno())
+            err = os.strerror(ctypes.get_errno())
             raise LiveError(f"cannot enter the network namespace of process {pid}: {err} (needs root)")
     finally:
         os.close(fd)
