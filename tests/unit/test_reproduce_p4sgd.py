@@ -211,6 +211,9 @@ def test_the_emulated_extractors_keep_valid_points_only():
         _point("b", "p4sgd_wide", 0, workers=8, hw_train_s=0.0125),
         _point("c", "p4sgd_wide", 1, workers=1, hw_train_s=0.08),
         _point("d", "p4sgd_wide", 1, valid=False, workers=8, hw_train_s=0.01),
+        # the full sweep's other cases at the same repeat and worker counts: not the wide model
+        _point("e", "dp_wide", 0, workers=8, hw_train_s=0.04),
+        _point("f", "p4sgd", 0, workers=1, hw_train_s=0.01),
     ])
     ev = m.emulated_scaling({"scaling": scal})
     assert ev.values == [pytest.approx(6.4)] and ev.n_points == 4 and any("d:" in r for r in ev.invalid_reasons)
