@@ -279,16 +279,21 @@ def _crossover_text(run: Run, case_system: dict[str, str]) -> str | None:
         common = sorted(set(a) & set(b))
         if len(common) < 2:
             continue
-        lo, n = common[0], common[-1]
-        eff_mp = a[n] / n / (a[lo] / lo)
-        eff_dp = b[n] / n / (b[lo] / lo)
+        lo = common[0]
+        # The emulated range's top (8, the paper's count) and the largest count up to 64
+        # (beyond, both collapse and the comparison says little).
+        counts = sorted({n for n in common if n > lo and n in (8, max(c for c in common if c <= 64))})
+        if not counts:
+            counts = [common[-1]]
+        effs = [(n, a[n] / n / (a[lo] / lo), b[n] / n / (b[lo] / lo)) for n in counts]
+        n, eff_mp, eff_dp = effs[0]
         why = ("data parallelism's gradient allreduce carries all the features every step, model "
                "parallelism's only the batch's partial sums" if eff_mp >= eff_dp else
                "each worker's slice of the features leaves too little compute per micro-batch against the "
                "device's fixed per-micro-batch cost, while data parallelism's work per worker stays whole")
         winner = "model parallelism (P4SGD) wins" if eff_mp >= eff_dp else "data parallelism wins"
-        parts.append(f"{width} features: P4SGD {eff_mp:.0%} vs data-parallel {eff_dp:.0%} at {n} workers, "
-                     f"{winner}: {why}")
+        at = ", ".join(f"P4SGD {m:.0%} vs data-parallel {d:.0%} at {k} workers" for k, m, d in effs)
+        parts.append(f"{width} features: {at}; at {n} {winner}: {why}")
     if not parts:
         return None
     return "Where model parallelism beats data parallelism (projected scaling efficiency): " + "; ".join(parts) + "."

@@ -171,9 +171,11 @@ def test_scaling_projection_is_dashed_labelled_and_disagreement_noted(tmp_path, 
 def test_scaling_caption_says_where_model_parallelism_beats_data_parallelism(tmp_path, drawn):
     fig = drawn(fx.scaling_run(tmp_path), ["p4sgd_scaling"])["p4sgd_scaling"]
     text = st.caption_of(fig)
-    # The fixture projects P4SGD at 1.9^log2(N), data-parallel at 1.5^log2(N): 256^(log2 1.9 - 1) = 66 %.
+    # The fixture projects P4SGD at 1.9^log2(N) (x1.5 at N=8, its disagreement case: 8^(log2 1.9 - 1) x 1.5
+    # = 129 %), data-parallel at 1.5^log2(N).
     assert "Where model parallelism beats data parallelism (projected scaling efficiency): 8192 features: " \
-           "P4SGD 66% vs data-parallel 10% at 256 workers, model parallelism (P4SGD) wins" in text
+           "P4SGD 129% vs data-parallel 42% at 8 workers, P4SGD 74% vs data-parallel 18% at 64 workers; " \
+           "at 8 model parallelism (P4SGD) wins" in text
 
 
 def test_scaling_invalid_point_hollow(tmp_path, drawn):
