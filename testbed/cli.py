@@ -422,11 +422,7 @@ def reproduce(paper: str | None, list_papers: bool, quick: bool, out_dir: Path |
         if not list_papers:
             _fail(f"name a paper ({', '.join(PAPERS)}) or use --list")
         for name in PAPERS:
-            try:
-                rows = headline_table(name)
-            except (ReproduceError, ImportError, AttributeError) as e:
-                click.echo(f"{name}: not available ({e})")
-                continue
+            rows = headline_table(name)
             click.echo(f"{name}:")
             for r in rows:
                 unit = "×" if r["unit"] == "x" else f" {r['unit']}"
@@ -441,11 +437,9 @@ def reproduce(paper: str | None, list_papers: bool, quick: bool, out_dir: Path |
             _fail(f"--net mininet needs root or unprivileged user namespaces: {reason}. "
                   f"Use --net local, or --no-emulation for the projections alone.")
     try:
-        if not no_emulation and from_dir is None:
-            from testbed.reproduce.engine import check_scenarios, load_paper
-            check_scenarios(load_paper(paper), quick)     # bad input: an error before anything starts
-            if net_mode == "mininet":
-                enter_private_netns()
+        # The engine loads every scenario of the paper before anything runs (bad input: one error).
+        if not no_emulation and from_dir is None and net_mode == "mininet":
+            enter_private_netns()
         rep = run_reproduction(paper, quick=quick, out=out_dir, net_mode=net_mode, emulate=not no_emulation,
                                from_dir=from_dir, progress=lambda s: click.echo(f"[reproduce] {s}"))
     except ReproduceError as e:

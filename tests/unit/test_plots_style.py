@@ -206,13 +206,19 @@ def test_latency_cdf_says_which_sizes_it_draws(tmp_path, drawn):
         in st.caption_of(fig)
 
 
-def test_phub_server_marks_its_invalid_point(tmp_path, drawn):
-    run_dir = res.new_run_dir("phub_server", tmp_path)
+def _one_figure_run(tmp_path, name: str, kind: str) -> Path:
+    """A results folder of workload `kind` whose scenario lists the one figure `name`."""
+    run_dir = res.new_run_dir(name, tmp_path)
     res.write_json(run_dir / "manifest.json", {
-        "status": "ok", "net": "mininet", "scenario": {"name": "phub_server", "workload": {"kind": "phub"},
+        "status": "ok", "net": "mininet", "scenario": {"name": name, "workload": {"kind": kind},
                                                        "topology": {"workers": 4, "kind": "star"},
-                                                       "switch": {"backend": "soft"}, "figures": ["phub_server"]},
+                                                       "switch": {"backend": "soft"}, "figures": [name]},
         "points": [], "machine": {"cpus": 2}, "git": {"commit": "abc"}})
+    return run_dir
+
+
+def test_phub_server_marks_its_invalid_point(tmp_path, drawn):
+    run_dir = _one_figure_run(tmp_path, "phub_server", "phub")
     for idx, valid in enumerate([True, False]):
         res.append_jsonl(run_dir / "points.jsonl", {
             "index": idx, "label": f"{idx:03d}-p", "status": "ok", "case": "", "impairments": [],
@@ -228,12 +234,7 @@ def test_phub_server_marks_its_invalid_point(tmp_path, drawn):
 
 
 def test_lhc_throughput_plots_the_codec_inclusive_metric_first(tmp_path, drawn):
-    run_dir = res.new_run_dir("lhc-throughput", tmp_path)
-    res.write_json(run_dir / "manifest.json", {
-        "status": "ok", "net": "mininet", "scenario": {"name": "lhc-throughput", "workload": {"kind": "lhc"},
-                                                       "topology": {"workers": 4, "kind": "star"},
-                                                       "switch": {"backend": "soft"}, "figures": ["lhc_throughput"]},
-        "points": [], "machine": {"cpus": 2}, "git": {"commit": "abc"}})
+    run_dir = _one_figure_run(tmp_path, "lhc_throughput", "lhc")
     for idx, (algo, density, codec, net) in enumerate([("lhc", 0.05, 3.0, 20.0), ("lhc", 0.01, 9.0, 60.0),
                                                        ("dense_switch", 0.05, 10.0, 10.0),
                                                        ("dense_switch", 0.01, 10.0, 10.0)]):
