@@ -941,11 +941,15 @@ def time_fwd_bwd(model: torch.nn.Module, case: DnnCase, batch: int, dev: torch.d
 
 def part_fwd_bwd(dev: torch.device, sz: Sizes, budget: Budget, res: Results) -> dict:
     torch.backends.cudnn.benchmark = True
+    # fp32 is strict fp32 (no TF32 tensor cores): the papers' V100s had none, and an fp32
+    # number that silently used TF32 would flatter the H100 by several times.
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     out: dict[str, Any] = {
         "clock": f"perf_counter, sync before and after each forward+backward, median of {sz.dnn_reps} after "
                  f"{sz.dnn_warmup} warm-ups (the first includes cudnn.benchmark's search)",
         "note": "no optimizer step; gradients set to None before each mini-batch; bf16 = torch.autocast",
-        # fp32 runs use torch's defaults: cuDNN convolutions may use TF32, matmuls may not
+        # as set above: strict fp32 (TF32 off) for the fp32 runs
         "tf32": {"cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
                  "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
                  "float32_matmul_precision": torch.get_float32_matmul_precision()},
