@@ -279,6 +279,7 @@ def show(run_dir: Path, as_json: bool) -> None:
 
     RUN_DIR is a run folder, or a scenario's results folder (its newest run).
     """
+    from testbed.fidelity.records import headroom_line
     from testbed.pcap_ina import refusal_lines
     from testbed.results import NotARunError, load_run
 
@@ -287,6 +288,9 @@ def show(run_dir: Path, as_json: bool) -> None:
     except NotARunError as e:
         _fail(str(e))
     switch_counters: dict[str, dict] = {}
+    calibrations: dict[str, list[dict]] = {}
+    for rec in r.metrics_of("calibration"):
+        calibrations.setdefault(rec.get("label"), []).append(rec)
     for rec in r.metrics_of("switch_counters"):
         switch_counters.setdefault(rec.get("label"), {})[rec.get("switch")] = rec.get("counters") or {}
     if as_json:
@@ -316,6 +320,9 @@ def show(run_dir: Path, as_json: bool) -> None:
         click.secho(line, fg="red" if bad else None)
         if p.get("error"):
             click.echo(f"      {p['error'].splitlines()[0]}")
+        head = headroom_line(calibrations.get(p["label"], []))
+        if head:
+            click.echo(f"      {head}")
         for reason in (fid.get("reasons") or []) if fid.get("valid") is False else []:
             click.echo(f"      invalid: {reason}")
         for line in refusal_lines(switch_counters.get(p["label"], {}), "      switch refused: "):

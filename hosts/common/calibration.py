@@ -35,6 +35,17 @@ import numpy as np
 COMPUTE_HEADROOM = 2.0   # [A] slack for numpy jitter on a loaded 2-core machine (1.2 overran 2-7 % of steps here)
 MIN_TDF, MAX_TDF = 1.0, 1e6
 
+# The fidelity monitor's validity rule (testbed/fidelity/monitor.py reads these: one place).
+# A point is valid when its run-long median network slowdown / TDF lies in VALID_BAND,
+# its p99 / TDF is at most P99_INVALID, and at most MAX_OVERRUN_SHARE of its compute
+# steps overran their dilated budget.
+VALID_BAND = (0.8, 1.25)
+P99_INVALID = 10.0
+MAX_OVERRUN_SHARE = 0.01
+# ... and the point's emulated time (hardware-equivalent) agrees with the projection of
+# its own trace within this share (testbed/fidelity/records.py check_agreement).
+AGREEMENT_TOLERANCE = 0.15
+
 
 MAX_OPS = 64   # ops per round sent in the agreement vector (bounds its size)
 # Times in the agreement vector are in units of 0.1 s: a dilated calibration round
@@ -91,11 +102,11 @@ def decide(summed: np.ndarray, n_ops: int, world: int, hw_op_s: "float | Sequenc
         net_s = np.clip(np.median(done, axis=0) - submit.max(axis=0), 0, None) * TIME_UNIT_S
         if np.any(net_s > 0):
             tdf_net = float(np.median(net_s[net_s > 0] / hw[net_s > 0]))
-        ops = net_s[net_s > 0]
+        ops, slow = net_s[net_s > 0], net_s[net_s > 0] / hw[net_s > 0]
     else:
-        ops = np.zeros(0)
+        ops = slow = np.zeros(0)
     off = 2 * n * world
-    return _decision(s, off, world, tdf_net, fallback, ops)
+    return _decision(s, off, world, tdf_net, fallback, ops, slow)
 
 
 def encode_messages(durations: Sequence[float], compute_ratio: float | None,
@@ -127,7 +138,7 @@ def decide_messages(summed: np.ndarray, n_ops: int, world: int, hw_op_s: "float 
     ok = (d > 0) & (hw > 0)
     tdf_net = float(np.median(d[ok] / hw[ok])) if np.any(ok) else None
     off = n * world
-    return _decision(s, off, world, tdf_net, fallback, d[ok])
+    return _decision(s, off, world, tdf_net, fallback, d[ok], d[ok] / hw[ok])
 
 
 def messages_agreement_size(n_ops: int, world: int) -> int:
@@ -136,40 +147,109 @@ def messages_agreement_size(n_ops: int, world: int) -> int:
 
 # With a dilated network (the soft switch's delay line) the emulator's own time per
 # operation must be a small part of the dilated hardware time: the network then
-# measures the model, not the emulator. TDF = headroom x the undilated network's
-# slowdown ([A] workload field network_headroom, 16: the emulator keeps 1/16 of each
-# operation; 8 left tails of 1.3-2.5x TDF at p99 here); calibration then takes the
-# emulator's median share off the delay line (compensation), so only its jitter remains.
+# measures the model, not the emulator. Dilated, an operation lasts its dilated
+# hardware time plus, at most, the emulator's own time in series (host send and
+# receive paths, the switch's processing; frames that pipeline hide part of it), so
+# op k's ratio to the TDF is at most about
+#
+#     ratio_k = 1 + s_k / TDF        s_k: op k's slowdown measured undilated (round 0)
+#
+# (calibration's later rounds take part of the emulator's share off the delay line,
+# `compensation`; the rule counts it as 0, the worst case). The TDF the validity rule
+# needs follows from round 0's distribution of s (headroom "auto", the default):
+#
+#     typical op within the agreement tolerance:  TDF >= s_p50 / AGREEMENT_TOLERANCE   (6.7 x s_p50)
+#     (so also the median in the band:            TDF >= s_p50 / (VALID_BAND[1] - 1) = 4 x s_p50)
+#     tail not invalid:                           TDF >= TAIL_MARGIN x s_p99 / (P99_INVALID - 1)
+#
+# The agreement bound decides: a point's time is a sum of its ops, so the typical
+# op's excess is what its total carries (measured, bench/tdf.py: at 4 x s_p50 the
+# median stayed in the band but P4SGD's total came out 1.27 x its projection).
+# The margin left is the compensation, and a dilated network's emulator being faster
+# than round 0's (its cores are idler while devices sleep). Round 0's p99 comes from
+# few ops (4-64): TAIL_MARGIN doubles it.
+# A number instead of "auto" (workload field network_headroom) is the older fixed rule:
+# TDF = that x s_p50 (16 was the default: the emulator kept 1/16 of each operation).
+TAIL_MARGIN = 2.0     # [A] see above
+COMPENSATION_MAX_SHARE = (1 - VALID_BAND[0]) / 2   # of a dilated op: see Calibrator.after_round
+AUTO = "auto"
 
 
-def dilated_tdf(tdf_net: float | None, tdf_cmp: float | None, headroom: float,
-                fallback: float) -> float:
+def slowdown_summary(slowdowns: Sequence[float] | np.ndarray) -> dict:
+    """p50, p90, p99 and max of measured per-op slowdowns (what the headroom rule reads)."""
+    s = np.asarray(slowdowns, dtype=np.float64)
+    s = s[np.isfinite(s) & (s > 0)]
+    if not s.size:
+        return {"n": 0}
+    p50, p90, p99 = (float(x) for x in np.percentile(s, [50, 90, 99]))
+    return {"n": int(s.size), "p50": p50, "p90": p90, "p99": p99, "max": float(s.max())}
+
+
+def network_headroom(tdf_net: float, headroom: "float | str", slowdown: dict | None = None) -> tuple[float, dict]:
+    """(TDF the dilated network needs, why): `headroom` a number: that x tdf_net (fixed
+    rule); "auto": what the validity rule needs given round 0's per-op slowdown
+    distribution (`slowdown_summary`; without one, its median tdf_net alone)."""
+    if headroom != AUTO:
+        h = float(headroom)
+        return tdf_net * h, {"rule": "fixed", "factor": h, "by": "fixed",
+                             "why": f"fixed headroom {h:g} x the median slowdown {tdf_net:.4g}"}
+    sd = slowdown or {}
+    p99 = sd.get("p99") or tdf_net
+    bounds = {"agreement": tdf_net / AGREEMENT_TOLERANCE, "band": tdf_net / (VALID_BAND[1] - 1),
+              "tail": TAIL_MARGIN * p99 / (P99_INVALID - 1)}
+    by = max(bounds, key=bounds.get)
+    need = bounds[by]
+    why = {"agreement": f"median slowdown {tdf_net:.4g} / {AGREEMENT_TOLERANCE:g} (the agreement tolerance)",
+           "band": f"median slowdown {tdf_net:.4g} / {VALID_BAND[1] - 1:g} (band edge {VALID_BAND[1]:g})",
+           "tail": f"p99 slowdown {p99:.4g} x {TAIL_MARGIN:g} / {P99_INVALID - 1:g} (tail limit {P99_INVALID:g})"}[by]
+    return need, {"rule": "measured", "factor": need / tdf_net, "by": by, "why": why,
+                  "slowdown": sd or {"p50": tdf_net}}
+
+
+def dilated_tdf(tdf_net: float | None, tdf_cmp: float | None, headroom: "float | str",
+                fallback: float, slowdown: dict | None = None) -> float:
     """The TDF for a network the switch dilates: high enough that neither the
-    emulated network (headroom x its own slowdown) nor the host's numpy + glue
-    (tdf_cmp, which carries COMPUTE_HEADROOM) shows in the results."""
+    emulated network (`network_headroom` of its own slowdown) nor the host's numpy +
+    glue (tdf_cmp, which carries COMPUTE_HEADROOM) shows in the results."""
+    return dilated_decision(tdf_net, tdf_cmp, headroom, fallback, slowdown)[0]
+
+
+def dilated_decision(tdf_net: float | None, tdf_cmp: float | None, headroom: "float | str",
+                     fallback: float, slowdown: dict | None = None) -> tuple[float, dict]:
+    """`dilated_tdf` and why: {rule, factor (TDF / median slowdown), by (median, tail,
+    fixed or compute), why (a sentence), slowdown}."""
     # The host's need is an average over steps; single steps vary (GC, scheduling), and
     # on a dilated network nothing else pushes TDF up, so give compute twice the slack.
-    candidates = [x for x in ((tdf_net * headroom) if tdf_net else None,
-                              2 * tdf_cmp if tdf_cmp else None) if x]
+    net, why = network_headroom(tdf_net, headroom, slowdown) if tdf_net else (None, {"rule": "none"})
+    cmp = 2 * tdf_cmp if tdf_cmp else None
+    if cmp and (net is None or cmp > net):
+        why = dict(why, by="compute", why=f"the hosts' compute: 2 x {tdf_cmp:.4g} (their real / modeled "
+                                            f"time with its own headroom {COMPUTE_HEADROOM:g})")
+    candidates = [x for x in (net, cmp) if x]
     tdf = max(candidates) if candidates else fallback
-    return float(min(MAX_TDF, max(MIN_TDF, _round_sig(tdf, 2))))
+    tdf = float(min(MAX_TDF, max(MIN_TDF, _round_sig(tdf, 2))))
+    if tdf_net:
+        why["factor"] = tdf / tdf_net
+    return tdf, why
 
 
-def retune_tdf(tdf: float, net_slowdown: float, headroom: float | None) -> float | None:
+def retune_tdf(tdf: float, net_slowdown: float, headroom: "float | str | None",
+               net_slowdown_p99: float | None = None) -> float | None:
     """The fixed TDF to run a calibrated point once more at, when the fidelity
-    monitor found its run-long network slowdown (p50, `net_slowdown`) outside the
-    band at `tdf`: the rule calibration applies, with what the whole run measured.
+    monitor found its run-long network slowdown (p50, `net_slowdown`; p99
+    `net_slowdown_p99` where known) outside the band at `tdf`: the rule calibration
+    applies, with what the whole run measured.
 
     headroom None (the network was not dilated): the network's own slowdown is the
     TDF, as in calibration's undilated rounds. Dilated (headroom: the workload's
-    network_headroom): the switch's delay line made the network `tdf` times slower
-    and the emulator's own time came on top of it, so the emulator's run-long
-    slowdown is net_slowdown - tdf (a slight underestimate: calibration's
-    compensation took part of it off; a fixed-TDF retry runs without one), and the
-    TDF is `dilated_tdf` of it, headroom x that slowdown, as round 0 sets it.
-    Re-running at the measured slowdown itself left the emulator's share on top of
-    the new TDF again: the point stayed invalid. None where no TDF helps: a dilated
-    network that was not slower than its TDF (the emulator is not what is slow)."""
+    network_headroom, a number or "auto"): the switch's delay line made the network
+    `tdf` times slower and the emulator's own time came on top of it, so the
+    emulator's run-long slowdown is net_slowdown - tdf (a slight underestimate:
+    calibration's compensation took part of it off; a fixed-TDF retry runs without
+    one), and the TDF is `dilated_tdf` of it, as round 0 sets it. Re-running at the
+    measured slowdown itself left the emulator's share on top of the new TDF again:
+    the point stayed invalid. None where no TDF helps: a dilated network that was not
+    slower than its TDF (the emulator is not what is slow)."""
     if not net_slowdown or net_slowdown <= 0:
         return None
     if headroom is None:
@@ -177,7 +257,8 @@ def retune_tdf(tdf: float, net_slowdown: float, headroom: float | None) -> float
     own = net_slowdown - tdf
     if own <= 0:
         return None
-    return dilated_tdf(own, None, headroom, tdf)
+    tail = {"p50": own, "p99": net_slowdown_p99 - tdf} if net_slowdown_p99 and net_slowdown_p99 > tdf else None
+    return dilated_tdf(own, None, headroom, tdf, tail)
 
 
 def compensation(prev_s: float, tdf_net: float | None, tdf: float, hw_op_s: float,
@@ -199,11 +280,13 @@ def damped(tdf_in: float, measured: float) -> float:
 
 
 def _decision(s: np.ndarray, off: int, world: int, tdf_net: float | None,
-              fallback: float, op_net_s: np.ndarray) -> tuple[float, dict]:
+              fallback: float, op_net_s: np.ndarray, op_slowdowns: np.ndarray) -> tuple[float, dict]:
     """The TDF from the network's slowdown and the workers' compute ratios (the
     vector's slots from `off`), shared by `decide` and `decide_messages`.
     op_net_s: the measured ops' network times, summarized in the record so that an
-    outlier round shows what it measured (one stalled op looks like a slow emulator)."""
+    outlier round shows what it measured (one stalled op looks like a slow emulator);
+    op_slowdowns: each op's network time / its hardware time, whose distribution
+    (`slowdown_summary`) sets a dilated network's headroom."""
     has = s[off + world:off + 2 * world] > 0.5
     cmps = np.exp2(s[off:off + world][has])
     tdf_cmp = float(np.max(cmps)) if cmps.size else None
@@ -214,6 +297,7 @@ def _decision(s: np.ndarray, off: int, world: int, tdf_net: float | None,
     op_s = ({"n": int(ops.size), "min": float(ops.min()), "p50": float(np.median(ops)),
              "max": float(ops.max())} if ops.size else {"n": 0})
     return tdf, {"tdf_net": tdf_net, "tdf_cmp": tdf_cmp, "op_net_s": op_s,
+                 "slowdown": slowdown_summary(op_slowdowns),
                  "limited_by": ("compute" if tdf_cmp is not None and (tdf_net is None or tdf_cmp > tdf_net)
                                 else "network" if tdf_net is not None else "none")}
 
@@ -313,7 +397,8 @@ class Calibrator:
             refuse_if_crawling(tdf, step_hw_s, self.iteration_wall_s, r, why)
         else:
             if r == 0:
-                tdf = dilated_tdf(why.get("tdf_net"), why.get("tdf_cmp"), nd["headroom"], self.tdf)
+                tdf, entry["headroom"] = dilated_decision(why.get("tdf_net"), why.get("tdf_cmp"),
+                                                          nd["headroom"], self.tdf, why.get("slowdown"))
                 # The emulator's own time per op, measured undilated: all a compensation
                 # may take off (the dilated network leaves the cores idler, not busier).
                 if why.get("tdf_net") and self.hw_op_s > 0:
@@ -322,7 +407,11 @@ class Calibrator:
             else:
                 tdf = self.tdf
                 entry["net_ratio"] = why["tdf_net"] / tdf if why.get("tdf_net") else None
-                cap = min(0.9 * tdf * nd["hardware"]["latency_s"], self.own_op_s)
+                # Never more than half of what the band's lower edge allows: where frames
+                # pipeline, the emulator's time hides behind the dilated serialization and
+                # taking all of it off made the network run fast (0.73 x TDF at 4 x s_p50).
+                cap = min(0.9 * tdf * nd["hardware"]["latency_s"], self.own_op_s,
+                          COMPENSATION_MAX_SHARE * tdf * self.hw_op_s)
                 self.comp = compensation(self.comp, why.get("tdf_net"), tdf, self.hw_op_s, cap)
             refuse_if_crawling(tdf, step_hw_s, self.iteration_wall_s, r, why)
             self.dilate(tdf)

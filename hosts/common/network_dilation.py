@@ -124,6 +124,11 @@ def request(paths: list[str | Path], settings: dict[str, Any], timeout_s: float 
             time.sleep(0.005)
 
 
+def _is_headroom(h) -> bool:
+    """hosts.common.calibration.network_headroom's argument: "auto" or a number >= 1."""
+    return h == "auto" or (isinstance(h, (int, float)) and not isinstance(h, bool) and h >= 1)
+
+
 def parse_network_dilation(c) -> dict | None:
     """The hosts' optional `network_dilation` config block (hosts.common.config.Checker `c`):
     {control: [switch control files], hardware: {DilationSettings keys}, headroom, hw_op_s}."""
@@ -134,9 +139,9 @@ def parse_network_dilation(c) -> dict | None:
         return None
     if (not isinstance(val, dict) or set(val) != {"control", "hardware", "headroom", "hw_op_s"}
             or not isinstance(val["control"], list) or not val["control"]
-            or not isinstance(val["headroom"], (int, float)) or val["headroom"] < 1):
+            or not _is_headroom(val["headroom"])):
         c.error("network_dilation", f"must be null or {{control: [paths], hardware: {{...}}, "
-                                    f"headroom >= 1, hw_op_s}}, got {val!r}")
+                                    f"headroom (\"auto\" or >= 1), hw_op_s}}, got {val!r}")
         return None
     try:
         DilationSettings.from_dict({"version": 0, "tdf": 1, **val["hardware"]}, "network_dilation.hardware")

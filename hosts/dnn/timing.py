@@ -20,15 +20,16 @@ Where the TDF comes from (`calibration` in the worker config, time_scale auto):
   ring, ps; gloo's allreduce is modeled as the ring); the round's compute ratio
   is the CPU's real step time over the device model's. The workers agree
   through one SUM of the collective (hosts.common.calibration encode/decide);
-  Calibrator decides: round 0 runs undilated and sets TDF = max(headroom x the
-  network's slowdown, 2 x what the CPU needs); rank 0 dilates the network;
+  Calibrator decides: round 0 runs undilated and sets TDF = max(the headroom
+  rule (calibration.network_headroom) on the ops' slowdowns, 2 x what the CPU
+  needs); rank 0 dilates the network;
   later rounds run dilated and tune the delay line's compensation.
 * **probe** (a script with no `report.compute` call before its first
   collective, e.g. an unmodified DDP script): the first collective call runs
   `rounds` rounds of a probe first: one allreduce of each of the model's own
   DDP bucket sizes (`bucket_sizes`, from DDP's logging data) through the same
   collective, then the agreement. There is no modeled compute to measure, so
-  the TDF is the network's (x headroom). The call then proceeds dilated.
+  the TDF is the network's headroom rule's. The call then proceeds dilated.
 
 A round whose TDF would make one iteration (its modeled compute and collective
 calls) take longer than `iteration_wall_s`, the wall time the point's deadline

@@ -87,6 +87,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from hosts.common.calibration import MAX_OVERRUN_SHARE, P99_INVALID, VALID_BAND
 from hosts.common.trace import parse_p2p_group, read_trace
 from testbed.fidelity.constants import HardwareProfile
 from testbed.fidelity.network_model import (collective_time, finish_after_arrivals, message_cost,
@@ -95,7 +96,7 @@ from testbed.fidelity.paths import (PATHS_FILE, PATHS_HEADER_KEY, Table, collect
                                     path_switches, read_path_table)
 
 Trace = tuple[dict[str, Any], list[dict[str, Any]]]
-DEFAULT_BAND = (0.8, 1.25)
+DEFAULT_BAND = VALID_BAND      # calibration's headroom rule reads the same numbers
 TRACE_GLOB = "*.trace.jsonl"
 
 
@@ -154,7 +155,7 @@ def trace_tdf(traces: Sequence[Trace]) -> float:
 
 def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfile,
                     tdf: float | None = None, *, band: tuple[float, float] = DEFAULT_BAND,
-                    p99_invalid: float = 10.0, max_overrun_share: float = 0.01,
+                    p99_invalid: float = P99_INVALID, max_overrun_share: float = MAX_OVERRUN_SHARE,
                     max_outside_share: float | None = None) -> FidelityReport:
     """Compare every comm op's measured time with its modeled hardware time (see module doc).
 

@@ -32,12 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from hosts.common.calibration import AGREEMENT_TOLERANCE   # issue 8: within 15 %; calibration aims at it
 from testbed.fidelity.constants import HardwareProfile, load_profile
 from testbed.fidelity.monitor import fidelity_report, load_traces
 from testbed.fidelity.projector import ComputeTime, Projection, Trace, project
 
-
-AGREEMENT_TOLERANCE = 0.15   # issue 8: emulation and projection within 15 %
 
 
 @dataclass
@@ -110,3 +109,25 @@ def check_agreement(summary: dict[str, Any], fid: dict[str, Any], ratio: float,
     summary["invalid_reasons"] = list(summary.get("invalid_reasons") or []) + [why]
     fid["reasons"] = list(fid.get("reasons") or []) + [why]
     fid.setdefault("flags", []).append("projection_disagrees")
+
+
+def headroom_line(calibrations: Sequence[dict[str, Any]]) -> str | None:
+    """One line on the headroom a calibrated point's TDF kept over the emulator's own
+    slowdown, and why (hosts.common.calibration.dilated_decision's record in round 0),
+    from the point's `calibration` records (one per host; they agree on the TDF).
+    None where the point was not calibrated on a dilated network."""
+    for rec in calibrations:
+        rounds = rec.get("rounds") or []
+        if not rec.get("network_dilated") or not rounds:
+            continue
+        r0 = rounds[0]
+        head, net = r0.get("headroom"), r0.get("tdf_net")
+        if not net:
+            return f"headroom: round 0 timed no network op (TDF {rec.get('tdf', 0):.4g})"
+        if not head:        # a run from before the headroom rule was recorded
+            return f"headroom: fixed {rec.get('headroom')} x the median slowdown {net:.4g}"
+        sd = head.get("slowdown") or {}
+        tail = (f", p99 {sd['p99']:.4g} of {sd['n']} ops" if sd.get("p99") and sd.get("n") else "")
+        return (f"headroom: TDF {r0.get('tdf_out', 0):.4g} = {head.get('factor', 0):.2f} x the median slowdown "
+                f"{net:.4g}{tail} ({head.get('rule')} rule, set by {head.get('by')}: {head.get('why')})")
+    return None

@@ -8,7 +8,7 @@ figure names are in the scenario schema before any scenario names them.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -35,9 +35,12 @@ class CalibratedWorkloadParams(BaseModel):
         True, description="On the soft switch, slow the network to the point's TDF (the switch holds each "
                           "frame until the dilated `hardware` would deliver it; docs/time-fidelity.md). "
                           "false: the network runs at the emulator's own speed.")
-    network_headroom: float = Field(16.0, ge=1.0, le=100.0, description="dilate_network with time_scale "
-                                    "auto: TDF = this x the undilated network's slowdown, so the emulator's "
-                                    "own time is a small share of every dilated operation.")
+    network_headroom: Literal["auto"] | Annotated[float, Field(ge=1.0, le=100.0)] = Field(
+        "auto", description="dilate_network with time_scale auto: how far the TDF stays above the emulator's "
+                            "own slowdown. auto: what the fidelity monitor's validity rule needs given the "
+                            "per-operation slowdowns calibration's undilated round measured (median and tail; "
+                            "docs/time-fidelity.md); a number: TDF = that x the median slowdown (the older "
+                            "fixed rule, 16).")
 
     @model_validator(mode="before")
     @classmethod

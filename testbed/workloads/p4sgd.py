@@ -397,7 +397,8 @@ class P4sgdRuntime(WorkloadRuntime):
                 or not fidelity.get("net_slowdown_p50") or not fidelity.get("tdf")):
             return None
         tdf = retune_tdf(float(fidelity["tdf"]), float(fidelity["net_slowdown_p50"]),
-                         wl.network_headroom if fidelity.get("network_dilated") else None)
+                         wl.network_headroom if fidelity.get("network_dilated") else None,
+                         fidelity.get("net_slowdown_p99"))
         # As calibration refuses a TDF the run would not finish at (run_wall_s = timeout_s):
         # a retry that would outrun the point's deadline is not made; the first verdict stays.
         hw_s = fidelity.get("hw_train_s")

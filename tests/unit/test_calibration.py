@@ -163,3 +163,98 @@ def test_the_record_shows_the_ops_a_round_measured():
     d = cal.encode_messages([0.2, 1e-3], None, 0, 1)
     _, why = cal.decide_messages(d, 2, 1, hw, fallback=1.0)
     assert why["op_net_s"]["p50"] == pytest.approx(0.1005, rel=1e-3)
+
+
+# ---- headroom "auto": the TDF the validity rule needs, from round 0's slowdown distribution
+
+def _dilated_ratios(slowdowns, tdf):
+    """What the monitor reads on the delay line with no compensation (the rule's worst
+    case): each op's dilated hardware time plus the emulator's own time in series."""
+    return 1 + np.asarray(slowdowns) / tdf
+
+
+def test_auto_headroom_is_the_agreement_bound_on_the_median_where_the_tail_is_light():
+    s = np.linspace(250, 350, 40)                  # a light tail: p99 / p50 < 1.5
+    tdf, why = cal.dilated_decision(float(np.median(s)), None, "auto", 1.0, cal.slowdown_summary(s))
+    assert why["by"] == "agreement" and why["rule"] == "measured"
+    assert tdf == pytest.approx(np.median(s) / cal.AGREEMENT_TOLERANCE, rel=0.05)   # 6.7 x: above the band's 4 x
+    assert why["factor"] == pytest.approx(1 / 0.15, rel=0.05)
+    assert why["slowdown"]["n"] == 40 and why["slowdown"]["max"] == 350
+
+
+def test_auto_headroom_follows_a_heavy_tail():
+    s = np.r_[np.full(90, 100.0), np.full(10, 5000.0)]   # one op in ten stalls 50x longer
+    summary = cal.slowdown_summary(s)
+    tdf, why = cal.dilated_decision(100.0, None, "auto", 1.0, summary)
+    assert why["by"] == "tail"
+    assert tdf == pytest.approx(cal.TAIL_MARGIN * summary["p99"] / (cal.P99_INVALID - 1), rel=0.05)
+    assert 1 + summary["p99"] / tdf <= cal.P99_INVALID / cal.TAIL_MARGIN + 1
+
+
+def test_fixed_headroom_keeps_the_older_rule_and_compute_can_still_decide():
+    assert cal.dilated_tdf(300.0, None, 16.0, 1.0) == 4800.0
+    tdf, why = cal.dilated_decision(300.0, 2000.0, "auto", 1.0, cal.slowdown_summary([300.0] * 8))
+    assert tdf == 4000.0 and why["by"] == "compute" and "compute" in why["why"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_auto_rule_keeps_any_measured_distribution_valid_without_compensation(seed):
+    rng = np.random.default_rng(seed)
+    s = rng.lognormal(mean=np.log(rng.uniform(10, 5000)), sigma=rng.uniform(0.05, 2.0), size=rng.integers(5, 65))
+    summary = cal.slowdown_summary(s)
+    tdf, _ = cal.dilated_decision(summary["p50"], None, "auto", 1.0, summary)
+    r = _dilated_ratios(s, tdf)
+    lo, hi = cal.VALID_BAND
+    # (rounding the TDF to 2 significant digits may cost up to 5 %)
+    assert np.median(r) <= hi * 1.05 and np.percentile(r, 99) <= cal.P99_INVALID
+    assert np.median(r) - 1 <= cal.AGREEMENT_TOLERANCE * 1.05
+
+
+def test_round_0_records_the_distribution_and_the_headroom_it_chose():
+    nd = {"control": [], "hardware": {"latency_s": 1.83e-6, "link_rate_bps": 100e9},
+          "headroom": "auto", "hw_op_s": 2e-6}
+    world, n_ops, hw_op = 2, 12, 2e-6
+    vectors = []
+    for rank in range(world):
+        t0 = 1.0 + np.arange(n_ops) * 0.01
+        t1 = t0 + hw_op * np.r_[np.full(n_ops - 1, 300.0), 900.0]   # one slower op
+        vectors.append(cal.encode(list(t0), list(t1), None, rank, world))
+    measured, why = cal.decide(sum(vectors), n_ops, world, hw_op, fallback=1.0)
+    assert why["slowdown"]["n"] == n_ops and why["slowdown"]["max"] == pytest.approx(900, rel=0.01)
+    c = cal.Calibrator(hw_op, 1.0, nd, rank=1)
+    tdf = c.after_round(measured, why)
+    head = c.rounds[0]["headroom"]
+    assert tdf == pytest.approx(300 / 0.15, rel=0.05) and head["by"] == "agreement"
+    assert head["slowdown"]["p99"] > head["slowdown"]["p50"]
+    assert c.record("w1")["headroom"] == "auto"
+
+
+def test_the_monitor_reads_the_rule_calibration_aims_at():
+    from testbed.fidelity import monitor
+    assert monitor.DEFAULT_BAND == cal.VALID_BAND
+
+
+def test_compensation_never_takes_more_than_half_the_bands_lower_margin():
+    # a short op whose emulator share is large next to the dilated op (low headroom): the
+    # compensation is capped at (1 - 0.8) / 2 of the dilated op, so the network can never
+    # be pushed below 0.9 x TDF by it (uncapped: 0.73 x TDF was measured)
+    nd = {"control": [], "hardware": {"latency_s": 1e-3, "link_rate_bps": 100e9}, "headroom": "auto",
+          "hw_op_s": 2e-6}
+    c = cal.Calibrator(2e-6, 1.0, nd, rank=1)
+    tdf = c.after_round(300.0, {"tdf_net": 300.0, "tdf_cmp": 1.0, "slowdown": cal.slowdown_summary([300.0] * 8)})
+    c.after_round(5 * tdf, {"tdf_net": 5 * tdf, "tdf_cmp": 1.0})
+    assert c.comp == pytest.approx(cal.COMPENSATION_MAX_SHARE * tdf * 2e-6)
+    assert c.comp < c.own_op_s
+
+
+def test_show_says_which_headroom_a_point_used_and_why():
+    from testbed.fidelity.records import headroom_line
+    c = cal.Calibrator(2e-6, 1.0, {"control": [], "hardware": {"latency_s": 1.83e-6, "link_rate_bps": 100e9},
+                                   "headroom": "auto", "hw_op_s": 2e-6}, rank=1)
+    c.after_round(300.0, {"tdf_net": 300.0, "tdf_cmp": 1.0, "slowdown": cal.slowdown_summary([250.0, 300.0, 900.0])})
+    line = headroom_line([c.record("w1")])
+    assert line.startswith("headroom: TDF 2000 = 6.67 x the median slowdown 300, p99 ")
+    assert "measured rule, set by agreement" in line
+    old = {"network_dilated": True, "headroom": 16.0, "rounds": [{"tdf_net": 300.0, "tdf_out": 4800.0}]}
+    assert headroom_line([old]) == "headroom: fixed 16.0 x the median slowdown 300"
+    assert headroom_line([{"network_dilated": False, "rounds": [{}]}]) is None

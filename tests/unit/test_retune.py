@@ -11,7 +11,7 @@ import json
 import pytest
 import yaml
 
-from hosts.common.calibration import retune_tdf
+from hosts.common.calibration import AGREEMENT_TOLERANCE, retune_tdf
 from testbed.fidelity.monitor import DEFAULT_BAND
 from testbed.scenario import expand_points, load_scenario_text
 from testbed.workloads.p4sgd import P4sgdRuntime
@@ -61,9 +61,15 @@ def test_a_retuned_dilated_point_lands_in_the_band():
     tdf1 = retry.scenario.workload.time_scale
     # the retry runs at a fixed TDF, its network dilated to it with no compensation
     assert in_band(dilated_network(tdf1, own_run), tdf1), (tdf0, measured, tdf1)
-    # headroom is the workload's: half of it, half the TDF (one rule, calibration's)
+    # "auto" (the default): the validity rule's agreement bound, the emulator's own
+    # slowdown / 0.15 (the retry has no compensation: the bound counts none)
+    assert tdf1 == pytest.approx((measured - tdf0) / AGREEMENT_TOLERANCE, rel=0.05)
+    # a fixed headroom is the workload's: half of it, half the TDF (one rule, calibration's)
+    full = P4sgdRuntime().retune(point("network_headroom: 16.0"), fidelity(tdf0, measured))
     half = P4sgdRuntime().retune(point("network_headroom: 8.0"), fidelity(tdf0, measured))
-    assert half.scenario.workload.time_scale == pytest.approx(tdf1 / 2, rel=0.05)
+    assert full.scenario.workload.time_scale == pytest.approx(16 * (measured - tdf0), rel=0.05)
+    assert half.scenario.workload.time_scale == pytest.approx(full.scenario.workload.time_scale / 2, rel=0.05)
+    assert in_band(dilated_network(half.scenario.workload.time_scale, own_run), half.scenario.workload.time_scale)
 
 
 def test_undilated_points_retune_to_the_measured_slowdown():
@@ -76,9 +82,9 @@ def test_no_retry_where_it_cannot_help_or_would_outrun_the_deadline():
     rt, p = P4sgdRuntime(), point("timeout_s: 10.0")
     # a dilated network faster than its TDF: the emulator is not what is slow
     assert rt.retune(p, fidelity(3000.0, 2000.0)) is None
-    # 3000 + 1000: retry at 16 x 1000; 1 ms of hardware time x 16000 = 16 s > timeout_s 10 s
-    assert rt.retune(p, fidelity(3000.0, 4000.0, hw_train_s=1e-3)) is None
-    assert rt.retune(p, fidelity(3000.0, 4000.0, hw_train_s=1e-4)).scenario.workload.time_scale == 16000.0
+    # 3000 + 1000: retry at 1000 / 0.15 = 6700; 2 ms of hardware time x 6700 = 13 s > timeout_s 10 s
+    assert rt.retune(p, fidelity(3000.0, 4000.0, hw_train_s=2e-3)) is None
+    assert rt.retune(p, fidelity(3000.0, 4000.0, hw_train_s=1e-4)).scenario.workload.time_scale == 6700.0
     # within the band, or fixed TDF: nothing to retune
     assert rt.retune(p, {**fidelity(3000.0, 4000.0), "flags": []}) is None
     fixed = point("time_scale: 500.0")
