@@ -26,7 +26,22 @@ BERT  BERT-base, 110M parameters [V: Devlin et al. 2019]: word embedding
       30,522 x 768 [V], of which a 32 x 128 token batch touches ~2,500 rows
       [A]; position/type embeddings and the 12 encoder layers (85M) dense [A].
 compute_ms: backward pass per mini-batch on one V100 [A: order of magnitude
-from public V100 throughput tables; only the iteration time uses it].
+from public V100 throughput tables; only the iteration time uses it, as the
+iteration's whole compute step: the worker models no separate forward].
+Beside it, forward + backward of the same networks measured on one H100 SXM
+(testbed/reproduce/measurements/data/gpu_h100_2026-11-26.json, bench/gpu_constants.py),
+fp32 with TF32 off / bf16 autocast, ms per mini-batch:
+      NCF   b65,536  3.6 / 4.4    (compute_ms 8)
+      LSTM  b20x35  11.1 / 7.6    (compute_ms 25)
+      VGG19 b32     68.4 / 19.7   (compute_ms 90)
+      BERT  b32x128 72.8 / 33.5   (compute_ms 60; BertForMaskedLM: the MLM head included)
+An H100 is faster than a V100 at the same precision, so these are lower bounds
+for a V100, not V100 values: NCF, LSTM and VGG19's compute_ms lie above their fp32
+bounds; BERT's 60 ms lies below the H100's fp32 72.8 ms (the MLM decoder is part
+of that) and above its bf16 33.5 ms: as a V100 time it needs mixed precision or a
+step without the MLM head. The reproduction (testbed/reproduce/papers/lhc.py) models
+NCF and the LSTM with hosts/dnn/device.py instead and scales VGG19 / BERT-base by
+an assumed constant whose text gives these bounds.
 """
 from __future__ import annotations
 

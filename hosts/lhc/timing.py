@@ -14,6 +14,11 @@ GPU model (NVIDIA V100, as hosts/glm/devices.py's GpuDevice; same constants):
     positions' 3 counters (3 x 8 B) [A: we charge every round with |U|]; writes 4n B.
   * top-k: radix select over |g| (4 passes over 4n B) + gather [A]; its (indices,
     values) blocks are allgathered over the ring (traced as op allgather).
+Checked against published V100 bandwidths and launch times and against this
+project's H100 measurement of a torch port of the codec at full size
+(testbed/reproduce/measurements/lhc.py, docs/lhc.md): the model charges the support
+and the encode (its plan above all) far less than that port took and the decode
+more (the port touches only the positions alive in each round).
 Real numpy work always runs; the modeled time x time_scale is slept (PacedDevice).
 `cpu` device: measured numpy time, no model (time_scale 1).
 
@@ -61,19 +66,24 @@ class LhcDevice(PacedDevice):
     name = "gpu"
 
     def __init__(self, type: str = "gpu", time_scale: float = 1.0, efficiency: float = GPU_EFFICIENCY,
-                 launch_s: float = GPU_LAUNCH_S, sleep: bool = True):
+                 launch_s: float = GPU_LAUNCH_S, sleep: bool = True, hbm_peak_Bps: float | None = None):
+        """hbm_peak_Bps: another GPU's data-sheet peak in place of the V100's (the same
+        formulas carried to the H100 the model is checked on: measurements/lhc.py)."""
         if type not in ("gpu", "cpu"):
             raise ValueError(f"device type must be gpu or cpu, got {type!r}")
         self.type = type
         super().__init__(time_scale if type == "gpu" else 1.0, sleep=sleep and type == "gpu")
         self.efficiency, self.launch_s = efficiency, launch_s
+        self.hbm_peak_Bps = V100_HBM_PEAK_BPS if hbm_peak_Bps is None else hbm_peak_Bps
+        if self.hbm_peak_Bps <= 0:
+            raise ValueError(f"hbm_peak_Bps must be positive, got {self.hbm_peak_Bps}")
 
     def hw_time(self, step: str, work: dict[str, Any]) -> float:
         b, launches = step_bytes(step, work)
-        return launches * self.launch_s + b / (V100_HBM_PEAK_BPS * self.efficiency)
+        return launches * self.launch_s + b / (self.hbm_peak_Bps * self.efficiency)
 
     def describe(self) -> dict[str, Any]:
-        return {"type": self.type, "hbm_peak_Bps": V100_HBM_PEAK_BPS, "efficiency": self.efficiency,
+        return {"type": self.type, "hbm_peak_Bps": self.hbm_peak_Bps, "efficiency": self.efficiency,
                 "launch_s": self.launch_s, "time_scale": self.time_scale}
 
 
@@ -179,7 +189,7 @@ def calibrate(tl: Timeline, cc: dict[str, Any], nd: dict | None, *, host: str, r
     # The measured run starts clean: a fresh device (its step statistics are the run's;
     # round 0 ran far below the final TDF) and an empty trace.
     d = tl.device
-    tl.device = LhcDevice(d.type, d.time_scale, d.efficiency, d.launch_s, sleep=d.sleep)
+    tl.device = LhcDevice(d.type, d.time_scale, d.efficiency, d.launch_s, sleep=d.sleep, hbm_peak_Bps=d.hbm_peak_Bps)
     tl.trace.reset()
     tl.begin_window()
     return tl.device.time_scale, c.record(host)

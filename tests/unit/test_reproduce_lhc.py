@@ -191,3 +191,90 @@ def test_lstm_gradient_densities_measured():
     touched = rows(m.embed.weight.grad)
     assert touched == pytest.approx(1 - (1 - 1 / 10_000) ** 700, abs=0.005)     # 6.7 %: distinct of 700 uniform
     assert lhc.LSTM_TOUCH.lo <= touched <= lhc.LSTM_TOUCH.hi
+
+
+# -- the ranges the H100 measurement gives (testbed/reproduce/measurements/gpu_h100.py) -------------
+def test_launch_and_hbm_ranges_cover_the_h100_measurement():
+    from testbed.reproduce.measurements import gpu_h100
+    from testbed.reproduce.measurements import lhc as codec_rows
+    la, st = gpu_h100.launch(), gpu_h100.stream()
+    assert (lhc.LAUNCH.lo, lhc.LAUNCH.hi) == (la.graph_per_kernel_us, la.roundtrip_us)
+    assert lhc.LAUNCH.lo <= la.async_per_kernel_us <= lhc.LAUNCH.hi
+    # the codec's efficiency reaches down to the least the torch port's whole codec reached, in the model's terms;
+    # its upper end is above what a streaming read or copy reached on the same H100
+    effs = [codec_rows.h100_codec_efficiency(name) for name in gpu_h100.codec_cases()]
+    assert lhc.HBM_EFF.lo == pytest.approx(min(effs)) and max(effs) < lhc.HBM_EFF.nominal
+    assert max(st.read_GBps, st.copy_GBps) / 3350 <= lhc.HBM_EFF.hi
+    # the DNN's HBM efficiency is its own constant (the codec's measurement does not move a DNN layer)
+    assert lhc.DNN_HBM_EFF in lhc.ITER_CONSTANTS and lhc.DNN_HBM_EFF not in lhc.AGG_CONSTANTS
+    base = lhc.compute_s("ncf", {})
+    assert lhc.compute_s("ncf", {lhc.HBM_EFF.name: lhc.HBM_EFF.lo}) == base
+    assert lhc.compute_s("ncf", {lhc.DNN_HBM_EFF.name: lhc.DNN_HBM_EFF.lo}) > base
+
+
+def _projection_rounds(case: str) -> tuple[int, int]:
+    """(union, peeling rounds) the projection gives the measured case's setting."""
+    if case.startswith("demo"):
+        n = lhc.DEMO_SIZE
+        u = int(round(lhc.union_density(lhc.DEMO_DENSITY, lhc.DEMO_OVERLAP.nominal, lhc.WORKERS) * n))
+    else:
+        n, u = lhc.model_union(case, lhc.WORKERS, {})
+    return u, lhc.lhc_plan(n, u)["rounds"]
+
+
+def test_peel_pass_share_covers_the_measured_plans_alive_passes():
+    """The plans of the H100 run (make_plan's bit for bit) touch rounds x alive-share union passes when
+    each round touches only the positions still alive; the projection charges its own rounds x
+    peel_pass_share. The lower end covers the least ratio, rounded down to 0.01, no further."""
+    from testbed.reproduce.measurements import gpu_h100
+    equiv, rounds = {}, {}
+    for name, c in gpu_h100.codec_cases().items():
+        u, r = _projection_rounds(name)
+        rounds[name] = (r, c.rounds)
+        if abs(u / c.union - 1) < 0.01:          # the same union (the LSTM's projection counts its softmax dense)
+            equiv[name] = c.alive_passes / r
+    assert set(equiv) == {"ncf", "bert", "vgg19", "demo_2^27"}
+    assert lhc.PEEL_PASSES.lo <= min(equiv.values()) < lhc.PEEL_PASSES.lo + 0.01
+    assert max(equiv.values()) <= lhc.PEEL_PASSES.hi
+    # the round counts the constant's text quotes are these
+    text = lhc.PEEL_PASSES.source
+    assert f"NCF {rounds['ncf'][0]} against {rounds['ncf'][1]}" in text
+    for label, name in (("BERT", "bert"), ("VGG19", "vgg19"), ("demo", "demo_2^27"), ("LSTM", "lstm")):
+        assert f"{label} {rounds[name][0]}/{rounds[name][1]}" in text, label
+    assert f"0.10 (demo) to {max(equiv.values()):.2f} (VGG19)" in text
+
+
+def test_flops_efficiency_covers_the_h100_forward_backward():
+    """The share of the H100's fp32 peak at which DnnDevice's step of the projection's NCF and LSTM takes
+    the measured forward+backward (TF32 off): the lower end covers it, rounded down to 0.01."""
+    from hosts.dnn.device import DnnDevice
+    from testbed.reproduce.measurements import gpu_h100
+
+    def equivalent(net: str, file_name: str, batch: int) -> float:
+        measured = gpu_h100.fwd_bwd_ms(file_name, batch, "fp32") * 1e-3
+        lo, hi = 1e-3, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            dev = DnnDevice("h100", "fp32", efficiency=mid, sleep=False)
+            dev.model = lhc._dnn_profile(net)[0]
+            lo, hi = (mid, hi) if dev.hw_time(batch, "step") > measured else (lo, mid)
+        return lo
+
+    eff = {"ncf": equivalent("ncf", "ncf_neumf", 65_536), "lstm": equivalent("lstm", "lstm_lm", lhc.LSTM_BATCH)}
+    assert lhc.FLOPS_EFF.lo <= min(eff.values()) < lhc.FLOPS_EFF.lo + 0.01
+    assert f"NCF {eff['ncf']:.2f}, LSTM {eff['lstm']:.2f}" in lhc.FLOPS_EFF.source
+
+
+def test_compute_scale_states_the_h100_lower_bound():
+    from hosts.lhc.profiles import get_profile
+    from testbed.reproduce.measurements import gpu_h100
+    for model, ms in lhc._PROFILE_MS.items():
+        assert get_profile(model).compute_ms == ms
+    vgg = gpu_h100.fwd_bwd_ms("vgg19", 32, "fp32") / lhc._PROFILE_MS["vgg19"]
+    bert = gpu_h100.fwd_bwd_ms("bert_base", 32, "fp32") / lhc._PROFILE_MS["bert"]
+    assert f"at least {vgg:.2f} and {bert:.2f} in fp32" in lhc.COMPUTE_SCALE.source
+    # the range is not narrowed by a bound that holds only in fp32 (the paper's precision is not known)
+    bf16 = min(gpu_h100.fwd_bwd_ms(f, 32, "bf16") / lhc._PROFILE_MS[k] for k, f in (("vgg19", "vgg19"),
+                                                                                   ("bert", "bert_base")))
+    assert lhc.COMPUTE_SCALE.lo < min(vgg, bert) and bf16 < lhc.COMPUTE_SCALE.nominal
+

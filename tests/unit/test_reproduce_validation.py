@@ -1,5 +1,7 @@
 """The hardware-model validation table (testbed/reproduce/validation.py, measurements/network.py,
-measurements/devices.py, measurements/knl.py, measurements/lhc.py): every prediction comes from the model, every row has a source, the
+measurements/devices.py, measurements/knl.py, measurements/lhc.py; the rows citing the project's own H100
+measurement, measurements/gpu_h100.py, are tested in test_gpu_h100_measurements.py): every prediction comes
+from the model, every row has a source, the
 errors are what an independent recomputation gives, and the flagging rule flags what it should.
 
 Whether a model is within ±25 % of its measurements is a finding, not a test: nothing here
@@ -13,12 +15,12 @@ import pytest
 from testbed.fidelity.constants import load_profile
 from testbed.reproduce import validation
 from testbed.reproduce.measurements import MEASUREMENTS, Measurement
-from testbed.reproduce.measurements import devices, knl, lhc, network
+from testbed.reproduce.measurements import devices, gpu_h100, knl, lhc, network
 
-OURS = network.MEASUREMENTS + devices.MEASUREMENTS + knl.MEASUREMENTS + lhc.MEASUREMENTS
+OURS = network.MEASUREMENTS + devices.MEASUREMENTS + knl.MEASUREMENTS + lhc.MEASUREMENTS + gpu_h100.MEASUREMENTS
 MODELS = sorted({m.model for m in OURS})
 COVERED = ["tofino1-100g", "tor-100g-host", "device:u280", "device:glm-gpu", "device:dnn-v100", "device:dnn-a100",
-           "device:knl", "aries-dragonfly", "device:lhc-codec-v100"]
+           "device:dnn-h100", "device:knl", "aries-dragonfly", "device:lhc-codec-v100"]
 
 
 def test_our_measurements_are_registered_and_well_formed():
@@ -176,8 +178,8 @@ def test_lhc_codec_predictions_come_from_lhc_device(monkeypatch):
 
 # -- coverage and the flagging rule ----------------------------------------------------------
 @pytest.mark.parametrize("model", ["tofino1-100g", "tor-100g-host", "device:glm-gpu", "device:dnn-v100",
-                                   "device:dnn-a100", "device:u280", "device:knl", "aries-dragonfly",
-                                   "device:lhc-codec-v100"])
+                                   "device:dnn-a100", "device:dnn-h100", "device:u280", "device:knl",
+                                   "aries-dragonfly", "device:lhc-codec-v100"])
 def test_models_with_three_or_more_published_measurements(model):
     assert sum(m.model == model for m in OURS) >= validation.MIN_MEASUREMENTS
     rows = validation.validation_rows([model])
@@ -185,12 +187,12 @@ def test_models_with_three_or_more_published_measurements(model):
     assert "fewer than" not in validation.flagged_profiles(rows).get(model, "")
 
 
-@pytest.mark.parametrize(("model", "n_sources"), [("device:u280", 3), ("device:lhc-codec-v100", 3),
+@pytest.mark.parametrize(("model", "n_sources"), [("device:u280", 3), ("device:lhc-codec-v100", 4),
                                                   ("device:knl", 2)])
 def test_models_once_short_count_their_sources(model, n_sources):
-    """u280, knl and the LHC codec had 2, 2 and 0 measurements. Their rows now come from 3, 2 and 3
-    different publications (KNL: Keuper & Pfreundt's two networks and DeepBench's three kernels; no
-    third KNL source could be read)."""
+    """u280, knl and the LHC codec had 2, 2 and 0 measurements. Their rows now come from 3, 2 and 4
+    different sources (KNL: Keuper & Pfreundt's two networks and DeepBench's three kernels; no
+    third KNL source could be read; the codec: three publications and the project's own H100 run)."""
     sources = {m.source.split(",")[0] for m in OURS if m.model == model}
     assert len(sources) == n_sources, sources
 

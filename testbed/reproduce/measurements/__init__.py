@@ -2,7 +2,9 @@
 
 Each is a number someone measured on real hardware, with its source; none was
 used to set a model's constants and none comes from a paper this testbed
-reproduces. `predict` computes the same quantity from the model.
+reproduces. Some the project measured itself: those files are under data/ with
+the device, the date and the command (gpu_h100.py reads the H100 run).
+`predict` computes the same quantity from the model.
 
 One module per family of models, each defining `MEASUREMENTS`; a model key is
 a fidelity profile's name (testbed/fidelity/profiles/*.yaml) or `device:<name>`

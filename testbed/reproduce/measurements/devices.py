@@ -7,6 +7,7 @@ Models checked (keys as in `Headline.profiles`):
                    hbm_efficiency, + launch_s per kernel)
   device:dnn-v100  hosts/dnn/device.py DnnDevice("v100", precision)
   device:dnn-a100  hosts/dnn/device.py DnnDevice("a100", precision)
+  device:dnn-h100  hosts/dnn/device.py DnnDevice("h100", precision)
 
 Every prediction is computed by the model at its default constants (only the
 precision is set to the one the measurement used); none of these numbers set a
@@ -31,6 +32,20 @@ The DNN rows profile the real network (ResNet-50 v1.5, ResNeXt-101 32x4d,
 built here layer for layer as in NVIDIA DeepLearningExamples, since torchvision
 is not a dependency) with hosts.dnn.device.profile, then take
 batch / hw_time(batch) at the batch size the published run used.
+
+The project's own H100 measurement (gpu_h100.py, data/gpu_h100_2026-11-26.json)
+adds rows of three kinds:
+  * device:glm-gpu carried to the H100: GpuDevice at its defaults with the H100's
+    data-sheet HBM peak (3.35 TB/s) in place of the V100's 900 GB/s, against a dense
+    float32 logistic-regression step written in torch (the P4SGD GPU counterpart's
+    step: X @ w, sigmoid, residual, X^T @ r, update) over P4SGD's feature widths and
+    batches, one synchronize per step; and its per-kernel launch cost as measured
+    (host- and driver-bound: compared as is) and its bandwidth against a device copy;
+  * device:dnn-h100: DnnDevice("h100", "fp32" | "bf16") against forward+backward of
+    the same networks (ResNet-50 v1.5 as torchvision builds it; NCF NeuMF and
+    Zaremba's large LSTM at the sizes papers/lhc.py profiles), fp32 with TF32 off
+    (the CUDA cores' fp32 the model's 66.9 TFLOP/s is) and bf16 autocast; time of one
+    mini-batch, as the model's hw_time(batch, "step").
 """
 from __future__ import annotations
 
@@ -38,7 +53,7 @@ from functools import lru_cache
 
 from hosts.dnn.device import DnnDevice, ModelProfile, profile
 from hosts.glm.devices import GpuDevice, U280Device
-from testbed.reproduce.measurements import Measurement
+from testbed.reproduce.measurements import Measurement, gpu_h100
 
 # -- memory-bound GLM devices --------------------------------------------------
 _STREAM_N, _STREAM_F = 4096, 65536          # one dense float32 micro-batch slice: 1 GiB
@@ -59,8 +74,31 @@ def u280_streaming_GBps() -> float:
     return _streaming_Bps(U280Device(sleep=False)) / 1e9
 
 
-def glm_gpu_streaming_GBps() -> float:
-    return _streaming_Bps(GpuDevice(sleep=False)) / 1e9
+def glm_gpu_streaming_GBps(hbm_peak_Bps: float | None = None) -> float:
+    """hbm_peak_Bps: the model carried to another GPU's data-sheet peak."""
+    kw = {} if hbm_peak_Bps is None else {"hbm_peak_Bps": hbm_peak_Bps}
+    return _streaming_Bps(GpuDevice(sleep=False, **kw)) / 1e9
+
+
+def glm_h100_launch_us(features: int, batch: int, kernels: int) -> float:
+    """The per-kernel cost at which GpuDevice with `kernels` kernels per step (its
+    efficiency, the H100's data-sheet peak) takes the step measured on the H100 at
+    (features, batch): the measurement in the model's terms, us."""
+    case = next((c for c in gpu_h100.glm_cases() if (c.features, c.batch) == (features, batch)), None)
+    if case is None:
+        raise ValueError(f"no H100 GLM step measured at {features} features, batch {batch}")
+    dev = GpuDevice(sleep=False, launch_s=0.0, hbm_peak_Bps=gpu_h100.h100_hbm_peak_Bps())
+    bytes_s = dev.step_time(batch, features, None, phase="step")
+    if case.sync_step_ms * 1e-3 <= bytes_s:
+        raise ValueError(f"the measured step ({case.sync_step_ms:.3g} ms) is within the model's bytes alone")
+    return (case.sync_step_ms * 1e-3 - bytes_s) / kernels * 1e6
+
+
+def glm_gpu_h100_step_ms(features: int, batch: int) -> float:
+    """What GpuDevice charges one dense step (forward + backward) of `batch` samples over
+    `features` float32 features, carried to the H100's data-sheet HBM peak, ms."""
+    dev = GpuDevice(sleep=False, hbm_peak_Bps=gpu_h100.h100_hbm_peak_Bps())
+    return dev.step_time(batch, features, None, phase="step") * 1e3
 
 
 def u280_gemv_ms(m: int, n: int) -> float:
@@ -134,6 +172,19 @@ def model_profile(arch: str) -> ModelProfile:
             "resnext101-32x4d": lambda: _resnet([3, 4, 23, 3], groups=32, width_per_group=4)}
     net = nets[arch]().eval()
     return profile(net, torch.zeros(1, 3, 224, 224))
+
+
+def _lhc_profile(model: str) -> ModelProfile:
+    """NCF NeuMF (MovieLens-20M sizes) and Zaremba's large LSTM as papers/lhc.py profiles them."""
+    from testbed.reproduce.papers.lhc import _dnn_profile  # noqa: PLC0415
+    return _dnn_profile(model)[0]
+
+
+def minibatch_ms(accelerator: str, precision: str, net: str, batch: int) -> float:
+    """The model's time of one forward + backward of `batch` samples, ms."""
+    dev = DnnDevice(accelerator, precision, sleep=False)
+    dev.model = _lhc_profile(net) if net in ("ncf", "lstm") else model_profile(net)
+    return dev.hw_time(batch, "step") * 1e3
 
 
 def images_per_s(accelerator: str, precision: str, arch: str, batch: int) -> float:
@@ -235,3 +286,76 @@ MEASUREMENTS: list[Measurement] = [
     _dnn("device:dnn-a100", "a100", "tf32", "TF32", "resnext101-32x4d", 128, 300.42, _A100_RX),
     _dnn("device:dnn-a100", "a100", "fp16", "AMP", "resnext101-32x4d", 128, 908.40, _A100_RX),
 ]
+
+
+# -- the project's H100 measurement (gpu_h100.py) ---------------------------------------------
+_GLM_CARRY = ("model: GpuDevice at its defaults (4 kernels x 5 us, efficiency 0.7) with the H100's data-sheet HBM peak "
+              "3.35 TB/s in place of the V100's 900 GB/s")
+
+
+def _glm_h100_rows() -> list[Measurement]:
+    launch, stream = gpu_h100.launch(), gpu_h100.stream()
+    rows = [
+        Measurement(
+            id="device:glm-gpu:h100-launch-roundtrip", model="device:glm-gpu",
+            quantity="round trip of one tiny kernel and a synchronize",
+            setting=f"H100 {gpu_h100.HOST}, x.add_(1) on 1 element + torch.cuda.synchronize(), median of 5000 "
+                    f"(the synchronize alone: {launch.sync_only_us:.3g} us); model: time charged for one kernel "
+                    "moving ~nothing (launch_s: 'launch + sync'), host- and driver-bound, compared as measured",
+            published=launch.roundtrip_us, unit="us", source=gpu_h100.source("launch.roundtrip.median_us"),
+            predict=glm_gpu_kernel_us),
+        Measurement(
+            id="device:glm-gpu:h100-launch-back-to-back", model="device:glm-gpu",
+            quantity="per-kernel cost of kernels launched back to back (one synchronize at the end)",
+            setting=f"H100 {gpu_h100.HOST}, 10,000 x.add_(1) launches from PyTorch, one synchronize (host-bound "
+                    f"dispatch; a CUDA graph replays them at {launch.graph_per_kernel_us:.2g} us each); model: time "
+                    "charged for one kernel moving ~nothing",
+            published=launch.async_per_kernel_us, unit="us",
+            source=gpu_h100.source("launch.async_batch.per_kernel_us"), predict=glm_gpu_kernel_us),
+        Measurement(
+            id="device:glm-gpu:h100-d2d-copy", model="device:glm-gpu",
+            quantity="H100 device-to-device copy bandwidth (read + write counted)",
+            setting=f"H100, y.copy_(x) of {stream.values:,} float32 values, CUDA events, median of 10; "
+                    f"{_GLM_CARRY}: bytes / step time of a 1-GiB dense micro-batch",
+            published=stream.copy_GBps, unit="GB/s", source=gpu_h100.source("stream.copy.median_GBps"),
+            predict=lambda: glm_gpu_streaming_GBps(gpu_h100.h100_hbm_peak_Bps())),
+    ]
+    for c in gpu_h100.glm_cases():
+        rows.append(Measurement(
+            id=f"device:glm-gpu:h100-step-f{c.features}-b{c.batch}", model="device:glm-gpu",
+            quantity=f"dense logistic-regression SGD step, {c.features:,} features, batch {c.batch}",
+            setting=f"H100, float32, torch (z = X @ w; r = sigmoid(z) - y; g = X^T @ r; w update): {c.kernels} "
+                    f"kernels (the model: 4), a synchronize before and after each step, median of 200 "
+                    f"(200 steps back to back: {c.async_step_ms:.3g} ms each); {_GLM_CARRY}: step_time(batch, "
+                    "features), forward + backward",
+            published=c.sync_step_ms, unit="ms",
+            source=gpu_h100.source(f"glm.cases[features={c.features}, batch={c.batch}].sync_step.median_ms"),
+            predict=lambda f=c.features, b=c.batch: glm_gpu_h100_step_ms(f, b)))
+    return rows
+
+
+# (file's model name, the model's network, batch, what it is)
+_H100_NETS = (("resnet50", "resnet50", 32, "ResNet-50 v1.5, 224x224"),
+              ("resnet50", "resnet50", 64, "ResNet-50 v1.5, 224x224"),
+              ("ncf_neumf", "ncf", 65_536, "NCF NeuMF, MovieLens-20M sizes, MLPerf dims"),
+              ("lstm_lm", "lstm", 20, "Zaremba et al. 2014 large LSTM LM, 35 steps"))
+
+
+def _dnn_h100_rows() -> list[Measurement]:
+    rows = []
+    for file_name, net, batch, label in _H100_NETS:
+        for prec, how in (("fp32", "fp32 with TF32 off (CUDA cores)"), ("bf16", "bf16 autocast")):
+            rows.append(Measurement(
+                id=f"device:dnn-h100:{net}-b{batch}-{prec}", model="device:dnn-h100",
+                quantity=f"{net} forward + backward of one mini-batch, 1 GPU, {prec}",
+                setting=f"H100, {label}, batch {batch}, {how}, no optimizer step, median of 10 after 3 warm-ups "
+                        f"(cudnn.benchmark on); model: DnnDevice('h100', '{prec}') hw_time(batch, 'step') of the "
+                        "profiled network",
+                published=gpu_h100.fwd_bwd_ms(file_name, batch, prec), unit="ms",
+                source=gpu_h100.source(f"fwd_bwd.models.{file_name} batch {batch} "
+                                       f"{gpu_h100.PRECISIONS[prec]} median_ms"),
+                predict=lambda p=prec, n=net, b=batch: minibatch_ms("h100", p, n, b)))
+    return rows
+
+
+MEASUREMENTS += _glm_h100_rows() + _dnn_h100_rows()

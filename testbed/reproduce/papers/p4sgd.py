@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from testbed.reproduce.measurements import devices as device_rows
+from testbed.reproduce.measurements import gpu_h100
 from testbed.reproduce.model import (AssumedConstant, EmulatedValues, Headline, Paper, Regime,
                                      ScenarioRun, SettingItem)
 
@@ -68,11 +70,29 @@ GLM = "logreg"
 TARGET_RANGE = (0.8, 0.95)                       # the target_fraction constant's range
 
 # ---- assumed constants ------------------------------------------------------------------------
+_H100 = gpu_h100.provenance().short
+_H100_LAUNCH = gpu_h100.launch()
+_H100_GLM = gpu_h100.glm_cases()
+_H100_GLM_KERNELS = _H100_GLM[0].kernels        # every case launched the same (test_gpu_h100_measurements)
+# per-kernel cost at which GpuDevice with the measured kernel count takes each measured step
+_H100_GLM_LAUNCH_US = {(c.features, c.batch): device_rows.glm_h100_launch_us(c.features, c.batch, _H100_GLM_KERNELS)
+                       for c in _H100_GLM}
 C_LAUNCH = AssumedConstant(
-    "gpu.launch_s", 5e-6, 3e-6, 20e-6, "s",
+    "gpu.launch_s", 5e-6, _H100_LAUNCH.graph_per_kernel_us * 1e-6,
+    max(_H100_LAUNCH.roundtrip_us, *_H100_GLM_LAUNCH_US.values()) * 1e-6, "s",
     "hosts/glm/devices.py GpuDevice: kernel launch + sync per kernel, commonly measured 3-10 us for small "
-    "CUDA kernels [A]; up to 20 us, the launch round trip of one small kernel on a V100 that the model "
-    "validation cites (measurements/devices.py device:glm-gpu:launch, a secondary source); 4 kernels per step")
+    "CUDA kernels [A]; about 20 us, the launch round trip of one small kernel on a V100 that the model "
+    "validation cites (measurements/devices.py device:glm-gpu:launch, a secondary source); 4 kernels per step. "
+    f"The range covers what an H100 measured ({_H100}): {_H100_LAUNCH.graph_per_kernel_us:.2f} us per kernel "
+    f"replayed from a CUDA graph, {_H100_LAUNCH.async_per_kernel_us:.1f} us launched back to back from PyTorch, "
+    f"{_H100_LAUNCH.roundtrip_us:.1f} us for one kernel and a synchronize (in a VM), and the GPU counterpart's "
+    f"dense step written in torch: {min(c.sync_step_ms for c in _H100_GLM) * 1e3:.0f}-"
+    f"{max(c.sync_step_ms for c in _H100_GLM) * 1e3:.0f} us per step over "
+    f"{min(c.features for c in _H100_GLM):,}-{max(c.features for c in _H100_GLM):,} features and batches "
+    f"{min(c.batch for c in _H100_GLM)}-{max(c.batch for c in _H100_GLM)}, nearly flat in the size, i.e. "
+    f"{min(_H100_GLM_LAUNCH_US.values()):.1f}-{max(_H100_GLM_LAUNCH_US.values()):.1f} us per kernel for its "
+    f"{_H100_GLM_KERNELS} kernels beside the model's bytes (measurements/devices.py device:glm-gpu:h100-step-*). "
+    "Launch costs are host- and driver-bound, taken as they carry to a V100 [A]")
 C_GPU_HBM = AssumedConstant(
     "gpu.hbm_efficiency", 0.7, 0.4, 0.9, "share of 900 GB/s",
     "GpuDevice: V100 HBM2 900 GB/s [D]; GLM kernels' share 0.7 [A], range as testbed/workloads/p4sgd.py "
@@ -80,7 +100,8 @@ C_GPU_HBM = AssumedConstant(
 C_GPU_KERNELS = AssumedConstant(
     "gpu.kernels_per_step", 4.0, 2.0, 6.0, "kernels",
     "GpuDevice: 2 forward (GEMV, loss derivative) + 2 backward (GEMV^T, update) [A]; a fused step needs "
-    "fewer, a framework's autograd more")
+    f"fewer, a framework more: the step written in torch launched {_H100_GLM_KERNELS} kernels on an H100 "
+    f"({_H100}; torch.profiler), the range's upper end")
 C_U280_HBM = AssumedConstant(
     "u280.hbm_efficiency", 0.5, 0.3, 0.9, "share of 460 GB/s",
     "U280Device: 460 GB/s peak [D], 425 GB/s measured (Shuhai, FCCM 2020 [V]); a GLM engine's share 0.5 "
