@@ -300,7 +300,7 @@ def evaluate(h: Headline, runs: EmulatedRuns | None, flagged: dict[str, str]) ->
         reason += f" (at a setting with {assumed} of {len(h.setting)} items assumed)"
     bad = [p for p in h.profiles if p in flagged]
     if bad:
-        reason += "; " + "; ".join(f"hardware model {p} misses published measurements ({flagged[p]})" for p in bad)
+        reason += "; " + "; ".join(f"hardware model {p} misses measurements ({flagged[p]})" for p in bad)
     regimes = [what_moves(h, r, tol) for r in h.regimes] if v.verdict != "reproduced" else []
     return HeadlineResult(h, env, em, v.verdict, reason, regimes, bad)
 

@@ -41,6 +41,9 @@ def validation_rows(models: list[str] | None = None) -> list[dict[str, Any]]:
     return rows
 
 
+SHOWN_MISSES = 3
+
+
 def flagged_profiles(rows: list[dict[str, Any]]) -> dict[str, str]:
     by_model: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -51,10 +54,13 @@ def flagged_profiles(rows: list[dict[str, Any]]) -> dict[str, str]:
         off = [r for r in measured if not r["within"]]
         why = []
         if off:
-            why.append(f"{len(off)} of {len(measured)} published measurements beyond ±{ERROR_TOLERANCE:.0%}: "
-                       + ", ".join(f"{r['id']} {r['error']:+.0%}" for r in off))
+            # The three largest misses name the problem; the report's validation table has them all.
+            worst = sorted(off, key=lambda r: -abs(r["error"]))
+            shown = ", ".join(f"{r['id']} {r['error']:+.0%}" for r in worst[:SHOWN_MISSES])
+            more = f" and {len(worst) - SHOWN_MISSES} more" if len(worst) > SHOWN_MISSES else ""
+            why.append(f"{len(off)} of {len(measured)} measurements beyond ±{ERROR_TOLERANCE:.0%}, worst: {shown}{more}")
         if len(measured) < MIN_MEASUREMENTS:
-            why.append(f"only {len(measured)} published measurement(s), fewer than {MIN_MEASUREMENTS}")
+            why.append(f"only {len(measured)} measurement(s), fewer than {MIN_MEASUREMENTS}")
         if why:
             out[name] = "; ".join(why)
     return out

@@ -231,3 +231,11 @@ def test_markdown_entry_point_prints_every_row(capsys):
     out = capsys.readouterr().out
     n = sum(m.model in ("device:u280", "tofino1-100g") for m in MEASUREMENTS)
     assert out.count("\n| device:u280 |") + out.count("\n| tofino1-100g |") == n
+
+
+def test_a_flagged_model_names_its_three_worst_misses_and_counts_the_rest():
+    from testbed.reproduce.validation import flagged_profiles
+    rows = [{"model": "m", "id": f"m:{i}", "published": 1.0, "within": i >= 5, "error": e}
+            for i, e in enumerate([0.3, -0.9, 0.5, 2.0, -0.4, 0.1, 0.0])]
+    why = flagged_profiles(rows)["m"]
+    assert why == "5 of 7 measurements beyond ±25%, worst: m:3 +200%, m:1 -90%, m:2 +50% and 2 more"
