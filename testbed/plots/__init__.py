@@ -61,9 +61,21 @@ def draw_figures(run: Run, names: list[str] | None = None) -> list[Path]:
     if unfit and kind:
         raise PlotError(f"figure(s) {unfit} draw from {_kind_of(figures[unfit[0]])} runs; {run.path} ran "
                         f"workload {kind!r} (its figures: {', '.join(fitting)})")
+    if not any(p.get("status") == "ok" for p in run.points):
+        raise PlotError(f"{run.path}: no point completed ({len(run.points)} point(s); points.jsonl says why): "
+                        f"nothing to draw")
     out = run.path / "figures"
     out.mkdir(exist_ok=True)
+    # Every figure that can be drawn is; those refused (style.save: a panel the run
+    # cannot feed) are named together at the end.
     paths: list[Path] = []
+    refused: list[str] = []
     for n in wanted:
-        paths.extend(figures[n](run, out))
+        try:
+            paths.extend(figures[n](run, out))
+        except PlotError as e:
+            refused.append(str(e))
+    if refused:
+        drawn = [p.stem for p in paths if p.suffix == ".png"]
+        raise PlotError("; ".join(refused) + (f" (drawn: {', '.join(drawn)})" if drawn else ""))
     return paths

@@ -228,7 +228,13 @@ CAPTION_PT = 6.5
 def save(fig: "plt.Figure", run: Run | None, out_dir: Path, name: str,
          caption: Iterable[str] = (), footer: str | None = None) -> list[Path]:
     """Write <name>.png/.pdf with the caption lines (what ran) above the footer
-    (the run's emulation footer, or `footer` for figures drawn from no single run)."""
+    (the run's emulation footer, or `footer` for figures drawn from no single run).
+
+    A figure drawn from a run with an axes that holds no data is refused (PlotError,
+    nothing written): the run cannot feed that figure, and empty axes would pass for
+    a result."""
+    if run is not None:
+        _refuse_empty_panels(fig, run, name)
     w, h = fig.get_size_inches()
     chars = max(60, int(w * 17.5))   # characters per line at 6.5 pt
     paras: list[tuple[list[str], str]] = []
@@ -248,6 +254,54 @@ def save(fig: "plt.Figure", run: Run | None, out_dir: Path, name: str,
         fig.savefig(p)
     _close(fig)
     return paths
+
+
+def has_data(ax: Any) -> bool:
+    """Whether an axes holds something drawn from numbers: a line with a finite point
+    in data coordinates (not an axhline/axvline, which spans the axes whatever the
+    data), a bar of non-zero size, a band, scatter or vlines, or an image."""
+    from matplotlib.patches import Rectangle  # noqa: PLC0415
+
+    # Identity, not ==: on linear axes an axhline's blended transform compares equal to transData.
+    data = ax.transData
+    for ln in ax.get_lines():
+        if ln.get_transform() is data and _finite_pair(ln.get_xdata(), ln.get_ydata()):
+            return True
+    for p in ax.patches:
+        if isinstance(p, Rectangle) and p.get_data_transform() is data \
+                and all(np.isfinite(v) and v != 0 for v in (p.get_width(), p.get_height())):
+            return True
+    for c in ax.collections:
+        if c.get_transform() is data and any(len(path.vertices) and np.isfinite(path.vertices).all(axis=1).any()
+                                             for path in c.get_paths()):
+            return True
+        offsets = np.asarray(c.get_offsets(), float).reshape(-1, 2)
+        if offsets.size and c.get_offset_transform() is data and np.isfinite(offsets).all(axis=1).any():
+            return True
+    return bool(ax.images)
+
+
+def _finite_pair(xs: Any, ys: Any) -> bool:
+    x, y = np.asarray(xs, float).ravel(), np.asarray(ys, float).ravel()
+    n = min(x.size, y.size)
+    return bool(n) and bool(np.any(np.isfinite(x[:n]) & np.isfinite(y[:n])))
+
+
+def _refuse_empty_panels(fig: "plt.Figure", run: Run, name: str) -> None:
+    from testbed.plots import PlotError  # noqa: PLC0415 - the package imports no figure module at load
+
+    empty = [ax for ax in fig.axes if ax.get_visible() and ax.axison and not has_data(ax)]
+    if not empty:
+        return
+    plt.close(fig)
+    panels = []
+    for ax in empty:
+        # The figure's own note in that panel ("no S-*/FR-* pairs in this run") says why.
+        why = "; ".join(" ".join(t.get_text().split()) for t in ax.texts if t.get_text().strip())
+        panels.append(f"'{ax.get_title() or ax.get_ylabel() or 'untitled'}'" + (f" ({why})" if why else ""))
+    kind = run.manifest.get("scenario", {}).get("workload", {}).get("kind", "?")
+    raise PlotError(f"{name}: {run.path} ({kind} run, scenario {run.manifest.get('scenario', {}).get('name', '?')}) "
+                    f"has nothing for panel(s) {', '.join(panels)}; not drawn")
 
 
 def _close(fig: "plt.Figure") -> None:

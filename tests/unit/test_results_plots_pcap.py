@@ -74,6 +74,40 @@ def test_a_figure_of_another_workload_is_refused_not_drawn_empty(tmp_path):
         draw_figures(run, ["p4sgd_scaling"])
 
 
+def test_a_run_with_no_completed_point_is_refused_not_drawn_empty(tmp_path):
+    run_dir = _fake_run(tmp_path)
+    points = res.read_jsonl(run_dir / "points.jsonl")
+    (run_dir / "points.jsonl").write_text("".join(
+        json.dumps(dict(p, status="failed", error="boom")) + "\n" for p in points))
+    with pytest.raises(PlotError, match=r"no point completed \(2 point\(s\)"):
+        draw_figures(res.load_run(run_dir))
+    assert not list((run_dir / "figures").glob("*.png"))
+
+
+def test_a_figure_with_a_panel_the_run_cannot_feed_is_refused_and_the_others_drawn(tmp_path, monkeypatch):
+    from testbed import plots
+    from testbed.plots import style as st
+
+    def half_empty(run, out_dir):
+        fig, (a, b) = st.plt.subplots(1, 2)
+        a.plot([1, 2], [3, 4])
+        a.set_title("fed")
+        b.axhline(1.0)                      # a reference line is not data
+        b.text(0.5, 0.5, "no pairs in this run", transform=b.transAxes)
+        b.set_title("starved")
+        return st.save(fig, run, out_dir, "half_empty")
+
+    monkeypatch.setitem(plots._FIGURES, "half_empty", half_empty)
+    run_dir = _fake_run(tmp_path)
+    with pytest.raises(PlotError) as e:
+        draw_figures(res.load_run(run_dir), ["half_empty", "goodput_vs_size"])
+    msg = str(e.value)
+    assert "half_empty" in msg and "'starved' (no pairs in this run)" in msg and "'fed'" not in msg, msg
+    assert msg.endswith("(drawn: goodput_vs_size)"), msg
+    assert not (run_dir / "figures" / "half_empty.png").exists()
+    assert (run_dir / "figures" / "goodput_vs_size.png").stat().st_size > 1000
+
+
 def test_pcap_summary_counts_flows_hosts_and_retransmissions(tmp_path):
     a, b = "10.0.0.1", "10.0.0.2"
     pkts = [
