@@ -22,7 +22,7 @@ import numpy as np
 from testbed.plots import figure
 from testbed.plots.captions import Resolution, invalid_note, invalid_reasons, per_case, run_mode_text
 from testbed.plots.style import (band_description, color_of, bound_line, case_styles, hollow, legend_handle, plot_repeats,
-                                 plt, save, scenario_cases)
+                                 plt, save)
 from testbed.results import Run
 from testbed.scenario import register_figure_names
 from testbed.workloads.easgd import FIGURES, PAPER_WEAK_SCALING, VARIANT_NAMES
@@ -52,7 +52,18 @@ def _summaries(run: Run) -> dict[int, dict[str, Any]]:
 
 
 def _case(run: Run, idx: int) -> str:
-    return next((p.get("case") or "base" for p in run.points if p["index"] == idx), "base")
+    """The point's case and its swept values other than the variant ('tau=16',
+    'loss_pct=5', 'slow4x'): points that differ in what the scenario sweeps stay apart."""
+    p = run.point(idx) or {}
+    case = p.get("case") or "base"
+    swept = [f"{k.rsplit('.', 1)[-1]}={v}" for k, v in (p.get("params") or {}).items()
+             if k not in ("workload.variant", "repeat")]
+    return ", ".join(([] if case == "base" and swept else [case]) + swept)
+
+
+def _case_rank(run: Run, sums: dict[int, dict[str, Any]]) -> dict[str, int]:
+    """Cases in the order their points ran: the scenario's cases, then its grid's order."""
+    return {c: i for i, c in enumerate(dict.fromkeys(_case(run, i) for i in sorted(sums)))}
 
 
 def _caption(run: Run, sums: dict[int, dict[str, Any]], extra: str = "") -> list[str]:
@@ -89,7 +100,7 @@ def _caption(run: Run, sums: dict[int, dict[str, Any]], extra: str = "") -> list
 def _case_styles(run: Run, sums: dict[int, dict[str, Any]]) -> dict[str, str]:
     """Line style per case (scenario order) when the run has several; {} for one case
     (then EASGD solid, SGD counterparts dashed)."""
-    cases = [c for c in scenario_cases(run) if any(_case(run, i) == c for i in sums)]
+    cases = list(_case_rank(run, sums))
     return case_styles(cases) if len(cases) > 1 else {}
 
 
@@ -149,6 +160,9 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
     sums = _summaries(run)
     groups: dict[tuple[str, str], list[tuple[float, bool]]] = defaultdict(list)
     missed: dict[tuple[str, str], int] = defaultdict(int)
+    # A run that ended below the target: its time to target is longer than the run,
+    # a lower bound drawn at the run's own length (hardware ms).
+    ran_for: dict[tuple[str, str], list[float]] = defaultdict(list)
     projected: dict[tuple[str, str], list[float]] = defaultdict(list)
     drew_proj = False
     invalid = _invalid(run, sums)
@@ -156,11 +170,14 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
         key = (s["variant"], _case(run, idx))
         if s.get("hw_time_to_target_s") is None:
             missed[key] += 1
+            if s.get("hw_wall_s"):
+                ran_for[key].append(s["hw_wall_s"] * 1e3)
         else:
             groups[key].append((s["hw_time_to_target_s"] * 1e3, idx in invalid))
             if s.get("projected_time_to_target_s") is not None:
                 projected[key].append(s["projected_time_to_target_s"] * 1e3)
-    keys = sorted(set(groups) | set(missed), key=lambda k: (k[1], VARIANT_NAMES.index(k[0])))
+    rank = _case_rank(run, sums)
+    keys = sorted(set(groups) | set(missed), key=lambda k: (rank[k[1]], VARIANT_NAMES.index(k[0])))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(keys) + 2), 4.6))
     most = 0
     for x, key in enumerate(keys):
@@ -176,10 +193,18 @@ def time_to_target(run: Run, out_dir: Path) -> list[Path]:
                 ax.vlines(x, min(vals), max(vals), color=colour, lw=5, alpha=0.3)
         if missed.get(key):
             ax.text(x, 0, f"{missed[key]} not\nreached", ha="center", va="bottom", fontsize=6, color="#b00000")
+        if ran_for.get(key):
+            ax.plot([x] * len(ran_for[key]), ran_for[key], ls="none", marker="^", ms=7, markerfacecolor="none",
+                    markeredgecolor=colour, markeredgewidth=1.2)
     ax.set_xticks(range(len(keys)), [LABELS.get(v, v) + ("" if c == "base" else f"\n({c})") for v, c in keys],
                   rotation=30, ha="right", fontsize=7)
-    if drew_proj:
-        ax.legend(fontsize=7)
+    handles = ax.get_legend_handles_labels()[0]
+    if ran_for:
+        handles.append(legend_handle("0.3", ls="none", marker="^", hollow_=True,
+                                     label="not reached: run length (time to target is longer)"))
+    if handles:
+        ax.legend(handles=handles, fontsize=7)
+    ax.set_ylim(bottom=0)          # a time: from 0, where the "not reached" notes sit
     ax.set_ylabel("time to target (hardware ms)")
     ax.set_title("Time to target accuracy (median of repeats, bar = min-max)", fontsize=9)
     return save(fig, run, out_dir, "easgd_time_to_target", _caption(run, sums, band_description(most)))
@@ -194,7 +219,8 @@ def comm_share(run: Run, out_dir: Path) -> list[Path]:
         if s.get("comm_share") is not None:
             rows[(s["variant"], _case(run, idx))].append((s["comm_share"], s.get("projected_comm_share"),
                                                           idx in invalid))
-    keys = sorted(rows, key=lambda k: (k[1], VARIANT_NAMES.index(k[0])))
+    rank = _case_rank(run, sums)
+    keys = sorted(rows, key=lambda k: (rank[k[1]], VARIANT_NAMES.index(k[0])))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(keys) + 2), 4.6))
     for x, k in enumerate(keys):
         colour = _colour(k[0])
