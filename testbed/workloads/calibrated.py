@@ -36,11 +36,13 @@ class CalibratedWorkloadParams(BaseModel):
                           "frame until the dilated `hardware` would deliver it; docs/time-fidelity.md). "
                           "false: the network runs at the emulator's own speed.")
     network_headroom: Literal["auto"] | Annotated[float, Field(ge=1.0, le=100.0)] = Field(
-        "auto", description="dilate_network with time_scale auto: how far the TDF stays above the emulator's "
-                            "own slowdown. auto: what the fidelity monitor's validity rule needs given the "
-                            "per-operation slowdowns calibration's undilated round measured (median and tail; "
-                            "docs/time-fidelity.md); a number: TDF = that x the median slowdown (the older "
-                            "fixed rule, 16).")
+        16.0, description="dilate_network with time_scale auto: how far the TDF stays above the emulator's own "
+                          "slowdown. A number: TDF = that x the median per-operation slowdown calibration's "
+                          "undilated round measured. auto: what the fidelity monitor's validity rule needs given "
+                          "that round's distribution (median and tail; docs/time-fidelity.md, 'How much "
+                          "headroom'): TDFs 2.4x lower, not yet the default: round 0's median varies up to 5x "
+                          "between repeats of one point here, and the quick reproductions lost valid points under "
+                          "it.")
 
     @model_validator(mode="before")
     @classmethod

@@ -54,14 +54,14 @@ def test_a_retuned_dilated_point_lands_in_the_band():
     tdf0 = 16 * own_cal
     measured = dilated_network(tdf0, own_run, compensation=own_cal)
     assert not in_band(measured, tdf0)
-    p = point()
+    p = point("network_headroom: auto")
     assert p.scenario.workload.calibrated
     retry = P4sgdRuntime().retune(p, fidelity(tdf0, measured))
     assert retry is not None and not retry.scenario.workload.calibrated
     tdf1 = retry.scenario.workload.time_scale
     # the retry runs at a fixed TDF, its network dilated to it with no compensation
     assert in_band(dilated_network(tdf1, own_run), tdf1), (tdf0, measured, tdf1)
-    # "auto" (the default): the validity rule's agreement bound, the emulator's own
+    # "auto": the validity rule's agreement bound, the emulator's own
     # slowdown / 0.15 (the retry has no compensation: the bound counts none)
     assert tdf1 == pytest.approx((measured - tdf0) / AGREEMENT_TOLERANCE, rel=0.05)
     # a fixed headroom is the workload's: half of it, half the TDF (one rule, calibration's)
@@ -79,7 +79,7 @@ def test_undilated_points_retune_to_the_measured_slowdown():
 
 
 def test_no_retry_where_it_cannot_help_or_would_outrun_the_deadline():
-    rt, p = P4sgdRuntime(), point("timeout_s: 10.0")
+    rt, p = P4sgdRuntime(), point("timeout_s: 10.0, network_headroom: auto")
     # a dilated network faster than its TDF: the emulator is not what is slow
     assert rt.retune(p, fidelity(3000.0, 2000.0)) is None
     # 3000 + 1000: retry at 1000 / 0.15 = 6700; 2 ms of hardware time x 6700 = 13 s > timeout_s 10 s
