@@ -10,20 +10,34 @@ collective whose members arrive together takes exactly `collective_time`;
 two overlapping bandwidth-bound ones take about the sum of their serialization,
 as on a shared link; latency-bound ones overlap almost freely.
 
-Messages (send/recv, `network_model.message_cost`): every host has one uplink
-and one downlink resource. A transfer takes the sender's uplink, then the
-receiver's downlink (always in that order, so no two transfers wait on each
-other in a cycle), holds both for `link_busy_s`, then releases them and
-arrives `total_s - link_busy_s` later (`message_cost` through the switches its
-path crosses: `switches`, from the traces' `path_switches`, 1 where absent;
-collectives likewise, `paths.collective_switches` of their members' hosts). So a message alone takes exactly
-`message_time`, and N workers pushing to one server at once queue on the
-server's downlink (the k-th is in after k x link_busy_s + the latency), as
-on real hardware. The send's event fires when its bytes are out (serialization
-done), the recv's when the message is in.
+Links: every NIC has one uplink and one downlink resource. A NIC is a host's,
+named by the host unless `nics` maps an endpoint to another's (a process that
+shares its host's NIC, e.g. ShadowSync's shadow, traced under a name of its own).
 
-Collectives and messages do not share links with each other (a job mixing
-them on the same hosts at the same time is projected optimistically).
+Messages (send/recv, `network_model.message_cost`): a transfer takes the
+sender's uplink and holds it for `link_busy_s` (its bytes leaving), whatever the
+receiver's downlink is doing: the switch buffers what the downlink cannot take
+yet (cut-through, an unbounded buffer [A]). The receiver's downlink serializes
+the message for `link_busy_s` from when the uplink started it or, when busy,
+from when it is free; the message arrives `total_s - link_busy_s` after both
+are done (`message_cost` through the switches its path crosses: `switches`, from
+the traces' `path_switches`, 1 where absent; collectives likewise,
+`paths.collective_switches` of their members' hosts). So a message alone takes
+exactly `message_time`; N workers pushing to one server at once queue on the
+server's downlink (the k-th is in after k x link_busy_s + the latency), as on
+real hardware; and a sender whose receiver is busy is not blocked from sending
+to anyone else (holding the uplink until the receiver's downlink frees would
+let one slow receiver stall every other message of its senders). The send's
+event fires when its bytes are out of the uplink, the recv's when the message
+is in.
+
+Collectives share the NICs with messages: a collective holds the uplink and
+downlink of every member's NIC for its `link_busy_s` (taken in one global order,
+so two collectives never wait on each other in a cycle; messages never hold one
+link while waiting for another), so a shadow's allreduce and its trainer's
+lookups queue on the same links. Holding every member's links for the busiest
+link's time over-charges members whose links are less busy (a PS-based
+collective's workers) [A].
 `contention=False` gives every collective and message its time in isolation.
 """
 from __future__ import annotations
@@ -48,13 +62,14 @@ class Message:
 
 class Fabric:
     def __init__(self, env: simpy.Environment, profile: HardwareProfile, contention: bool = True,
-                 switches: Table | None = None, hosts: dict[int, str] | None = None):
+                 switches: Table | None = None, hosts: dict[int, str] | None = None,
+                 nics: dict[str, str] | None = None):
         self.env, self.profile, self.contention = env, profile, contention
         # (src, dst) -> switches on the path (paths.path_switches); absent pairs: 1
         self.switches = dict(switches or {})
         self.hosts = dict(hosts or {})       # rank -> host: a collective's paths
+        self.nics = dict(nics or {})         # endpoint -> the host whose NIC it uses (absent: its own)
         self._costs: dict[tuple, CollectiveCost] = {}
-        self._shared: dict[frozenset, simpy.Resource] = {}
         self._up: dict[str, simpy.Resource] = {}
         self._down: dict[str, simpy.Resource] = {}
         self.on_delivered: Callable[[Message, dict[str, Any]], None] | None = None
@@ -82,8 +97,8 @@ class Fabric:
         """Started at the last member's arrival; member r's `done[r]` fires
         when it has its result: `finish_after_arrivals` given when each member
         arrived (in a ring the early members' first steps are done before the
-        last joins), later by however long the shared link was held by
-        another collective of the same members."""
+        last joins), later by however long its members' links were held by
+        other traffic (messages, other collectives)."""
         ranks = sorted(arrivals)               # ring order = rank order, as the monitor takes it
         k = self.collective_switches(node["algo"], ranks)
         c = self.collective_cost(node, len(members), k)
@@ -93,11 +108,20 @@ class Fabric:
                                        self.profile, bool(node.get("scale_round")), k)
         remaining = {r: max(0.0, f - last) for r, f in zip(ranks, finish)}
         if self.contention and c.link_busy_s > 0:
-            link = self._shared.setdefault(members, simpy.Resource(self.env, capacity=1))
-            with link.request() as req:
-                yield req
+            # every member NIC's uplink and downlink, in one global order (no wait cycles)
+            nics = sorted({self.nic(self.hosts.get(r, f"rank{r}")) for r in members})
+            links = [self._link(d, n) for n in nics for d in (self._up, self._down)]
+            held = []
+            try:
+                for link in links:
+                    req = link.request()
+                    held.append((link, req))
+                    yield req
                 self.env.process(self._finish(done, remaining))
                 yield self.env.timeout(c.link_busy_s)
+            finally:
+                for link, req in held:
+                    link.release(req)
         else:
             yield from self._finish(done, remaining)
 
@@ -115,19 +139,31 @@ class Fabric:
         c = self.message_cost(int(node["values"]) * int(node["value_bytes"]),
                               self.switches.get((msg.src, msg.dst), 1))
         if self.contention and c.link_busy_s > 0:
-            up, down = self._link(self._up, msg.src), self._link(self._down, msg.dst)
+            up = self._link(self._up, self.nic(msg.src))
             with up.request() as a:
                 yield a
-                with down.request() as b:
-                    yield b
-                    yield self.env.timeout(c.link_busy_s)
+                # the downlink takes the bytes as they come, or from the switch's buffer
+                # once it is free; the uplink is not held for it (module docstring)
+                into = self.env.process(self._downlink(self.nic(msg.dst), c.link_busy_s))
+                yield self.env.timeout(c.link_busy_s)
+            msg.sent.succeed()
+            yield into
         else:
             yield self.env.timeout(c.link_busy_s)
-        msg.sent.succeed()
+            msg.sent.succeed()
         yield self.env.timeout(c.total_s - c.link_busy_s)
         msg.delivered.succeed()
         if self.on_delivered is not None:
             self.on_delivered(msg, node)
+
+    def _downlink(self, nic: str, busy_s: float):
+        with self._link(self._down, nic).request() as b:
+            yield b
+            yield self.env.timeout(busy_s)
+
+    def nic(self, endpoint: str) -> str:
+        """The host whose NIC `endpoint`'s messages use (module docstring)."""
+        return self.nics.get(endpoint, endpoint)
 
     def _link(self, links: dict[str, simpy.Resource], host: str) -> simpy.Resource:
         r = links.get(host)

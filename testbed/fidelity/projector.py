@@ -30,6 +30,8 @@ Each rank's program is one SimPy process that walks its nodes in program order:
   recv     its event is the message's arrival: a compute node that depends on
            it (the program waited for it) waits for that.
   A rank finishes when its last node and its last in-flight operation are done.
+  A trace whose header says `nic: <host>` sends and receives through that host's
+  NIC (fabric.py: a process sharing its host's links under a name of its own).
   A trace whose header says `cores: K` (K > 1: a server of K cores working in
   parallel, server_model.py) is K programs, one per core, each walking the nodes
   of its `core` in order (a node may depend only on nodes of its own core); the
@@ -136,7 +138,8 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
     members = group_members(traces, cut)
     env = simpy.Environment()
     fabric = Fabric(env, profile, contention, path_switches(traces),
-                    {int(h["rank"]): str(h.get("host")) for h, _ in traces})
+                    {int(h["rank"]): str(h["host"]) for h, _ in traces if h.get("host") is not None},
+                    {str(h["host"]): str(h["nic"]) for h, _ in traces if h.get("nic") and h.get("host")})
     check_comm(traces, cut, members, [s.host for s in services], fabric.collective_cost)
     expected = expected_messages(traces, cut, services)
 

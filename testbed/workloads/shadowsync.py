@@ -471,7 +471,12 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
     n = summary["trainers"]
     summary["valid"] = summary["device_valid"]
     reason = f"{summary['device_violations']} step(s) where the CPU was slower than the dilated device model"
-    pf = fidelity_and_projection(work_dir, wl.hardware, summary["tdf"], "shadowsync", wl.iterations, summary,
+    from testbed.fidelity.monitor import load_traces  # noqa: PLC0415
+    try:
+        source: Any = shadows_on_trainer_nics(load_traces(work_dir))
+    except ValueError:          # no traces: fidelity_and_projection says so in the summary
+        source = work_dir
+    pf = fidelity_and_projection(source, wl.hardware, summary["tdf"], "shadowsync", wl.iterations, summary,
                                  max_nodes=None, device_reason=reason,
                                  extra={"label": summary["label"], "trainers": n})
     out = pf.records
@@ -487,7 +492,8 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
     for m in wl.project_trainers:
         servers = projected_server_counts(pf.traces, m, wl.project_servers_per_trainer)
         try:
-            proj = project_trainers(pf.traces, m, pf.profile, wl.project_servers_per_trainer)
+            proj = project_trainers(pf.traces, m, pf.profile, wl.project_servers_per_trainer,
+                                    measured_ps_costs(wl))
         except (ValueError, RuntimeError) as e:      # named in the record, never hidden
             out.append({"type": "shadowsync_projection", "label": summary["label"], "trainers": m,
                         "from_trainers": n, "servers": servers, "error": f"{type(e).__name__}: {e}"})
@@ -546,7 +552,9 @@ def synthesize_trainers(traces: list, trainers: int, per_trainer: float | None =
     (server_model.synthesize_workers: p2p groups renamed per replica), and, S-*,
     its shadow's trace replicated beside each replica as "projected<r>-shadow"
     (ranks trainers..2 x trainers - 1; its sync allreduces keep their group, so all
-    shadows meet in them; its messages to the sync PS are renamed to its own host).
+    shadows meet in them; its messages to the sync PS are renamed to its own name)
+    on its trainer's NIC (header `nic: projected<r>`: fabric.py queues its traffic on
+    the trainer's links).
     per_trainer (project_servers_per_trainer): the template's messages to the servers
     are first re-spread over the projected servers (server_plan,
     server_model.respread_messages).
@@ -584,13 +592,33 @@ def synthesize_trainers(traces: list, trainers: int, per_trainer: float | None =
                 return p2p_group(tag, me if src == was else src, me if dst == was else dst)
             ns = [{**n, "group": rename(n["group"])} if n["kind"] == "comm" and n["algo"] == "p2p" else n
                   for n in ns]
-            out.append(({**h, "host": me, "role": "shadow", "rank": trainers + int(h["rank"]), "world": world}, ns))
+            # the shadow is a process on its trainer's host: its messages and allreduces
+            # use the trainer's NIC (fabric.py), queueing with the lookups and pushes
+            out.append(({**h, "host": me, "nic": h["host"], "role": "shadow", "rank": trainers + int(h["rank"]),
+                         "world": world}, ns))
     return out
 
 
-def project_trainers(traces: list, trainers: int, profile: Any, per_trainer: float | None = None) -> Any:
+def shadows_on_trainer_nics(traces: list) -> list:
+    """The recorded traces with each shadow's header naming its trainer's NIC (`nic`,
+    from the header's `trainer`): the emulated shadow is a process on its trainer's
+    host, traced under `<host>-shadow` so that its messages have a name of their own."""
+    out = []
+    for h, nodes in traces:
+        if h.get("role") == "shadow":
+            if not h.get("trainer"):
+                raise ValueError(f"trace of {h.get('host')}: a shadow whose header names no trainer")
+            h = {**h, "nic": str(h["trainer"])}
+        out.append((h, nodes))
+    return out
+
+
+def project_trainers(traces: list, trainers: int, profile: Any, per_trainer: float | None = None,
+                     ps_costs: "PsCosts | None" = None) -> Any:
     """The projection at `trainers` trainers (synthesize_trainers; the servers as
-    service models, testbed/fidelity/server_model.py, re-spread per server_plan)."""
+    service models, testbed/fidelity/server_model.py, re-spread per server_plan).
+    ps_costs: what a server request costs (measured_ps_costs); None keeps the recorded
+    service times (the emulated PSs' hardware time, ~0: their CPU time is dilated away)."""
     from testbed.fidelity.projector import project  # noqa: PLC0415
     from testbed.fidelity.server_model import respread_service_models, service_models  # noqa: PLC0415
 
@@ -598,7 +626,75 @@ def project_trainers(traces: list, trainers: int, profile: Any, per_trainer: flo
     models = service_models(traces, len(synth))
     for old, shares in server_plan(traces, trainers, per_trainer):
         models = respread_service_models(models, old, shares, len(synth))
+    if ps_costs is not None:
+        plan = server_plan(traces, trainers, per_trainer)
+        gone = {h for old, _ in plan for h in old}
+        ours = {str(h["host"]) for h, _ in traces if h.get("server") in PS_KINDS} - gone
+        models = ps_costs.apply(models, synth, ours | {h for _, shares in plan for h in shares})
     return project(synth, profile, services=models)
+
+
+PS_KINDS = ("embedding_ps", "sync_ps")      # the server traces' `server`: the PSs PsCosts models
+
+
+class PsCosts:
+    """Server service time per request from a per-request cost (testbed/reproduce/
+    measurements/shadowsync_ps.py: the project's own PS code, measured): LOOKUP and PUSH
+    cost fixed + per row (rows: the request's ids; a push's values / dim), ELASTIC fixed +
+    per dense value. Each traced worker request stands for `hogwild` workers' requests
+    (only Hogwild worker 0 is traced): the embedding PS serves them one after another
+    (the emulated PS's threads share one interpreter), so a traced request costs hogwild x
+    one request. A shadow's ELASTIC is one request (one shadow per trainer)."""
+
+    def __init__(self, lookup: Any, push: Any, elastic: Any, hogwild: int, dim: int):
+        if hogwild < 1 or dim < 1:
+            raise ValueError(f"PsCosts: hogwild {hogwild} and dim {dim} must be >= 1")
+        self.lookup, self.push, self.elastic, self.hogwild, self.dim = lookup, push, elastic, hogwild, dim
+
+    def request_s(self, tag: str, values: float) -> float:
+        """Seconds one traced request of `tag` with `values` values costs its server."""
+        if tag == "lookup":
+            return self.hogwild * self.lookup.seconds(values)
+        if tag == "push":
+            return self.hogwild * self.push.seconds(values / self.dim)
+        if tag == "elastic":
+            return self.elastic.seconds(values)
+        raise ValueError(f"PsCosts: no measured cost for a {tag!r} request")
+
+    def apply(self, models: list, traces: list, hosts: set[str]) -> list:
+        """The service models of the ShadowSync PSs `hosts` with each tag's time from the
+        mean size of the requests the worker and shadow traces send that server; other
+        servers (the torch PS of `collective: ps`) keep their recorded model."""
+        from dataclasses import replace  # noqa: PLC0415
+
+        from hosts.common.trace import parse_p2p_group  # noqa: PLC0415
+        sizes: dict[tuple[str, str], list[int]] = {}
+        for _, nodes in traces:
+            for n in nodes:
+                if n["kind"] == "comm" and n["algo"] == "p2p" and n["op"] == "send":
+                    tag, _, dst = parse_p2p_group(n["group"])
+                    sizes.setdefault((dst, tag), []).append(int(n["values"]))
+        out = []
+        for m in models:
+            if m.host not in hosts:
+                out.append(m)
+                continue
+            got = {}
+            for tag in m.service_s:
+                v = sizes.get((m.host, tag))
+                if not v:
+                    raise ValueError(f"PsCosts: no {tag!r} request to {m.host} in the traces")
+                got[tag] = self.request_s(tag, sum(v) / len(v))
+            out.append(replace(m, service_s=got))
+        return out
+
+
+def measured_ps_costs(wl: "ShadowSyncWorkload") -> PsCosts:
+    """The measured costs (testbed/reproduce/measurements/shadowsync_ps.py) for the
+    workload's embedding dim; PsCostError (a ValueError) names a dim not measured."""
+    from testbed.reproduce.measurements.shadowsync_ps import ps_cost  # noqa: PLC0415
+    dim = wl.model.dim
+    return PsCosts(ps_cost("lookup", dim), ps_cost("push", dim), ps_cost("elastic"), wl.hogwild_workers, dim)
 
 
 def summary_row(r: dict[str, Any]) -> dict[str, Any]:

@@ -61,9 +61,31 @@ def test_senders_to_one_receiver_serialize_on_its_downlink():
     assert pr.finish_s[4] == pytest.approx(4 * c.link_busy_s + (c.total_s - c.link_busy_s), rel=1e-12)
     alone = project(fan_in(4, MIB), TOFINO, contention=False)
     assert alone.finish_s[4] == pytest.approx(c.total_s, rel=1e-12)
-    # each sender's bytes left as soon as the server's port took them: the last one waited 3 turns
-    assert pr.finish_s[3] == pytest.approx(4 * c.link_busy_s, rel=1e-12)
+    # each sender's bytes left its own uplink at line rate (the switch buffers what the
+    # server's port cannot take yet): no sender waits for the others' turns
+    assert pr.finish_s[3] == pytest.approx(c.link_busy_s, rel=1e-12)
     assert pr.finish_s[0] == pytest.approx(c.link_busy_s, rel=1e-12)
+
+
+def test_a_busy_receiver_does_not_block_its_senders_other_messages():
+    """w0 sends to the busy `ps` (three others push to it at once), then to the idle
+    `ps2`: its second message leaves after its own first one only (one link-busy
+    time) and is in at link_busy + message_time, not behind the queue on ps's port
+    (fabric.py used to hold w0's uplink until ps's downlink took the first message)."""
+    c = message_cost(MIB, TOFINO)
+    ws = [host(f"w{k}", k, 6) for k in range(4)]
+    ps, ps2 = host("ps", 4, 6, "server"), host("ps2", 5, 6, "server")
+    for k in (1, 2, 3, 0):                 # w0's message to ps is the last in the queue
+        ws[k].compute(0, 0, hw_s=0.0 if k else 1e-9, real_s=0)
+        ws[k].send(0, 0, peer="ps", values=MIB // 4, tag="push")
+        ps.waited(ps.recv(0, 0, peer=f"w{k}", values=MIB // 4, tag="push"))
+    ws[0].send(0, 0, peer="ps2", values=MIB // 4, tag="push")
+    ps2.waited(ps2.recv(0, 0, peer="w0", values=MIB // 4, tag="push"))
+    ps.compute(0, 0, hw_s=0.0, real_s=0)
+    ps2.compute(0, 0, hw_s=0.0, real_s=0)
+    pr = project(traces_of(*ws, ps, ps2), TOFINO)
+    assert pr.finish_s[5] == pytest.approx(1e-9 + c.link_busy_s + c.total_s, rel=1e-9)
+    assert pr.finish_s[4] == pytest.approx(4 * c.link_busy_s + (c.total_s - c.link_busy_s), rel=1e-9)
 
 
 def test_a_sender_that_does_not_wait_overlaps_its_compute_with_the_transfer():
@@ -128,3 +150,50 @@ def test_an_allgather_is_projected_with_its_ring_time():
     pr = project(traces_of(*ws), TOFINO)
     assert pr.makespan_s == pytest.approx(2e-6 + collective_time("allgather", "ring", 5000, 4, 4, TOFINO),
                                           rel=1e-12)
+
+
+def test_a_collective_and_a_message_share_the_members_links():
+    """w0 and w1 allreduce 1 MiB (ring) while w0 also sends 1 MiB to `ps`: one link per
+    host whatever the traffic, so one of the two waits for the other's serialization
+    (fabric.py used to give collectives a link of their own: both ran as if alone)."""
+    from testbed.fidelity.network_model import collective_cost
+    coll = collective_cost("allreduce", "ring", MIB // 4, 4, 2, TOFINO)
+    msg = message_cost(MIB, TOFINO)
+    w0, w1, ps = host("w0", 0, 3), host("w1", 1, 3), host("ps", 2, 3, "server")
+    for w in (w0, w1):
+        w.compute(0, 0, hw_s=0.0, real_s=0)
+    w0.send(0, 0, peer="ps", values=MIB // 4, tag="push")
+    ps.waited(ps.recv(0, 0, peer="w0", values=MIB // 4, tag="push"))
+    ps.compute(0, 0, hw_s=0.0, real_s=0)
+    for w in (w0, w1):
+        w.waited(w.comm(0, 0, op="allreduce", algo="ring", values=MIB // 4))
+        w.compute(0, 0, hw_s=0.0, real_s=0)
+    tr = traces_of(w0, w1, ps)
+    alone = project(tr, TOFINO, contention=False)
+    assert alone.makespan_s == pytest.approx(max(coll.total_s, msg.total_s), rel=1e-12)
+    shared = project(tr, TOFINO)
+    # the message took w0's uplink first: the allreduce starts when it is out
+    assert shared.finish_s[1] == pytest.approx(msg.link_busy_s + coll.total_s, rel=1e-9)
+    assert shared.finish_s[2] == pytest.approx(msg.total_s, rel=1e-9)
+
+
+def test_an_endpoint_on_another_hosts_nic_shares_its_links():
+    """A trace whose header names `nic: w0` (a process on w0's host under its own name)
+    queues on w0's uplink: two 1 MiB sends to two servers, one from w0 and one from
+    w0-shadow, leave one after the other; without `nic` they leave together."""
+    c = message_cost(MIB, TOFINO)
+
+    def job(nic):
+        w, sh = host("w0", 0, 4), host("w0-shadow", 1, 4)
+        if nic:
+            sh.header["nic"] = "w0"
+        a, b = host("a", 2, 4, "server"), host("b", 3, 4, "server")
+        for src, dst in ((w, a), (sh, b)):
+            src.compute(0, 0, hw_s=0.0, real_s=0)
+            src.send(0, 0, peer=dst.header["host"], values=MIB // 4, tag="push")
+            dst.waited(dst.recv(0, 0, peer=src.header["host"], values=MIB // 4, tag="push"))
+            dst.compute(0, 0, hw_s=0.0, real_s=0)
+        return traces_of(w, sh, a, b)
+    apart, shared = project(job(False), TOFINO), project(job(True), TOFINO)
+    assert apart.makespan_s == pytest.approx(c.total_s, rel=1e-12)
+    assert shared.makespan_s == pytest.approx(c.link_busy_s + c.total_s, rel=1e-9)

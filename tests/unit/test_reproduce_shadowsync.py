@@ -76,7 +76,7 @@ def test_the_sync_ps_endpoints_share_one_servers_threads_and_nic():
 
 def test_the_shadow_competes_for_its_trainers_nic(short):
     """The workers never wait for the sync PS, so the shadow can slow them only through the
-    NIC they share: with a NIC of its own (as synthesize_trainers gives the emulated
+    NIC they share: with a NIC of its own (as synthesize_trainers gave the emulated
     shadows) S-EASGD would run exactly as fast as no sync."""
     cheap = {"ps_request_us": 1.0, "ps_row_ns": 20.0, "hogwild_workers": 1.0}
     assert ss.throughput(1, cheap, "shadow") < 0.95 * ss.throughput(1, cheap, "none")
@@ -157,3 +157,22 @@ def test_no_emulation_writes_a_report_with_every_field(short, tmp_path, monkeypa
             assert key in h
         assert h["verdict"] in ("reproduced", "within_envelope", "not_reproduced")
     assert d["headlines"][0]["projected"] > 0
+
+
+def test_s_ma_and_s_bmuf_are_projected_and_their_allreduce_shares_the_trainers_nic(short):
+    """The shadows' allreduce holds their trainers' NIC links (fabric.py), so with the
+    PSs cheap and the NIC the limit, S-MA at 8 trainers is below no sync at all (with
+    collectives on links of their own it was exactly no sync: linear by construction);
+    S-BMUF moves MA's bytes and projects alike; S-EASGD's exchange with the sync PS is
+    other traffic and projects otherwise."""
+    cheap = {"ps_request_us": 1.0, "ps_row_ns": 20.0, "hogwild_workers": 1.0, "ps_threads": 32.0}
+    none = ss.throughput(8, cheap, "none")
+    ma, bmuf = ss.throughput(8, cheap, algorithm="ma"), ss.throughput(8, cheap, algorithm="bmuf")
+    easgd = ss.throughput(8, cheap, algorithm="easgd")
+    assert ma < 0.95 * none
+    assert bmuf == ma
+    assert abs(easgd - ma) > 0.01 * ma
+    shadow = next(nodes for h, nodes in ss.job(3, 2, 1, 1e-4, 1000, algorithm="ma") if h["role"] == "shadow")
+    assert {(n["op"], n["group"]) for n in shadow if n["kind"] == "comm"} == {("allreduce", "trainers")}
+    with pytest.raises(ValueError, match="algorithm 'sgd'"):
+        ss.job(2, 2, 1, 1e-4, 1000, algorithm="sgd")

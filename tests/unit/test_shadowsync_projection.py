@@ -39,7 +39,7 @@ def job(trainers: int, mode: str, batch: int = 64) -> list:
     out = [*ws, emb]
     if shadow:
         for k in range(trainers):
-            s = rec(f"w{k + 1}-shadow", trainers + 1 + k, role="shadow")
+            s = rec(f"w{k + 1}-shadow", trainers + 1 + k, role="shadow", trainer=f"w{k + 1}")
             for _ in range(ITERS):
                 s.compute(0, 0, 0.0, 0.0)
                 s.waited(s.comm(0, 0, op="allreduce", algo="ring", values=DENSE, group="trainers"))
@@ -54,7 +54,7 @@ class WL:           # the fields projected_rate reads
 @pytest.mark.parametrize("mode", ["shadow", "foreground"])
 def test_at_the_recorded_count_the_synthesized_job_is_the_recorded_one(mode):
     tr = job(2, mode)
-    own = ss.projected_rate(project(tr, PROF), 2, WL)
+    own = ss.projected_rate(project(ss.shadows_on_trainer_nics(tr), PROF), 2, WL)
     synth = ss.projected_rate(ss.project_trainers(tr, 2, PROF), 2, WL)
     assert synth == pytest.approx(own, rel=0.02)
     names = [h["host"] for h, _ in ss.synthesize_trainers(tr, 3)]
@@ -117,7 +117,7 @@ def test_respread_gives_each_projected_server_its_share_of_the_tables():
     assert proj.world == 8 and proj.messages == 4 * ITERS * 3 * 3
 
 
-def easgd_job(trainers: int) -> list:
+def easgd_job(trainers: int, dense: int = DENSE) -> list:
     """S-EASGD: worker 0 of each trainer (lookup, step, push), its shadow's elastic
     exchange with the sync PS (request and reply of the dense vector)."""
     world = 2 * trainers + 2
@@ -126,7 +126,7 @@ def easgd_job(trainers: int) -> list:
     ws = [rec(f"w{k + 1}", k, role="worker") for k in range(trainers)]
     emb = rec("emb1", trainers, role="server", server="embedding_ps", unanswered_tags=["push"])
     sps = rec("syncps", trainers + 1, role="server", server="sync_ps")
-    shs = [rec(f"w{k + 1}-shadow", trainers + 2 + k, role="shadow") for k in range(trainers)]
+    shs = [rec(f"w{k + 1}-shadow", trainers + 2 + k, role="shadow", trainer=f"w{k + 1}") for k in range(trainers)]
     for _ in range(ITERS):
         for w, s in zip(ws, shs):
             me, sh = w.header["host"], s.header["host"]
@@ -139,11 +139,11 @@ def easgd_job(trainers: int) -> list:
             w.send(0, 0, peer="emb1", values=26 * 64 * 8, tag="push")
             emb.recv(0, 0, peer=me, values=26 * 64 * 8, tag="push")
             s.compute(0, 0, 0.0, 0.0)
-            s.send(0, 0, peer="syncps", values=DENSE, tag="elastic")
-            s.waited(s.recv(0, 0, peer="syncps", values=DENSE, tag="elastic_reply"))
-            sps.waited(sps.recv(0, 0, peer=sh, values=DENSE, tag="elastic"))
+            s.send(0, 0, peer="syncps", values=dense, tag="elastic")
+            s.waited(s.recv(0, 0, peer="syncps", values=dense, tag="elastic_reply"))
+            sps.waited(sps.recv(0, 0, peer=sh, values=dense, tag="elastic"))
             sps.compute(0, 0, 1e-6, 0.0)
-            sps.send(0, 0, peer=sh, values=DENSE, tag="elastic_reply")
+            sps.send(0, 0, peer=sh, values=dense, tag="elastic_reply")
     return [(r.header, r.nodes) for r in [*ws, emb, sps, *shs]]
 
 
@@ -173,3 +173,81 @@ def test_a_run_that_misses_a_server_is_not_respread():
     w.compute(0, 0, 1e-6, 0)
     with pytest.raises(ValueError, match="not one pattern per server"):
         respread_messages(w.nodes, ["emb1", "emb2"], {"emb1": 0.5, "emb2": 0.25, "emb3": 0.25})
+
+
+def test_the_shadow_shares_its_trainers_nic_in_the_projection():
+    """S-EASGD with a 2 M-value dense vector (8 MB each way per sync, ~0.7 ms on a
+    100 Gb/s link against a 50 us step): the shadow's exchange queues on its trainer's
+    links with the lookups, so the workers are slower than with a tiny vector. With a
+    NIC of its own (synthesize_trainers before: host `<host>-shadow`) they ran alike."""
+    synth = ss.synthesize_trainers(easgd_job(2), 4)
+    shadows = [h for h, _ in synth if h["role"] == "shadow"]
+    assert [(h["host"], h["nic"]) for h in shadows] == [(f"projected{r}-shadow", f"projected{r}") for r in range(4)]
+    big = ss.projected_rate(ss.project_trainers(easgd_job(2, dense=2_000_000), 4, PROF), 4, WL)
+    small = ss.projected_rate(ss.project_trainers(easgd_job(2, dense=10), 4, PROF), 4, WL)
+    assert big < 0.8 * small
+
+
+def test_the_recorded_shadows_are_put_on_their_trainers_nics():
+    tr = ss.shadows_on_trainer_nics(easgd_job(2))
+    assert {h["host"]: h.get("nic") for h, _ in tr if h["role"] == "shadow"} == {"w1-shadow": "w1",
+                                                                                 "w2-shadow": "w2"}
+    assert all("nic" not in h for h, _ in tr if h["role"] != "shadow")
+    h, nodes = easgd_job(2)[-1]
+    with pytest.raises(ValueError, match="names no trainer"):
+        ss.shadows_on_trainer_nics([({k: v for k, v in h.items() if k != "trainer"}, nodes)])
+
+
+class _Cost:        # shaped as measurements.shadowsync_ps.PsCost
+    def __init__(self, fixed_s, per_unit_s):
+        self.fixed_s, self.per_unit_s = fixed_s, per_unit_s
+
+    def seconds(self, units):
+        return self.fixed_s + self.per_unit_s * units
+
+
+def test_ps_costs_charge_every_hogwild_workers_requests():
+    """100 us per request, nothing per row, 2 Hogwild workers: one embedding PS serving
+    16 trainers' lookups and pushes is the bound, 16 x 2 requests x 2 workers x 100 us
+    per round of every trainer's iteration (16 x 2 x 64 examples), so the job makes
+    batch / (2 x 100 us) examples/s whatever the trainer count. Without costs (the recorded ~0) it is far faster."""
+    tr = easgd_job(2)
+    costs = ss.PsCosts(_Cost(100e-6, 0.0), _Cost(100e-6, 0.0), _Cost(0.0, 0.0), hogwild=2, dim=8)
+    rate = ss.projected_rate(ss.project_trainers(tr, 16, PROF, None, costs), 16, WL)
+    assert rate == pytest.approx(16 * 2 * 64 / (16 * 2 * 2 * 100e-6), rel=0.05)
+    free = ss.projected_rate(ss.project_trainers(tr, 16, PROF), 16, WL)
+    assert free > 3 * rate
+    # per row: a lookup's rows are its ids, a push's its values / dim; ELASTIC per value
+    c = ss.PsCosts(_Cost(0.0, 1e-9), _Cost(0.0, 1e-9), _Cost(1e-6, 1e-9), hogwild=3, dim=8)
+    assert c.request_s("lookup", 1000) == pytest.approx(3e-6)
+    assert c.request_s("push", 8000) == pytest.approx(3e-6)
+    assert c.request_s("elastic", 1000) == pytest.approx(2e-6)
+    with pytest.raises(ValueError, match="no measured cost"):
+        c.request_s("agree", 1)
+
+
+def test_the_measured_ps_costs_are_loaded_with_their_source():
+    from testbed.reproduce.measurements import shadowsync_ps as m
+
+    class _WL:
+        hogwild_workers = 2
+
+        class model:
+            dim = 8
+    costs = ss.measured_ps_costs(_WL)
+    for c in (costs.lookup, costs.push, costs.elastic):
+        assert 1e-6 < c.fixed_s < 5e-3 and 0 < c.per_unit_s < 1e-6
+        assert "shadowsync_ps_" in c.source and "python -m testbed.reproduce.measurements.shadowsync_ps" in c.source
+    data = m.load()
+    assert data["date"] and all(f["max_rel_residual"] < 0.5 for fits in data["fits"].values()
+                                for f in fits.values())
+    _WL.model.dim = 5
+    with pytest.raises(m.PsCostError, match="not dim 5"):
+        ss.measured_ps_costs(_WL)
+
+
+def test_the_ps_microbenchmark_runs_the_servers_own_request_loop():
+    from testbed.reproduce.measurements import shadowsync_ps as m
+    for op in ("lookup", "push"):
+        assert 1e-6 < m._run(op, 8, 8, "workload", 5) < 0.5
+    assert 1e-6 < m._run("elastic", 0, 8, "workload", 5) < 0.5

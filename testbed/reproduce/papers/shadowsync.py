@@ -29,18 +29,21 @@ the introduction only, so every number of the setting is `assumed`):
     - PS service time per request from assumed per-request and per-row costs (and
       the sync PS's elementwise update at an assumed memory bandwidth), charged for
       every Hogwild worker's request (H per trainer iteration).
+    - S-MA / S-BMUF (`algorithm`, the regime of that name): the shadows allreduce the
+      dense vector (ring); fabric.py holds every member NIC's uplink and downlink for the
+      allreduce's link time, so it queues with the trainers' lookups and pushes. BMUF's
+      traffic is MA's (its block-momentum step is elementwise shadow CPU, not charged):
+      the two project alike; EASGD's differs (an exchange with the sync PS).
   What is still by construction or approximated: the shadow's CPU and
   memory-bandwidth cost is not charged to the trainer's device (its compute nodes are
   0 s); a PS's threads are a fluid approximation (one queue min(threads, requesters)
   times as fast); the one sync PS is N endpoints syncps1..N, each serving its shadow at
-  a 1/N fluid share of the PS's threads and NIC (services(): fabric.py would otherwise
-  let N shadows queued on the sync PS's downlink block their trainers' uplinks); the H
-  Hogwild workers of a trainer are one rank (their messages to a PS travel as one);
-  S-MA / S-BMUF are not projected here (fabric.py keeps collectives on links of their
-  own, so a shadow's allreduce would never compete with lookups: linear by
-  construction); the projection of the emulated traces
-  (testbed/workloads/shadowsync.py synthesize_trainers) still gives each shadow a NIC
-  of its own and its PSs no service time.
+  a 1/N fluid share of the PS's threads and NIC (services()); the H Hogwild workers of a
+  trainer are one rank (their messages to a PS travel as one); an allreduce holds every
+  member's links for its busiest link's time.
+  The PS costs are assumed (a C++ PS); the project's own Python PS, measured on this
+  machine (testbed/reproduce/measurements/shadowsync_ps.py), is the top of the request
+  cost's range and the bottom of the sync PS bandwidth's.
 
 * `ne_neutral`: "neutral to better model quality" of S-* vs FR-*: NE(S) / NE(FR)
   paired by seed (S and FR of one repeat see the same examples and
@@ -55,6 +58,7 @@ import math
 from functools import lru_cache
 from typing import Any
 
+from testbed.reproduce.measurements.shadowsync_ps import ps_cost as _ps_cost
 from testbed.reproduce.model import (AssumedConstant, EmulatedValues, Headline, Paper, Regime, ScenarioRun,
                                      SettingItem)
 
@@ -73,22 +77,35 @@ TABLES = 26              # the Criteo schema of the workload (hosts/shadowsync/d
 DIM, BOTTOM, TOP, BATCH = 16, (512, 256, 64), (512, 256), 128
 ITERATIONS = 6           # simulated iterations per trainer: the rate is the difference of 6 and 12 (_rate)
 
+# The project's own Python PS, measured on this machine (testbed/reproduce/measurements/
+# shadowsync_ps.py, dim 16 as here): a Python + PyTorch server on 2 shared cores, not the
+# paper's C++ PS, so it is not carried over as the nominal; it is the top of the request
+# cost's range and the bottom of the sync PS's bandwidth (a C++ PS costs less, not more).
+_LOOKUP, _PUSH, _ELASTIC = _ps_cost("lookup", DIM), _ps_cost("push", DIM), _ps_cost("elastic")
+_PY_REQUEST_US = max(_LOOKUP.fixed_s, _PUSH.fixed_s) * 1e6
+_PY_ROW_NS = max(_LOOKUP.per_unit_s, _PUSH.per_unit_s) * 1e9
+_PY_SYNC_GBPS = 3 * 4 / (_ELASTIC.per_unit_s * 1e9)      # read centre, read w, write: 12 B per value
+
 PS_REQUEST_US = AssumedConstant(
-    "ps_request_us", 5.0, 1.0, 50.0, "us",
+    "ps_request_us", 5.0, 1.0, max(50.0, round(_PY_REQUEST_US)), "us",
     "assumed: an embedding/sync PS's fixed cost per request (RPC decode, dispatch, reply); 1 us is a "
-    "kernel-bypass RPC, 50 us a loaded TCP/Thrift server; the paper's PS is not described in stored material")
+    "kernel-bypass RPC, 50 us a loaded TCP/Thrift server; the paper's PS is not described in stored material. "
+    f"Top of the range: this project's Python PS measured here, {_PY_REQUEST_US:.0f} us ({_LOOKUP.source})")
 PS_ROW_NS = AssumedConstant(
-    "ps_row_ns", 100.0, 20.0, 500.0, "ns",
+    "ps_row_ns", 100.0, 20.0, max(500.0, round(_PY_ROW_NS)), "ns",
     "assumed: PS cost per embedding row looked up or updated, per thread (one random DRAM access ~100 ns; "
-    "20 ns cache-resident, 500 ns a contended hash-table update)")
+    "20 ns cache-resident, 500 ns a contended hash-table update); this project's Python PS measured here: "
+    f"{_LOOKUP.per_unit_s * 1e9:.0f} ns per looked-up row, {_PUSH.per_unit_s * 1e9:.0f} ns per updated row "
+    f"({_LOOKUP.source})")
 PS_THREADS = AssumedConstant(
     "ps_threads", 8.0, 1.0, 32.0, "threads/PS",
     "assumed: serving threads per PS host, one worker's request on one thread (1: a single event "
     "loop; 32: a two-socket server's cores); rounded to a whole thread")
 SYNC_PS_GBPS = AssumedConstant(
-    "sync_ps_GBps", 10.0, 2.0, 40.0, "GB/s",
+    "sync_ps_GBps", 10.0, min(2.0, round(_PY_SYNC_GBPS, 2)), 40.0, "GB/s",
     "assumed: memory bandwidth of the sync PS's elementwise EASGD update (read centre, add, write; "
-    "one core ~10 GB/s, a socket ~40)")
+    "one core ~10 GB/s, a socket ~40); bottom of the range: this project's Python sync PS measured here, "
+    f"{_PY_SYNC_GBPS:.2f} GB/s at 12 B per dense value ({_ELASTIC.source})")
 EMB_PS = AssumedConstant(
     "embedding_ps", 8.0, 2.0, 26.0, "servers",
     "assumed: the paper's fixed number of embedding PSs is not in stored material; 2 to 26 (one per "
@@ -131,11 +148,22 @@ def step_hw_s(width: float = 1.0, batch: int = BATCH) -> float:
     return dev.hw_time(batch)
 
 
+ALGORITHMS = ("easgd", "ma", "bmuf")
+
+
 def job(trainers: int, emb_ps: int, hogwild: int, step_s: float, dense: int, mode: str = "shadow", k: int = 5,
-        iterations: int | None = None, syncs: int | None = None) -> list:
+        iterations: int | None = None, syncs: int | None = None, algorithm: str = "easgd") -> list:
     """The traces of the job (module docstring): trainers t1..tN (one rank each); mode
-    "shadow" (S-EASGD): a shadow per trainer on its trainer's host name; "foreground"
-    (FR-EASGD): the trainer's exchange every k iterations; "none": no sync."""
+    "shadow" (S-*): a shadow per trainer on its trainer's host name; "foreground"
+    (FR-EASGD): the trainer's exchange every k iterations; "none": no sync.
+    algorithm (shadow mode): "easgd" exchanges the dense vector with the sync PS; "ma"
+    and "bmuf" allreduce it over the trainers' shadows (ring, group "trainers"): the same
+    traffic, BMUF's block-momentum step is elementwise work on the shadow's CPU, which
+    is not charged [A], so the two project alike."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
+    if mode == "foreground" and algorithm != "easgd":
+        raise ValueError("the foreground job is FR-EASGD only")
     from hosts.common.trace import TraceRecorder  # noqa: PLC0415
     from hosts.shadowsync.config import tables_of  # noqa: PLC0415
 
@@ -167,8 +195,12 @@ def job(trainers: int, emb_ps: int, hogwild: int, step_s: float, dense: int, mod
                               workload="shadowsync", role="shadow")
             for _ in range(syncs):
                 s.compute(0, 0, hw_s=0.0, real_s=0.0)      # its CPU cost is not charged [A]
-                s.send(0, 0, peer=f"syncps{t + 1}", values=dense, value_bytes=4, tag="elastic")
-                s.waited(s.recv(0, 0, peer=f"syncps{t + 1}", values=dense, value_bytes=4, tag="center"))
+                if algorithm == "easgd":
+                    s.send(0, 0, peer=f"syncps{t + 1}", values=dense, value_bytes=4, tag="elastic")
+                    s.waited(s.recv(0, 0, peer=f"syncps{t + 1}", values=dense, value_bytes=4, tag="center"))
+                else:       # fabric.py: the allreduce holds the trainers' NIC links
+                    s.waited(s.comm(0, 0, op="allreduce", algo="ring", values=dense, value_bytes=4,
+                                    group="trainers"))
             out.append((s.header, s.nodes))
     return out
 
@@ -192,12 +224,10 @@ def services(first_rank: int, trainers: int, emb_ps: int, hogwild: int, dense: i
         out.append(ServiceModel(f"emb{e + 1}", first_rank + e, "fcfs",
                                 {f"{tag}{t}": per for t in range(trainers) for tag in ("lookup", "push")},
                                 {f"lookup{t}": Reply(f"rows{t}", hogwild * rows * DIM, 4) for t in range(trainers)}))
-    # The one sync PS as N endpoints syncps1..N, one per trainer (fabric.py holds a sender's
-    # uplink while it waits for the receiver's downlink: N shadows queued on one real
-    # downlink would block their trainers' uplinks, lookups and pushes included, which a
-    # NIC does not do). Each endpoint serves its shadow at a 1/N fluid share of the PS:
-    # of its threads' updates and of its NIC (the others' dense vectors; its own crosses
-    # the endpoint's link).
+    # The one sync PS as N endpoints syncps1..N, one per trainer, each serving its shadow at
+    # a 1/N fluid share of the PS: of its threads' updates and of its NIC (the others' dense
+    # vectors; its own crosses the endpoint's link). A fluid stand-in for a multi-threaded
+    # server, like the embedding PSs' min(threads, requesters) queue.
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
     from testbed.fidelity.network_model import message_cost  # noqa: PLC0415
     update = req + 3 * 4 * dense / (c["sync_ps_GBps"] * 1e9)
@@ -211,25 +241,27 @@ def services(first_rank: int, trainers: int, emb_ps: int, hogwild: int, dense: i
 
 @lru_cache(maxsize=4096)
 def _rate(trainers: int, emb_ps: int, hogwild: int, step_s: float, dense: int, mode: str, k: int,
-          consts: tuple, iterations: int) -> float:
+          consts: tuple, iterations: int, algorithm: str = "easgd") -> float:
     """Steady-state examples/s: the workers' extra examples over their extra time between a
     run of `iterations` and one of twice as many (the start, when every trainer looks up at
     once, and the drain cancel out)."""
-    n1, t1 = _span(trainers, emb_ps, hogwild, step_s, dense, mode, k, consts, iterations)
-    n2, t2 = _span(trainers, emb_ps, hogwild, step_s, dense, mode, k, consts, 2 * iterations)
+    n1, t1 = _span(trainers, emb_ps, hogwild, step_s, dense, mode, k, consts, iterations, algorithm)
+    n2, t2 = _span(trainers, emb_ps, hogwild, step_s, dense, mode, k, consts, 2 * iterations, algorithm)
     return (n2 - n1) / (t2 - t1)
 
 
 def _span(trainers: int, emb_ps: int, hogwild: int, step_s: float, dense: int, mode: str, k: int,
-          consts: tuple, iterations: int) -> tuple[int, float]:
+          consts: tuple, iterations: int, algorithm: str = "easgd") -> tuple[int, float]:
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
     from testbed.fidelity.projector import project  # noqa: PLC0415
     c = dict(consts)
+    if mode == "shadow" and algorithm != "easgd" and trainers == 1:
+        mode = "none"        # an allreduce over one trainer moves nothing: its shadow has no traffic
     # The shadow loops back to back for the whole run: its sync count is raised until
     # every shadow outlasts the workers (extra syncs after their finish do not move it).
     syncs = iterations
     for _ in range(6):
-        traces = job(trainers, emb_ps, hogwild, step_s, dense, mode, k, iterations, syncs)
+        traces = job(trainers, emb_ps, hogwild, step_s, dense, mode, k, iterations, syncs, algorithm)
         models = services(len(traces), trainers, emb_ps, hogwild, dense, c)
         proj = project(traces, load_profile(PROFILE), services=models)
         span = max(proj.finish_s[r] for r in range(trainers))
@@ -243,23 +275,24 @@ def _span(trainers: int, emb_ps: int, hogwild: int, step_s: float, dense: int, m
 
 
 def throughput(trainers: int, over: dict[str, float] | None = None, mode: str = "shadow", k: int = 5,
-               width: float = 1.0, emb_ps: int | None = None) -> float:
+               width: float = 1.0, emb_ps: int | None = None, algorithm: str = "easgd") -> float:
     """Examples/s of all trainers on the modeled hardware (the workers' finish)."""
     c = _nominal(over or {})
     e = int(emb_ps if emb_ps is not None else max(1, min(TABLES, round(c["embedding_ps"]))))
     h = max(1, round(c["hogwild_workers"]))
     step = step_hw_s(width) * c["compute_slowdown"]
     consts = tuple(sorted((n, c[n]) for n in ("ps_request_us", "ps_row_ns", "sync_ps_GBps", "ps_threads")))
-    return _rate(trainers, e, h, step, dense_values(width), mode, k, consts, ITERATIONS)
+    return _rate(trainers, e, h, step, dense_values(width), mode, k, consts, ITERATIONS, algorithm)
 
 
 def project_efficiency(over: dict[str, float], trainers: int | None = None, mode: str = "shadow",
-                       width: float = 1.0, emb_ps: int | None = None) -> float:
+                       width: float = 1.0, emb_ps: int | None = None, algorithm: str = "easgd") -> float:
     """X(N) / (N x X(1)) in % at a fixed PS count (module docstring); N: the paper's
     TRAINERS unless given."""
     trainers = TRAINERS if trainers is None else trainers
-    one = throughput(1, over, mode, width=width, emb_ps=emb_ps)
-    return 100.0 * throughput(trainers, over, mode, width=width, emb_ps=emb_ps) / (trainers * one)
+    one = throughput(1, over, mode, width=width, emb_ps=emb_ps, algorithm=algorithm)
+    return 100.0 * throughput(trainers, over, mode, width=width, emb_ps=emb_ps,
+                              algorithm=algorithm) / (trainers * one)
 
 
 # ---- emulated extractors -----------------------------------------------------------------
@@ -339,8 +372,9 @@ SETTING_THROUGHPUT = [
     SettingItem("parameter servers", "fixed while trainers grow (embedding PSs: constant embedding_ps; 1 sync PS)",
                 "assumed", "the abstract's 'when we keep the number of parameter servers the same'; the counts are "
                 "not in stored material"),
-    SettingItem("algorithm", "S-EASGD (shadow exchanges with a sync PS)", "assumed",
-                "one of the paper's three; the only one whose sync traffic the projector puts on the trainer's NIC"),
+    SettingItem("algorithm", "S-EASGD (shadow exchanges with a sync PS); S-MA/S-BMUF in a regime", "assumed",
+                "the paper's three; the headline projects S-EASGD, the regime 'S-MA / S-BMUF' the allreduce "
+                "(the same traffic for both)"),
     SettingItem("model", f"DLRM-like: {TABLES} tables dim {DIM}, bottom 13-{'-'.join(map(str, BOTTOM))}-{DIM}, "
                 f"top {'-'.join(map(str, TOP))}-1", "assumed",
                 "the public DLRM benchmark's Criteo-Kaggle command (facebookresearch/dlrm, dlrm_s_pytorch.py "
@@ -383,6 +417,9 @@ PAPER = Paper(
             regimes=[
                 Regime("trainers at a fixed PS count", "trainers", TRAINERS, [2, 5, 10, 20, 40, 80],
                        lambda v: project_efficiency({}, trainers=int(v)), log_x=True),
+                Regime("S-MA / S-BMUF (allreduce over the shadows): trainers at a fixed PS count", "trainers",
+                       TRAINERS, [2, 5, 10, 20, 40, 80],
+                       lambda v: project_efficiency({}, trainers=int(v), algorithm="ma"), log_x=True),
                 Regime("embedding PSs (fixed while trainers grow)", "servers", EMB_PS.nominal,
                        [2, 4, 8, 13, 26], _emb_regime, log_x=True),
                 Regime("dense model size (tower widths x)", "x", 1.0, [0.25, 0.5, 1, 2, 4, 8],
@@ -391,10 +428,12 @@ PAPER = Paper(
             profiles=[PROFILE, f"device:dnn-{DEVICE}"],
             note="Projected by replaying the paper-setting S-EASGD job on the projector with a FIXED PS count, "
                  "shadows sharing their trainer's NIC and PS service time from per-request and per-row costs "
-                 "(module docstring). Still by construction or approximated: the shadow's CPU cost is not charged "
-                 "to its trainer; a PS's threads are one queue min(threads, requesters) times as fast; the one sync "
-                 "PS is N endpoints, each a 1/N fluid share of its threads and NIC; S-MA/S-BMUF are not projected "
-                 "(collectives have links of their own in fabric.py). Efficiency above 100 % is possible: at one "
+                 "(module docstring; the range of the request cost reaches the project's Python PS as measured "
+                 "here). S-MA/S-BMUF (allreduce over the shadows, on the trainers' NIC links) are the regime of "
+                 "that name; their traffic is the same, so they project alike. Still by construction or "
+                 "approximated: the shadow's CPU cost is not charged to its trainer; a PS's threads are one queue "
+                 "min(threads, requesters) times as fast; the one sync PS is N endpoints, each a 1/N fluid share "
+                 "of its threads and NIC. Efficiency above 100 % is possible: at one "
                  "trainer the lone shadow syncs fastest and takes most of its trainer's NIC. The emulated value is "
                  "S-EASGD at 1-2 trainers with 1 embedding PS and the workload's 12k-parameter tower: a check of "
                  "the models, not the paper's setting."),
