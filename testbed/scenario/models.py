@@ -325,7 +325,10 @@ class Scenario(BaseModel):
     workload: WorkloadSpec = Field(description="What the hosts run; `kind` selects the workload.")
     stragglers: list[Straggler] = Field(default_factory=list, description="Slow hosts.")
     sweep: Sweep = Field(default_factory=Sweep, description="Cases, grid and repeats to run.")
-    figures: list[str] = Field(default_factory=list, description="Figures `testbed plot` draws for a run.")
+    figures: list[str] = Field(default_factory=list, description=(
+        "Figures `testbed plot` draws for a run; it refuses (exit 2, saying why) a figure of another "
+        "workload, a run with no completed point, and a figure with a panel the run has no data for, "
+        "and still draws the others."))
 
     # The raw mapping this scenario was validated from (after overrides), so
     # sweeps can derive point scenarios by editing the input, not the model.
