@@ -13,6 +13,7 @@ import logging
 import sys
 from typing import Any
 
+from hosts.common import gc_pauses
 from hosts.common.config import ConfigError
 from hosts.common.results import JsonlWriter
 
@@ -43,6 +44,8 @@ def start(name: str, doc: str | None, config_cls: Any, argv: list[str] | None
         log.error("bad config: %s", e)
         raise SetupFailed(EXIT_CONFIG) from None
     log = logging.getLogger(f"{name}[{cfg.host}]")
+    gc_pauses.profile_from_env(name, cfg.host)
+    gc_pauses.setup_done()      # imports and config done: the profile's "run" is all that follows
     try:
         writer = JsonlWriter(cfg.out)
     except OSError as e:

@@ -27,7 +27,7 @@ import sys
 import time
 import traceback
 
-from hosts.common import program
+from hosts.common import gc_pauses, program
 from hosts.common.calibration import CalibrationRefused
 from hosts.common.tcp import NetError
 
@@ -103,6 +103,7 @@ def run_worker(cfg, config_path: str) -> int:
         # the hook calls gloo's allreduce, as DDP's default hook does), so every
         # collective's communication is timed and traced the same way.
         ddp_hook.patch_ddp(hook=cfg.ddp_hook)
+        gc_pauses.setup_done()                 # torch imported, collective open
         _wait_until(cfg.start_at)
         if cfg.collective != "gloo":
             rt.collective.barrier()
@@ -155,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("bad config: script %s: no such file", cfg.script)
         return EXIT_CONFIG
     log = logging.getLogger(f"torch[{cfg.host}]")
+    gc_pauses.profile_from_env("torch", cfg.host)
     return run_ps(cfg) if cfg.role == "ps" else run_worker(cfg, args.config)
 
 
