@@ -69,3 +69,11 @@ def pytest_collection_modifyitems(config, items):
                 else bmv2_unavailable_reason()
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def quick_run(tmp_path_factory):
+    """`testbed run <shipped scenario> --quick`, made once per session and shared
+    by the tests that read the same run (tests/quick_runs.py)."""
+    from quick_runs import QuickRuns  # noqa: PLC0415 - tests/ is on sys.path (conftest's folder)
+    return QuickRuns(tmp_path_factory.mktemp("quick-runs"))

@@ -3,25 +3,17 @@ ring, 3 workers, each point exact against rank 0's reference every iteration."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.local, pytest.mark.timeout(240)]
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def test_host_algorithms_exact_on_loopback(tmp_path):
-    argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "lhc" / "throughput.yaml"),
-            "--quick", "--net", "local", "--no-plot", "--out", str(tmp_path),
-            "--set", "topology.workers=3", "--set", "links.bandwidth_mbps=null",
-            "--set", "sweep.quick.grid.workload.algorithm=[lhc_ring, topk_ring, dense_ps, dense_ring]"]
-    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=230)
-    assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    (run_dir,) = [m.parent for m in tmp_path.glob("*/*/manifest.json")]
+def test_host_algorithms_exact_on_loopback(quick_run):
+    # The session's one run of it (tests/quick_runs.py): the figure check reads it too.
+    run_dir = quick_run("lhc/throughput.yaml", "topology.workers=3", "links.bandwidth_mbps=null",
+                        "sweep.quick.grid.workload.algorithm=[lhc_ring, topk_ring, dense_ps, dense_ring]",
+                        net="local", timeout=230)
     points = [json.loads(line) for line in (run_dir / "points.jsonl").read_text().splitlines()]
     assert [pt["status"] for pt in points] == ["ok"] * 4, [pt.get("error") for pt in points]
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

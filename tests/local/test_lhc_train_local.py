@@ -5,23 +5,15 @@ top-k's differ."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.local, pytest.mark.timeout(240)]
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def test_ncf_curves_identical_with_lhc_and_dense_different_with_topk(tmp_path):
-    argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "lhc" / "train.yaml"),
-            "--quick", "--net", "local", "--no-plot", "--out", str(tmp_path)]
-    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=230)
-    assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    (run_dir,) = [m.parent for m in tmp_path.glob("*/*/manifest.json")]
+def test_ncf_curves_identical_with_lhc_and_dense_different_with_topk(quick_run):
+    # The session's one run of it (tests/quick_runs.py): the figure check reads it too.
+    run_dir = quick_run("lhc/train.yaml", net="local", timeout=230)
     points = [json.loads(line) for line in (run_dir / "points.jsonl").read_text().splitlines()]
     assert [pt["status"] for pt in points] == ["ok"] * 3, [pt.get("error") for pt in points]
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -36,16 +36,10 @@ LOSS_TOL_FLOAT32 = 1e-6
 LOSS_TOL_FIXED_POINT = 1e-3
 
 
-def run_cli(scenario: str, tmp_path: Path, *sets: str, timeout: float = 400) -> Path:
-    argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "p4sgd" / scenario),
-            "--net", "local", "--quick", "--out", str(tmp_path)]
-    for s in sets:
-        argv += ["--set", s]
-    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    runs = sorted(tmp_path.glob("*/*/manifest.json"))
-    assert len(runs) == 1
-    return runs[0].parent
+def run_cli(quick_run, scenario: str, *sets: str, timeout: float = 400) -> Path:
+    """`testbed run scenarios/p4sgd/<scenario> --net local --quick` with its figures drawn:
+    the session's one run of it (tests/quick_runs.py), which the figure check reads too."""
+    return quick_run(f"p4sgd/{scenario}", *sets, net="local", plot=True, timeout=timeout)
 
 
 def reference_loss(summary: dict, wl: dict) -> float:
@@ -92,9 +86,9 @@ def check_run(run_dir: Path, figure: str, tol: float) -> list[dict]:
     return sums
 
 
-def test_scaling_quick_ring(tmp_path):
+def test_scaling_quick_ring(quick_run):
     # The shipped width at 1, 2 and 4 workers (the quick set's 8-worker and wide points cost minutes locally).
-    sums = check_run(run_cli("scaling.yaml", tmp_path, "workload.collective=ring",
+    sums = check_run(run_cli(quick_run, "scaling.yaml", "workload.collective=ring",
                              "sweep.quick.grid={topology.workers: [1, 2, 4]}", "sweep.quick.cases=[p4sgd, dp]"),
                      "p4sgd_scaling", LOSS_TOL_FLOAT32)
     assert sorted((s["mode"], s["workers"]) for s in sums) == sorted(
@@ -107,8 +101,8 @@ def test_scaling_quick_ring(tmp_path):
               f"iter={s['iter_ms_p50']:.2f} ms comm={s['comm_share']:.2f} dilation={s['dilation']:g}")
 
 
-def test_convergence_quick_ps(tmp_path):
-    sums = check_run(run_cli("convergence.yaml", tmp_path, "workload.collective=ps", "sweep.repeats=1"),
+def test_convergence_quick_ps(quick_run):
+    sums = check_run(run_cli(quick_run, "convergence.yaml", "workload.collective=ps", "sweep.repeats=1"),
                      "p4sgd_convergence", LOSS_TOL_FLOAT32)
     p4, dp = (next(s for s in sums if s["mode"] == m) for m in ("model_parallel", "data_parallel"))
     # Real data (digits): P4SGD's small batch reaches the target within the quick run

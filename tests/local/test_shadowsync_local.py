@@ -32,14 +32,15 @@ def run_cli(tmp: Path, *sets: str) -> object:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(quick_run):
     # 2 trainers x 2 Hogwild workers, 2 embedding PSs; every algorithm, both modes, + no sync.
     # A fixed TDF: the shadow's cost is compared between points (calibrated points differ).
-    return run_cli(tmp_path_factory.mktemp("shadowsync"), "workload.iterations=20", "workload.k=5",
-                   "workload.device={type: v100, time_scale: 400}",
-                   "workload.embedding_servers=2",
-                   "sweep.quick.grid={topology.workers: [2], workload.algorithm: [easgd, ma, bmuf, none]}",
-                   "sweep.quick.cases=[shadow, foreground]")
+    # The session's one run of it (tests/quick_runs.py): the figure check reads it too.
+    return load_run(quick_run("shadowsync/throughput.yaml", "workload.iterations=20", "workload.k=5",
+                              "workload.device={type: v100, time_scale: 400}",
+                              "workload.embedding_servers=2",
+                              "sweep.quick.grid={topology.workers: [2], workload.algorithm: [easgd, ma, bmuf, none]}",
+                              "sweep.quick.cases=[shadow, foreground]", net="local", plot=True, timeout=600))
 
 
 def summaries(run) -> dict[str, dict]:

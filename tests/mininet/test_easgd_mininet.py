@@ -6,23 +6,15 @@ weights are the same bits at 5 % loss as at 0 %."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.mininet, pytest.mark.timeout(400)]
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def test_easgd_exchanges_survive_five_percent_loss(tmp_path):
-    argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "easgd" / "loss.yaml"),
-            "--quick", "--no-plot", "--out", str(tmp_path), "--set", "workload.steps=32"]
-    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=380)
-    assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    (run_dir,) = [m.parent for m in tmp_path.glob("*/*/manifest.json")]
+def test_easgd_exchanges_survive_five_percent_loss(quick_run):
+    # The session's one run of it (tests/quick_runs.py): the figure check reads it too.
+    run_dir = quick_run("easgd/loss.yaml", "workload.steps=32", timeout=380)
     points = [json.loads(x) for x in (run_dir / "points.jsonl").read_text().splitlines()]
     assert [pt["status"] for pt in points] == ["ok"] * 4, [pt.get("error") for pt in points]
     lossy = [pt for pt in points if pt["params"]["links.loss_pct"] == 5]

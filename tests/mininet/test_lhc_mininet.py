@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -42,13 +40,10 @@ def reference(spec: dict, world: int, it: int) -> tuple[int, str]:
     return union, hashlib.blake2b(y.tobytes(), digest_size=8).hexdigest()
 
 
-def test_lhc_or_and_sum_rounds_exact_under_loss(tmp_path):
-    argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "lhc" / "loss.yaml"),
-            "--quick", "--no-plot", "--out", str(tmp_path), "--set", f"topology.workers={WORKERS}",
-            "--set", f"sweep.quick.grid.links.loss_pct=[0, {LOSS_PCT}]"]
-    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=115)
-    assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    (run_dir,) = [m.parent for m in tmp_path.glob("*/*/manifest.json")]
+def test_lhc_or_and_sum_rounds_exact_under_loss(quick_run):
+    # The session's one run of it (tests/quick_runs.py): the figure check reads it too.
+    run_dir = quick_run("lhc/loss.yaml", f"topology.workers={WORKERS}",
+                        f"sweep.quick.grid.links.loss_pct=[0, {LOSS_PCT}]", timeout=115)
     points = [json.loads(line) for line in (run_dir / "points.jsonl").read_text().splitlines()]
     assert [pt["status"] for pt in points] == ["ok", "ok"], [pt.get("error") for pt in points]
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

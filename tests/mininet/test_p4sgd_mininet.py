@@ -20,8 +20,6 @@ Checked:
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -62,14 +60,10 @@ def fixed_scale_sum(scale_exp: int, n_workers: int):
     return reduce
 
 
-def test_p4sgd_exact_under_loss_and_matches_reference(tmp_path):
-    argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "p4sgd" / "loss.yaml"),
-            "--quick", "--no-plot", "--out", str(tmp_path),
-            "--set", f"topology.workers={WORKERS}",
-            "--set", f"sweep.quick.grid.links.loss_pct=[0, {LOSS_PCT}]"]
-    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=85)
-    assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    (run_dir,) = [m.parent for m in tmp_path.glob("*/*/manifest.json")]
+def test_p4sgd_exact_under_loss_and_matches_reference(quick_run):
+    # The session's one run of it (tests/quick_runs.py): the figure check reads it too.
+    run_dir = quick_run("p4sgd/loss.yaml", f"topology.workers={WORKERS}",
+                        f"sweep.quick.grid.links.loss_pct=[0, {LOSS_PCT}]", timeout=85)
     points = [json.loads(line) for line in (run_dir / "points.jsonl").read_text().splitlines()]
     assert [pt["status"] for pt in points] == ["ok", "ok"], [pt.get("error") for pt in points]
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

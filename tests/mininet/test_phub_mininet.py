@@ -13,8 +13,6 @@ PS, the ring and the in-switch baseline all complete on the same network.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +22,6 @@ from hosts.common.trace import read_trace
 
 pytestmark = [pytest.mark.mininet, pytest.mark.timeout(1500)]
 
-ROOT = Path(__file__).resolve().parents[2]
 LOSS_PCT = 5
 
 
@@ -32,20 +29,17 @@ def _weights(point_dir: Path) -> dict[str, bytes]:
     return {p.name: np.load(p).tobytes() for p in sorted(point_dir.glob("w*.weights.npy"))}
 
 
-def _run(tmp_path: Path, scenario: str, *sets: str) -> tuple[Path, list[dict], list[dict]]:
-    argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "phub" / scenario),
-            "--quick", "--no-plot", "--out", str(tmp_path), *[x for s in sets for x in ("--set", s)]]
-    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1400)
-    assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    (run_dir,) = [m.parent for m in tmp_path.glob("*/*/manifest.json")]
+def _run(quick_run, scenario: str, *sets: str) -> tuple[Path, list[dict], list[dict]]:
+    # The session's one run of it (tests/quick_runs.py): the figure check reads it too.
+    run_dir = quick_run(f"phub/{scenario}", *sets, timeout=1400)
     points = [json.loads(line) for line in (run_dir / "points.jsonl").read_text().splitlines()]
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(pt["status"] == "ok" for pt in points), [(pt["label"], pt.get("error")) for pt in points]
     return run_dir, points, metrics
 
 
-def test_phub_equals_plain_ps_bit_for_bit_at_0_and_5_percent_loss(tmp_path):
-    run_dir, points, metrics = _run(tmp_path, "loss.yaml")
+def test_phub_equals_plain_ps_bit_for_bit_at_0_and_5_percent_loss(quick_run):
+    run_dir, points, metrics = _run(quick_run, "loss.yaml")
     summary = {pt["index"]: next(m for m in metrics if m.get("point") == pt["index"]
                                  and m["type"] == "phub_summary") for pt in points}
     by = {(pt["case"], pt["params"]["links.loss_pct"]): pt for pt in points}
@@ -70,8 +64,8 @@ def test_phub_equals_plain_ps_bit_for_bit_at_0_and_5_percent_loss(tmp_path):
             assert sum(i["observed"]["dropped"] for i in imp) > 0, (case, imp)
 
 
-def test_quick_workers_run_with_the_in_switch_baseline(tmp_path):
-    run_dir, points, metrics = _run(tmp_path, "workers.yaml", "sweep.quick.grid.topology.workers=[2]",
+def test_quick_workers_run_with_the_in_switch_baseline(quick_run):
+    run_dir, points, metrics = _run(quick_run, "workers.yaml", "sweep.quick.grid.topology.workers=[2]",
                                     "workload.model.size_scale=0.002")
     assert sorted(pt["case"] for pt in points) == ["phub", "ring", "switch", "wide_ps"]
     sums = [m for m in metrics if m["type"] == "phub_summary"]
@@ -88,12 +82,12 @@ def test_quick_workers_run_with_the_in_switch_baseline(tmp_path):
     assert ops and all(n.get("scale_round") is True for n in ops), ops[:2]
 
 
-def test_cross_rack_phub_equals_one_server_and_plain_ps_bit_for_bit(tmp_path):
+def test_cross_rack_phub_equals_one_server_and_plain_ps_bit_for_bit(quick_run):
     """`scenarios/phub/racks.yaml --quick`: one PHub server per rack on a two-leaf tree
     (chained partial sums across the spine) trains the same 4 workers to the same
     weights as one PHub server on the spine and the plain PS; every rack server's
     trace is projected with the workers'."""
-    run_dir, points, metrics = _run(tmp_path, "racks.yaml")
+    run_dir, points, metrics = _run(quick_run, "racks.yaml")
     by = {pt["case"]: pt for pt in points}
     assert set(by) == {"one-server", "racks", "wide_ps"}
     weights = {c: _weights(run_dir / "points" / pt["label"]) for c, pt in by.items()}

@@ -17,12 +17,9 @@ pytestmark = [pytest.mark.mininet, pytest.mark.timeout(500)]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_embedding_ps_applies_every_push_under_five_percent_loss(tmp_path):
-    argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "shadowsync" / "loss.yaml"),
-            "--quick", "--no-plot", "--out", str(tmp_path), "--set", "workload.iterations=24"]
-    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=480)
-    assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    (run_dir,) = [m.parent for m in tmp_path.glob("*/*/manifest.json")]
+def test_embedding_ps_applies_every_push_under_five_percent_loss(quick_run):
+    # The session's one run of it (tests/quick_runs.py): the figure check reads it too.
+    run_dir = quick_run("shadowsync/loss.yaml", "workload.iterations=24", timeout=480)
     points = [json.loads(x) for x in (run_dir / "points.jsonl").read_text().splitlines()]
     assert [pt["status"] for pt in points] == ["ok"] * 4, [pt.get("error") for pt in points]
     lossy = [pt for pt in points if pt["case"] == "loss5"]

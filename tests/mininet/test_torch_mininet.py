@@ -11,28 +11,19 @@ what was lost and resent cannot change a bit); every worker left a trace."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.mininet, pytest.mark.timeout(240)]
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def test_torch_lenet_over_the_switch_is_exact_under_loss(tmp_path):
-    argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "torch" / "lenet.yaml"),
-            "--quick", "--no-plot", "--out", str(tmp_path),
-            "--set", "workload.collective=switch",
-            # a fixed TDF: calibration on a lossy network would measure loss recovery (refused)
-            "--set", "workload.device={type: v100, time_scale: 12000}",
-            "--set", "workload.args=[--model, lenet, --epochs, '1', --max-steps, '12']",
-            "--set", "sweep.quick.grid.links.loss_pct=[0, 5]"]
-    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=230)
-    assert p.returncode == 0, f"testbed run failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    (run_dir,) = [m.parent for m in tmp_path.glob("*/*/manifest.json")]
+def test_torch_lenet_over_the_switch_is_exact_under_loss(quick_run):
+    # The session's one run of it (tests/quick_runs.py): the figure check reads it too.
+    run_dir = quick_run("torch/lenet.yaml", "workload.collective=switch",
+                        # a fixed TDF: calibration on a lossy network would measure loss recovery (refused)
+                        "workload.device={type: v100, time_scale: 12000}",
+                        "workload.args=[--model, lenet, --epochs, '1', --max-steps, '12']",
+                        "sweep.quick.grid.links.loss_pct=[0, 5]", timeout=230)
     points = [json.loads(x) for x in (run_dir / "points.jsonl").read_text().splitlines()]
     assert [pt["status"] for pt in points] == ["ok", "ok"], [pt.get("error") for pt in points]
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
