@@ -164,8 +164,8 @@ def loss_vs_time(run: Run, out_dir: Path) -> list[Path]:
             handles += [legend_handle(ls=st, label=f"case {c}") for c, st in styles.items()]
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     else:
-        ax.text(0.5, 0.5, "no successful torch points with losses", ha="center", va="center",
-                transform=ax.transAxes)
+        ax.text(0.5, 0.5, "no completed point recorded a training loss\n(rank 0, after the calibration steps)",
+                ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel(f"hardware time since training start ({unit}) = emulated / TDF")
     ax.set_ylabel("training loss (rank 0, per step)")
     ax.set_title("Training loss vs hardware time per collective", fontsize=9)
@@ -203,7 +203,8 @@ def iteration_time(run: Run, out_dir: Path) -> list[Path]:
             handles.append(legend_handle(color="k", ls="none", marker="x", label="projected time per iteration"))
         ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     else:
-        ax.text(0.5, 0.5, "no successful torch points", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "no completed point recorded a training iteration\n(after the calibration steps)",
+                ha="center", va="center", transform=ax.transAxes)
     ax.set_ylabel("hardware ms / iteration")
     ax.set_title("Time per iteration (mean over workers): compute vs communication", fontsize=9)
     return save(fig, run, out_dir, "torch_iteration_time", _caption(run, sums))
