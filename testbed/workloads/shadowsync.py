@@ -489,7 +489,11 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
         summary["emulated_over_projected"] = rate / summary["hw_examples_per_s"]
     pf.projection["hw_examples_per_s"] = rate
     summary["projected"] = {}
-    for m in wl.project_trainers:
+    # the point's own count too, with the same measured PS costs, so that the scaling
+    # line compares like with like (projected_hw_examples_per_s keeps the recorded PS
+    # times, ~0 once dilated, to compare with the emulation)
+    counts = sorted(set(wl.project_trainers) | {n}) if wl.project_trainers else []
+    for m in counts:
         servers = projected_server_counts(pf.traces, m, wl.project_servers_per_trainer)
         try:
             proj = project_trainers(pf.traces, m, pf.profile, wl.project_servers_per_trainer,
