@@ -125,13 +125,16 @@ def test_repeats_draw_different_gradients():
     assert len({s["seed"] for s in specs}) == 3
 
 
-def _point(label, algo, repeat, agg_ms, tdf=1000.0, valid=True, hw_iter_us=None):
-    """A point as the engine keeps it: the runtime's summary row (summary_row)."""
-    row = {"algorithm": algo, "n": 65536, "agg_ms": agg_ms, "iter_ms": agg_ms, "tdf": tdf,
+def _point(label, algo, repeat, agg_ms, tdf=1000.0, valid=True, hw_iter_us=None, density=0.01, model="ncf",
+           n=65536):
+    """A point as the engine keeps it: the runtime's summary row (summary_row) and the
+    sweep's params (the throughput sweep varies the density, the iteration sweep the model)."""
+    row = {"algorithm": algo, "n": n, "agg_ms": agg_ms, "iter_ms": agg_ms, "tdf": tdf,
            "hw_iter_us": hw_iter_us, "valid": valid}
     if not valid:
         row["invalid_reasons"] = ["net too slow"]
-    return engine.PointResult(label, "", {"workload.algorithm": algo}, repeat, 10 + repeat, "ok", None, [row])
+    params = {"workload.algorithm": algo, "workload.gradient.density": density, "workload.gradient.model": model}
+    return engine.PointResult(label, "", params, repeat, 10 + repeat, "ok", None, [row])
 
 
 def test_emulated_ratios_pair_each_seed_and_leave_invalid_points_out():
@@ -156,6 +159,27 @@ def test_emulated_ratios_pair_each_seed_and_leave_invalid_points_out():
     assert any("net too slow" in r for r in ev.invalid_reasons)
     it = [_point("a0", "lhc_switch", 0, 1.0, hw_iter_us=50.0), _point("d0", "dense_switch", 0, 1.0, hw_iter_us=100.0)]
     assert lhc._emulated_iteration({"iteration": engine.EmulatedRun("iteration", "x", None, it)}).values == [2.0]
+
+
+def test_emulated_ratios_of_a_full_sweep_pair_only_the_points_at_the_checks_setting():
+    """The full throughput sweep runs 5 densities per algorithm and seed, the iteration
+    sweep 4 models: only density 1 % (NCF) pairs, and the description names the size
+    that ran (a full run once paired the last density's points and called them 65,536 values)."""
+    pts = []
+    for rep in range(2):
+        for d, (a, b) in {0.1: (900.0, 100.0), 0.01: (100.0, 400.0), 0.001: (20.0, 400.0)}.items():
+            pts += [_point(f"l{d}{rep}", "lhc_switch", rep, a, density=d, n=262144),
+                    _point(f"d{d}{rep}", "dense_switch", rep, b, density=d, n=262144)]
+    ev = lhc._emulated_throughput({"throughput": engine.EmulatedRun("throughput", "x", None, pts)})
+    assert ev.values == [4.0, 4.0] and ev.n_points == 2 and "262,144 values at 1% per-worker" in ev.what
+    it = [_point(f"{m}{a}", a, 0, 1.0, hw_iter_us=u, model=m, n=n)
+          for m, n, us in (("ncf", 159000, (50.0, 100.0)), ("vgg19", 7000, (300.0, 100.0)))
+          for a, u in zip(("lhc_switch", "dense_switch"), us)]
+    ev = lhc._emulated_iteration({"iteration": engine.EmulatedRun("iteration", "x", None, it)})
+    assert ev.values == [2.0] and "159,000 values" in ev.what
+    dup = pts + [_point("again", "lhc_switch", 0, 100.0, density=0.01)]
+    with pytest.raises(ValueError, match="a second lhc_switch point of repeat 0"):
+        lhc._emulated_throughput({"throughput": engine.EmulatedRun("throughput", "x", None, dup)})
 
 
 def test_reproduce_lhc_no_emulation_writes_every_field(tmp_path):

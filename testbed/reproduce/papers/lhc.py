@@ -362,24 +362,34 @@ def _hw_agg_us(s: dict[str, Any]) -> float | None:
 
 
 def _paired_ratio(run: Any, value: Callable[[dict[str, Any]], float | None], num: str, den: str,
-                  what: str) -> EmulatedValues:
-    """Per seed (repeat): value(row of algorithm num) / value(row of algorithm den),
-    from valid points only (the runtime's summary rows, testbed/workloads/lhc.py summary_row)."""
+                  what: Callable[[list[int]], str], **at: Any) -> EmulatedValues:
+    """Per seed (repeat): value(row of algorithm num) / value(row of algorithm den), from
+    valid points only (the runtime's summary rows, testbed/workloads/lhc.py summary_row),
+    among the points whose params equal `at` (the full sweep varies density or model:
+    only the points at the check's setting pair). what(sizes): the check's description
+    from the gradient sizes the matched rows ran."""
     by: dict[int, dict[str, float]] = {}
     reasons: list[str] = []
+    sizes: set[int] = set()
     n_points = 0
-    for p, s in run.rows():
+    for p, s in run.rows(**at):
         if s.get("algorithm") not in (num, den):
             continue
         n_points += 1
+        if s.get("n"):
+            sizes.add(int(s["n"]))
         v = value(s)
         if not p.valid:
             reasons += p.invalid_reasons
         elif v is None or not math.isfinite(v) or v <= 0:
-            reasons.append(f"{p.label}: no value ({what.split(',')[0]})")
+            reasons.append(f"{p.label}: no value")
+        elif s["algorithm"] in by.get(p.repeat, {}):
+            raise ValueError(f"{p.label}: a second {s['algorithm']} point of repeat {p.repeat} at {at}: "
+                             "the check's setting must pick one point per algorithm and seed")
         else:
             by.setdefault(p.repeat, {})[s["algorithm"]] = float(v)
-    failed = [p for p in run.points if p.status != "ok"]
+    failed = [p for p in run.points if p.status != "ok" and all(p.params.get(k, v) == v for k, v in at.items())
+              and p.params.get("workload.algorithm", num) in (num, den)]
     n_points += len(failed)
     reasons += [r for p in failed for r in p.invalid_reasons]
     values = []
@@ -389,23 +399,36 @@ def _paired_ratio(run: Any, value: Callable[[dict[str, Any]], float | None], num
             values.append(d[num] / d[den])
         else:
             reasons.append(f"repeat {rep}: only {', '.join(d)} valid, no pair")
-    return EmulatedValues(values, n_points // 2 if n_points else 0, what, reasons)
+    return EmulatedValues(values, n_points // 2 if n_points else 0, what(sorted(sizes)), reasons)
+
+
+def _sizes_text(sizes: list[int]) -> str:
+    return "/".join(f"{n:,}" for n in sizes) or "?"
+
+
+EMULATED_DENSITY = 0.01          # the throughput check's point of the density sweep
+EMULATED_MODEL = "ncf"           # the iteration check's profile
 
 
 def _emulated_throughput(runs: Any) -> EmulatedValues:
     # throughput ratio = dense aggregation time / LHC aggregation time, on hardware time
-    at_setting = aggregation_ratio({DEMO_OVERLAP.name: 0.0}, density=0.01, n=65536)
-    return _paired_ratio(runs["throughput"], _hw_agg_us, "dense_switch", "lhc_switch",
-                         "codec-inclusive aggregation throughput of lhc_switch over dense_switch (agg_ms / TDF), "
-                         "4 workers, 65,536 values at 1 % per-worker density (independent supports), modeled V100 "
-                         "codec, tofino1-100g, calibrated and dilated: a check of the models at a scaled-down size "
-                         f"(the projection's models give {at_setting:.3g}x at this setting)")
+    def what(sizes: list[int]) -> str:
+        models = "/".join(f"{aggregation_ratio({DEMO_OVERLAP.name: 0.0}, density=EMULATED_DENSITY, n=n):.3g}x"
+                          for n in sizes)
+        return ("codec-inclusive aggregation throughput of lhc_switch over dense_switch (agg_ms / TDF), 4 workers, "
+                f"{_sizes_text(sizes)} values at {EMULATED_DENSITY:.0%} per-worker density (independent supports), "
+                "modeled V100 codec, tofino1-100g, calibrated and dilated: a check of the models at a scaled-down "
+                f"size (the projection's models give {models or '?'} at this setting)")
+    return _paired_ratio(runs["throughput"], _hw_agg_us, "dense_switch", "lhc_switch", what,
+                         **{"workload.gradient.density": EMULATED_DENSITY})
 
 
 def _emulated_iteration(runs: Any) -> EmulatedValues:
-    return _paired_ratio(runs["iteration"], lambda s: s.get("hw_iter_us"), "dense_switch", "lhc_switch",
-                         "hw_iter_us of dense_switch / lhc_switch, NCF profile at size_scale 0.001 (31.8k "
-                         "values), 4 workers: a check of the models, not the paper's model size")
+    def what(sizes: list[int]) -> str:
+        return (f"hw_iter_us of dense_switch / lhc_switch, {EMULATED_MODEL.upper()} profile scaled to "
+                f"{_sizes_text(sizes)} values, 4 workers: a check of the models, not the paper's model size")
+    return _paired_ratio(runs["iteration"], lambda s: s.get("hw_iter_us"), "dense_switch", "lhc_switch", what,
+                         **{"workload.gradient.model": EMULATED_MODEL})
 
 
 # ---- the setting -------------------------------------------------------------------------
