@@ -497,7 +497,7 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
         servers = projected_server_counts(pf.traces, m, wl.project_servers_per_trainer)
         try:
             proj = project_trainers(pf.traces, m, pf.profile, wl.project_servers_per_trainer,
-                                    measured_ps_costs(wl))
+                                    measured_ps_costs(wl), hogwild=wl.hogwild_workers)
         except (ValueError, RuntimeError) as e:      # named in the record, never hidden
             out.append({"type": "shadowsync_projection", "label": summary["label"], "trainers": m,
                         "from_trainers": n, "servers": servers, "error": f"{type(e).__name__}: {e}"})
@@ -551,7 +551,7 @@ def projected_server_counts(traces: list, trainers: int, per_trainer: float | No
     return {k: v for k, v in out.items() if v}
 
 
-def synthesize_trainers(traces: list, trainers: int, per_trainer: float | None = None) -> list:
+def synthesize_trainers(traces: list, trainers: int, per_trainer: float | None = None, hogwild: int = 1) -> list:
     """The job at `trainers` trainers: trainer rank 0's worker trace replicated
     (server_model.synthesize_workers: p2p groups renamed per replica), and, S-*,
     its shadow's trace replicated beside each replica as "projected<r>-shadow"
@@ -562,6 +562,12 @@ def synthesize_trainers(traces: list, trainers: int, per_trainer: float | None =
     per_trainer (project_servers_per_trainer): the template's messages to the servers
     are first re-spread over the projected servers (server_plan,
     server_model.respread_messages).
+    hogwild: Hogwild workers per trainer. Only worker 0 is traced; its siblings' LOOKUPs
+    and PUSHes cross the same NIC at the same time, so each of the template's messages
+    to and from an embedding PS carries `hogwild` workers' values [A: H concurrent
+    requests sharing a link finish about when one H-times-larger message would; the
+    paper module's job() merges them so too]. Charge such a message as H requests
+    (PsCosts.apply's merged).
     Servers are not in the result: project them with server_model.service_models
     (and respread_service_models)."""
     from hosts.common.trace import p2p_group, parse_p2p_group  # noqa: PLC0415
@@ -582,6 +588,11 @@ def synthesize_trainers(traces: list, trainers: int, per_trainer: float | None =
     if plan:
         workers = [respread(t) if int(t[0]["rank"]) == int(workers[0][0]["rank"]) else t for t in workers]
         shadows = [respread(shadows[0])] if shadows else []
+    if hogwild > 1:
+        emb = {str(h["host"]) for h, _ in servers if h.get("server") == "embedding_ps"}
+        emb |= {name for old, shares in plan if old[0].startswith("emb") for name in shares}
+        h0, nodes0 = workers[0]
+        workers = [(h0, merge_sibling_traffic(nodes0, emb, hogwild))] + workers[1:]
     world = trainers * (2 if shadows else 1)
     out = [({**h, "world": world}, nodes)
            for h, nodes in synthesize_workers(workers + servers, trainers, more_servers=added)]
@@ -603,6 +614,20 @@ def synthesize_trainers(traces: list, trainers: int, per_trainer: float | None =
     return out
 
 
+def merge_sibling_traffic(nodes: list, servers: set[str], hogwild: int) -> list:
+    """`nodes` with every p2p message to or from one of `servers` carrying `hogwild`
+    times its values (synthesize_trainers: the untraced Hogwild workers' bytes)."""
+    from hosts.common.trace import parse_p2p_group  # noqa: PLC0415
+    out = []
+    for n in nodes:
+        if n["kind"] == "comm" and n["algo"] == "p2p":
+            _, src, dst = parse_p2p_group(n["group"])
+            if src in servers or dst in servers:
+                n = {**n, "values": int(n["values"]) * hogwild}
+        out.append(n)
+    return out
+
+
 def shadows_on_trainer_nics(traces: list) -> list:
     """The recorded traces with each shadow's header naming its trainer's NIC (`nic`,
     from the header's `trainer`): the emulated shadow is a process on its trainer's
@@ -618,15 +643,19 @@ def shadows_on_trainer_nics(traces: list) -> list:
 
 
 def project_trainers(traces: list, trainers: int, profile: Any, per_trainer: float | None = None,
-                     ps_costs: "PsCosts | None" = None) -> Any:
+                     ps_costs: "PsCosts | None" = None, hogwild: int = 1) -> Any:
     """The projection at `trainers` trainers (synthesize_trainers; the servers as
     service models, testbed/fidelity/server_model.py, re-spread per server_plan).
     ps_costs: what a server request costs (measured_ps_costs); None keeps the recorded
-    service times (the emulated PSs' hardware time, ~0: their CPU time is dilated away)."""
+    service times (the emulated PSs' hardware time, ~0: their CPU time is dilated away).
+    hogwild: the Hogwild workers whose PS traffic each template message carries
+    (synthesize_trainers); with ps_costs it must equal ps_costs.hogwild."""
+    if ps_costs is not None and hogwild not in (1, ps_costs.hogwild):
+        raise ValueError(f"project_trainers: hogwild {hogwild} but the PS costs are for {ps_costs.hogwild}")
     from testbed.fidelity.projector import project  # noqa: PLC0415
     from testbed.fidelity.server_model import respread_service_models, service_models  # noqa: PLC0415
 
-    synth = synthesize_trainers(traces, trainers, per_trainer)
+    synth = synthesize_trainers(traces, trainers, per_trainer, hogwild)
     models = service_models(traces, len(synth))
     for old, shares in server_plan(traces, trainers, per_trainer):
         models = respread_service_models(models, old, shares, len(synth))
@@ -634,7 +663,8 @@ def project_trainers(traces: list, trainers: int, profile: Any, per_trainer: flo
         plan = server_plan(traces, trainers, per_trainer)
         gone = {h for old, _ in plan for h in old}
         ours = {str(h["host"]) for h, _ in traces if h.get("server") in PS_KINDS} - gone
-        models = ps_costs.apply(models, synth, ours | {h for _, shares in plan for h in shares})
+        models = ps_costs.apply(models, synth, ours | {h for _, shares in plan for h in shares},
+                                merged=hogwild)
     return project(synth, profile, services=models)
 
 
@@ -665,10 +695,15 @@ class PsCosts:
             return self.elastic.seconds(values)
         raise ValueError(f"PsCosts: no measured cost for a {tag!r} request")
 
-    def apply(self, models: list, traces: list, hosts: set[str]) -> list:
+    def apply(self, models: list, traces: list, hosts: set[str], merged: int = 1) -> list:
         """The service models of the ShadowSync PSs `hosts` with each tag's time from the
         mean size of the requests the worker and shadow traces send that server; other
-        servers (the torch PS of `collective: ps`) keep their recorded model."""
+        servers (the torch PS of `collective: ps`) keep their recorded model.
+        merged: the Hogwild workers a LOOKUP/PUSH message carries (synthesize_trainers'
+        hogwild; 1 or self.hogwild): such a message is `hogwild` requests of 1/merged
+        of its values each. ELASTIC (one per shadow or trainer) is never merged."""
+        if merged not in (1, self.hogwild):
+            raise ValueError(f"PsCosts: merged {merged} must be 1 or hogwild {self.hogwild}")
         from dataclasses import replace  # noqa: PLC0415
 
         from hosts.common.trace import parse_p2p_group  # noqa: PLC0415
@@ -688,7 +723,8 @@ class PsCosts:
                 v = sizes.get((m.host, tag))
                 if not v:
                     raise ValueError(f"PsCosts: no {tag!r} request to {m.host} in the traces")
-                got[tag] = self.request_s(tag, sum(v) / len(v))
+                per = 1 if tag == "elastic" else merged
+                got[tag] = self.request_s(tag, sum(v) / len(v) / per)
             out.append(replace(m, service_s=got))
         return out
 

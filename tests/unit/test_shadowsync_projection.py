@@ -226,6 +226,34 @@ def test_ps_costs_charge_every_hogwild_workers_requests():
         c.request_s("agree", 1)
 
 
+def test_the_untraced_hogwild_workers_bytes_cross_the_links():
+    """hogwild 2: the template's LOOKUPs, rows and PUSHes carry both workers' values (the
+    shadow's allreduces and ELASTIC are one per trainer, unchanged); one embedding PS's
+    downlink then bounds 64 trainers at half the examples/s of the one-worker traffic,
+    and PsCosts charges a merged message as 2 requests of half its values, so the
+    service time equals the unmerged projection's."""
+    tr = job(2, "shadow", batch=64)
+    one, two = (ss.synthesize_trainers(tr, 4, hogwild=h)[0][1] for h in (1, 2))
+    for a, b in zip(one, two, strict=True):
+        emb = a["kind"] == "comm" and a["algo"] == "p2p" and "emb" in a["group"]
+        assert b["values"] == (2 * a["values"] if emb else a.get("values")) if a["kind"] == "comm" else b == a
+    down_bytes = 26 * 64 * 8 * 4 + 26 * 64 * 8          # a push's gradients + a lookup's ids, per worker iteration
+    link_bound = PROF["link_rate"] / 8 / (2 * down_bytes) * 64 * WL.hogwild_workers
+    rate = ss.projected_rate(ss.project_trainers(tr, 64, PROF, hogwild=2), 64, WL)
+    assert rate == pytest.approx(link_bound, rel=0.1)
+    # the PS's service: 2 requests per merged message, each of the unmerged size
+    costs = ss.PsCosts(_Cost(10e-6, 1e-8), _Cost(10e-6, 1e-8), _Cost(0.0, 0.0), hogwild=2, dim=8)
+    from testbed.fidelity.server_model import service_models
+    synth = {h: ss.synthesize_trainers(tr, 4, hogwild=h) for h in (1, 2)}
+    served = {h: costs.apply(service_models(tr, 8), synth[h], {"emb1"}, merged=h) for h in (1, 2)}
+    by = {h: next(m for m in served[h] if m.host == "emb1").service_s for h in (1, 2)}
+    assert by[1] == pytest.approx(by[2])
+    with pytest.raises(ValueError, match="merged 3"):
+        costs.apply(service_models(tr, 8), synth[2], {"emb1"}, merged=3)
+    with pytest.raises(ValueError, match="hogwild 3"):
+        ss.project_trainers(tr, 4, PROF, None, costs, hogwild=3)
+
+
 def test_the_measured_ps_costs_are_loaded_with_their_source():
     from testbed.reproduce.measurements import shadowsync_ps as m
 
