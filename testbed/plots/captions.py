@@ -95,6 +95,8 @@ def dataset_text(d: dict[str, Any] | None) -> str:
         if d.get("kind") == "sparse" and "density" in d:
             txt += f" (density {d['density']:g})"
         return txt
+    if d.get("source") == "profile":   # generated data of a public set's shape (hosts/glm/profiles.py)
+        return f"{d.get('name')}-shaped synthetic ({d.get('samples', 'default')} rows)"
     return f"{d.get('source')} {d.get('name') or d.get('path', '')}".strip()
 
 
