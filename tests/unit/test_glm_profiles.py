@@ -125,6 +125,8 @@ def test_every_fact_has_a_source_and_a_mark():
             assert fact.source.strip(), (prof.name, key)
         # the link to P4SGD is never claimed as verified: the paper's list is not stored
         assert not prof.named_by.verified
+        # dense profiles come from make_dense, whose signed rows give a balanced task only
+        assert not prof.dense or prof.positive_share() == 0.5, prof.name
 
 
 @pytest.mark.parametrize("bad,message", [

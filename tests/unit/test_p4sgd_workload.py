@@ -86,6 +86,9 @@ def test_profile_dataset_spec_and_width():
     assert wl.dataset_spec() == {"source": "profile", "name": "criteo", "samples": 64, "noise": 0.7,
                                  "model": "linreg"}     # linreg: noise is a standard deviation
     assert n_features(wl) == 1_000_000
+    from testbed.plots.captions import dataset_text  # noqa: PLC0415
+    assert dataset_text(wl.dataset_spec()) == "criteo-shaped synthetic 64 x 1,000,000"
+    assert dataset_text({"source": "profile", "name": "gone"}).startswith("profile gone (unknown dataset profile")
     ds = load_dataset(wl.dataset_spec())
     assert ds.X.shape == (64, 1_000_000) and len(np.unique(ds.y)) > 2
 
