@@ -221,14 +221,14 @@ class P4sgdWorkload(CalibratedWorkloadParams):
                                  "mode data_parallel cannot use it")
             if self.dataset.get("source") == "synthetic" and self.dataset.get("kind") == "sparse":
                 raise ValueError("xrt: the U280 kernel takes dense samples; dataset.kind is sparse")
-            if self.dataset.get("source") == "profile" and not dataset_profiles.PROFILES[self.dataset["name"]].dense:
-                raise ValueError(f"xrt: the U280 kernel takes dense samples; profile {self.dataset['name']} "
-                                 "is sparse")
-        if self.dataset.get("source") == "profile":
-            dataset_profiles.check_spec(self.dataset_spec())   # with the labels' model: noise bound
+            name = self.dataset.get("name")
+            if self.dataset.get("source") == "profile" and not dataset_profiles.PROFILES[name].dense:
+                raise ValueError(f"xrt: the U280 kernel takes dense samples; profile {name} is sparse")
             if self.measured and self.time_scale not in (None, 1.0, "auto"):
                 raise ValueError("time_scale dilates a modeled device; a real U280 (xrt.dry_run false) "
                                  "is measured: leave time_scale null (or 1)")
+        if self.dataset.get("source") == "profile":
+            dataset_profiles.check_spec(self.dataset_spec())   # with the labels' model: noise bound
         from hosts.glm.devices import make_device  # light: no numpy work
         try:
             make_device(self.device_spec())
