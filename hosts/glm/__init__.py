@@ -7,6 +7,7 @@ through the in-network aggregation transport.
 Modules:
     models      loss / derivative / prediction of linreg, logreg, svm
     data        Dataset, LIBSVM loader, synthetic generators, builtin real data
+    profiles    public LIBSVM datasets' shapes (sourced), generated as seeded GLM tasks
     partition   feature (column) partitioning across model-parallel workers
     (fixed point lives in hosts/ina/fixed_point.py, shared with the transport)
     training    reference, model-parallel (pipelined) and data-parallel SGD

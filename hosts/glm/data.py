@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .models import MODELS
+from .profiles import SPEC_KEYS as PROFILE_SPEC_KEYS  # light: the table, no generator
 
 
 @dataclass
@@ -319,6 +320,7 @@ _SPEC_KEYS = {
                   "seed", "skew", "name"},
     "libsvm": {"source", "path", "n_features", "task", "model", "positive_label", "name"},
     "builtin": {"source", "name", "bias"},
+    "profile": PROFILE_SPEC_KEYS,
 }
 
 
@@ -329,6 +331,8 @@ def load_dataset(spec: dict[str, Any]) -> Dataset:
      "density", "model", "noise", "seed", "skew"}
     {"source": "libsvm", "path", "n_features": None, "task" | "model", "positive_label"}
     {"source": "builtin", "name": "breast_cancer", "bias": False}
+    {"source": "profile", "name": "rcv1", "samples", "features", "seed", "noise", "model"}
+        (a public dataset's shape, generated: hosts.glm.profiles)
     """
     source = spec.get("source")
     if source not in _SPEC_KEYS:
@@ -353,6 +357,9 @@ def load_dataset(spec: dict[str, Any]) -> Dataset:
         if spec.get("name"):
             ds.name = spec["name"]
         return ds
+    if source == "profile":
+        from .profiles import make_profile  # noqa: PLC0415
+        return make_profile(spec)
     if source == "libsvm":
         if "path" not in spec:
             raise ValueError("libsvm dataset spec needs 'path'")

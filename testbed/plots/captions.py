@@ -95,6 +95,13 @@ def dataset_text(d: dict[str, Any] | None) -> str:
         if d.get("kind") == "sparse" and "density" in d:
             txt += f" (density {d['density']:g})"
         return txt
+    if d.get("source") == "profile":   # generated data of a public set's shape (hosts/glm/profiles.py)
+        from hosts.glm.profiles import shape  # noqa: PLC0415 - light
+        try:
+            n, f = shape(d)
+        except ValueError as e:               # a record from another version's profile table
+            return f"profile {d.get('name')} ({e})"
+        return f"{d.get('name')}-shaped synthetic {n} x {f:,}"
     return f"{d.get('source')} {d.get('name') or d.get('path', '')}".strip()
 
 

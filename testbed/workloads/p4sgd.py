@@ -30,6 +30,7 @@ from typing import Any, Literal, Optional, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hosts.glm import profiles as dataset_profiles  # light: the profile table and its spec check
 from testbed import stats
 from testbed.results import PROJECT_ROOT, read_jsonl, resolve_project_path
 from testbed.workloads import register_workload
@@ -64,6 +65,7 @@ _DATASET_KEYS = {
                   "skew", "name"},
     "libsvm": {"source", "path", "n_features", "task", "model", "positive_label", "name"},
     "builtin": {"source", "name", "bias"},
+    "profile": dataset_profiles.SPEC_KEYS,
 }
 _BUILTIN_DATASETS = {"breast_cancer", "digits"}
 
@@ -127,8 +129,9 @@ class P4sgdWorkload(CalibratedWorkloadParams):
         default_factory=_default_dataset,
         description="hosts.glm.data.load_dataset spec: {source: synthetic, kind: dense|sparse, samples, "
                     "features, density, noise, seed, skew} | {source: libsvm, path, n_features} | "
-                    "{source: builtin, name: breast_cancer}. A synthetic set's labels follow `glm` "
-                    "unless it names its own `model`.")
+                    "{source: builtin, name: breast_cancer} | {source: profile, name: rcv1, samples, "
+                    "features, seed, noise} (a public dataset's shape, generated: hosts/glm/profiles.py). "
+                    "A synthetic or profile set's labels follow `glm` unless it names its own `model`.")
     lr: float = Field(1.0, gt=0, description="Learning rate.")
     l2: float = Field(0.0, ge=0, description="L2 regularization (objective = mean loss + l2/2 ||x||^2).")
     batch: int = Field(64, ge=1, description="Samples per model update (the global mini-batch, both modes; "
@@ -174,7 +177,7 @@ class P4sgdWorkload(CalibratedWorkloadParams):
     def _check_dataset(cls, spec: dict[str, Any]) -> dict[str, Any]:
         source = spec.get("source")
         if source not in _DATASET_KEYS:
-            raise ValueError(f"dataset.source must be one of synthetic, libsvm, builtin; got {source!r}")
+            raise ValueError(f"dataset.source must be one of {', '.join(_DATASET_KEYS)}; got {source!r}")
         unknown = sorted(set(spec) - _DATASET_KEYS[source])
         if unknown:
             raise ValueError(f"unknown dataset keys {unknown} for source {source}; allowed: "
@@ -194,6 +197,8 @@ class P4sgdWorkload(CalibratedWorkloadParams):
                 raise ValueError("a libsvm dataset needs `path` (relative to the project root or absolute)")
             if not resolve_project_path(spec["path"]).exists():
                 raise ValueError(f"dataset file {resolve_project_path(spec['path'])} does not exist")
+        elif source == "profile":
+            dataset_profiles.check_spec(spec)
         elif spec.get("name") not in _BUILTIN_DATASETS:
             raise ValueError(f"unknown builtin dataset {spec.get('name')!r}; available: "
                              f"{', '.join(sorted(_BUILTIN_DATASETS))}")
@@ -216,9 +221,14 @@ class P4sgdWorkload(CalibratedWorkloadParams):
                                  "mode data_parallel cannot use it")
             if self.dataset.get("source") == "synthetic" and self.dataset.get("kind") == "sparse":
                 raise ValueError("xrt: the U280 kernel takes dense samples; dataset.kind is sparse")
+            name = self.dataset.get("name")
+            if self.dataset.get("source") == "profile" and not dataset_profiles.PROFILES[name].dense:
+                raise ValueError(f"xrt: the U280 kernel takes dense samples; profile {name} is sparse")
             if self.measured and self.time_scale not in (None, 1.0, "auto"):
                 raise ValueError("time_scale dilates a modeled device; a real U280 (xrt.dry_run false) "
                                  "is measured: leave time_scale null (or 1)")
+        if self.dataset.get("source") == "profile":
+            dataset_profiles.check_spec(self.dataset_spec())   # with the labels' model: noise bound
         from hosts.glm.devices import make_device  # light: no numpy work
         try:
             make_device(self.device_spec())
@@ -263,7 +273,7 @@ class P4sgdWorkload(CalibratedWorkloadParams):
     def dataset_spec(self) -> dict[str, Any]:
         """The spec hosts load: synthetic labels follow the GLM; libsvm paths absolute."""
         spec = dict(self.dataset)
-        if spec["source"] == "synthetic":
+        if spec["source"] in ("synthetic", "profile"):
             spec.setdefault("model", self.glm)
         elif spec["source"] == "libsvm":
             spec["path"] = str(resolve_project_path(spec["path"]))
@@ -281,6 +291,8 @@ def n_features(wl: P4sgdWorkload) -> int:
     spec = wl.dataset_spec()
     if spec["source"] == "synthetic":
         return int(spec.get("features", 1))
+    if spec["source"] == "profile":
+        return dataset_profiles.shape(spec)[1]
     from hosts.glm.data import load_dataset  # noqa: PLC0415 - real files: read them
     return int(load_dataset(spec).n_features)
 

@@ -59,6 +59,12 @@ def test_defaults_and_derived_values():
     ("dataset: {source: synthetic, density: 2}", "density must be in (0, 1]"),
     ("dataset: {source: libsvm, path: no/such/file.svm}", "does not exist"),
     ("dataset: {source: builtin, name: mnist}", "unknown builtin dataset"),
+    ("dataset: {source: profile, name: mnist}", "unknown dataset profile 'mnist'; known: avazu"),
+    ("dataset: {source: profile, name: rcv1, samples: 0}", "dataset.samples must be a positive integer"),
+    ("dataset: {source: profile, name: rcv1, features: 99999}", "exceeds rcv1's 47,236 features"),
+    ("dataset: {source: profile, name: rcv1, kind: sparse}", "unknown dataset keys ['kind'] for source profile"),
+    ("dataset: {source: profile, name: rcv1, noise: 0.7}", "must be <= 0.5"),   # glm logreg: a flip share
+    ("dataset: {source: profile, name: rcv1}, xrt: {dry_run: true}", "profile rcv1 is sparse"),
     ("micro_batch: 32", "micro_batch 32 > batch 16"),
     ("device: cpu, time_scale: 50", "leave time_scale null"),
     ("device_options: {hbm_efficency: 0.5}", "device_options: bad parameters"),
@@ -70,6 +76,21 @@ def test_invalid_params_are_reported_with_the_field(bad, message):
     with pytest.raises(ScenarioError) as e:
         scenario(bad)
     assert message in str(e.value)
+
+
+def test_profile_dataset_spec_and_width():
+    """A `source: profile` set: labels follow the GLM, the width is known without generating it,
+    and the hosts' loader builds exactly the validated shape."""
+    from testbed.workloads.p4sgd import n_features  # noqa: PLC0415
+    wl = scenario("glm: linreg, dataset: {source: profile, name: criteo, samples: 64, noise: 0.7}").workload
+    assert wl.dataset_spec() == {"source": "profile", "name": "criteo", "samples": 64, "noise": 0.7,
+                                 "model": "linreg"}     # linreg: noise is a standard deviation
+    assert n_features(wl) == 1_000_000
+    from testbed.plots.captions import dataset_text  # noqa: PLC0415
+    assert dataset_text(wl.dataset_spec()) == "criteo-shaped synthetic 64 x 1,000,000"
+    assert dataset_text({"source": "profile", "name": "gone"}).startswith("profile gone (unknown dataset profile")
+    ds = load_dataset(wl.dataset_spec())
+    assert ds.X.shape == (64, 1_000_000) and len(np.unique(ds.y)) > 2
 
 
 def test_figure_names_are_known_to_the_schema():
