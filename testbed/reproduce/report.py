@@ -63,7 +63,7 @@ def _baselines_md(b: dict[str, Any]) -> list[str]:
          "|---|---|" + "---|" * len(b["cases"])]
     for r in b["rows"]:
         name = f"**{r['system']}**" if r["paper_baseline"] else r["system"] + (" (subject)" if r["subject"] else "")
-        how = r["how"] + "".join(f" Assumed {c['name']}: {c['nominal']:.4g} {c['unit']}, range "
+        how = r["how"].rstrip(".") + "." + "".join(f" Assumed {c['name']}: {c['nominal']:.4g} {c['unit']}, range "
                                  f"{c['range'][0]:.4g}–{c['range'][1]:.4g} ({c['source']})." for c in r["constants"])
         L.append(f"| {name} | {how} | " + " | ".join(_baseline_cell(r, c) for c in b["cases"]) + " |")
     return L

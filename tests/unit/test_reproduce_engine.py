@@ -161,7 +161,7 @@ def test_the_report_carries_the_baselines_block(tmp_path):
     assert [r["system"] for r in d["headlines"][0]["baselines"]["rows"]] == ["ours", "switch", "ring"]
     md = (tmp_path / "report.md").read_text()
     assert "Baselines on the same data (seconds of one exchange" in md
-    assert "| **switch** | dense in-switch | 2 s (2x) | 20 s (2x) |" in md
+    assert "| **switch** | dense in-switch. | 2 s (2x) | 20 s (2x) |" in md
     assert "6 s (6x) [4 s–11 s]; 3x vs switch" in md
 
 
