@@ -65,6 +65,15 @@ def test_the_baseline_is_the_workloads_own_network_model():
     from testbed.workloads.lhc import LhcWorkload, hw_op_time
     wl = LhcWorkload(algorithm="dense_switch")
     assert lhc.dense_switch_s(1 << 22, 4) == hw_op_time(wl, 1 << 22, 4)
+    # the other baselines' network: what the workload charges the same op
+    for algo in ("dense_ring", "dense_ps"):
+        assert lhc.aggregation_s(algo, 1 << 22, 0, 4, {}) == hw_op_time(LhcWorkload(algorithm=algo), 1 << 22, 4)
+    from hosts.lhc.worker import topk_block_values, topk_kept
+    block = topk_block_values(topk_kept(lhc.TOPK_RATIO.nominal, 1 << 22))
+    assert lhc.topk_aggregation_s(1 << 22, 4, {})["allgather"] == hw_op_time(LhcWorkload(algorithm="topk_ring"),
+                                                                             block, 4)
+    with pytest.raises(ValueError, match="no projection"):
+        lhc.aggregation_s("dense_fixed_ring", 1 << 22, 0, 4, {})
 
 
 def test_codec_time_is_hosts_lhc_timing():
