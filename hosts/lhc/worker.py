@@ -177,6 +177,16 @@ def _ina(coll, vec: np.ndarray, op: str, what: str) -> np.ndarray:
     return coll._run(lambda: coll.client.wait(coll.client.submit(vec, op), timeout=coll.timeout_s), what)
 
 
+def topk_kept(ratio: float, n: int) -> int:
+    """Entries a topk_ring worker sends of n: the share `ratio` (workload.topk_ratio), at least one."""
+    return max(1, int(round(ratio * n)))
+
+
+def topk_block_values(k: int) -> int:
+    """int32 words of one rank's allgathered block: k indices, then k float32 values."""
+    return 2 * k
+
+
 def topk_select(acc: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k largest |acc| (ties broken by index: deterministic)."""
     if k >= acc.size:
@@ -208,7 +218,7 @@ class Worker:
             cfg.trace, host=cfg.host, rank=cfg.rank, world=cfg.world,
             tdf=dev.get("time_scale", 1.0) if dev.get("type", "gpu") == "gpu" else 1.0,
             device=dev, workload="lhc", algorithm=cfg.algorithm, n=self.n))
-        self.k = max(1, int(round(cfg.topk_ratio * self.n)))
+        self.k = topk_kept(cfg.topk_ratio, self.n)
         self.residual = np.zeros(self.n, np.float32)
         self.ref_residuals = np.zeros((cfg.world, self.n), np.float32) if cfg.rank == 0 else None
         self.wrong = 0
@@ -251,7 +261,7 @@ class Worker:
                                              lambda _: {"n": self.n, "k": self.k})
             self.residual = acc.copy()
             self.residual[idx] = 0.0
-            block = np.concatenate([idx, vals.view(np.int32)])
+            block = np.concatenate([idx, vals.view(np.int32)])      # topk_block_values(k) words
             blocks, t1 = tl.comm(lambda: coll.allgather(block), algo="ring", values=block.size, phase="allgather",
                                  op="allgather")
             y, t_dec = tl.run_step("topk_sum", lambda: sum_topk(blocks, self.k, self.n),

@@ -15,6 +15,9 @@ Steps:
     nominal, its envelope over the assumed constants (verdict.envelope), the
     emulated values (valid points only) and their 95 % interval, the verdict;
     for a headline not reproduced, each regime swept ("what moves the headline");
+    where the paper module declares them, the systems the paper compares with,
+    projected at the same setting (baseline_table; the verdict stays on the
+    headline's own projection);
  3. the hardware models the headlines use, checked against published
     measurements (validation.py);
  4. report.json, report.md and the figures (testbed.plots.reproduce).
@@ -33,7 +36,7 @@ from typing import Any, Callable, Iterator
 
 from testbed import results as res
 from testbed.manifest import git_state, machine
-from testbed.reproduce.model import EmulatedValues, Headline, Paper, Regime
+from testbed.reproduce.model import Baselines, EmulatedValues, Headline, Paper, Regime
 from testbed.reproduce.verdict import TOLERANCE, Envelope, pct, decide, envelope, within
 from testbed.stats import mean_ci95
 
@@ -248,6 +251,31 @@ def what_moves(h: Headline, regime: Regime, tol: float = TOLERANCE) -> RegimeRes
                         regime.log_x)
 
 
+def baseline_table(b: Baselines) -> dict[str, Any]:
+    """Each system's projected seconds per case (constants nominal), their range over
+    the row's own assumed constants (each at its ends, one at a time), and its time over
+    the subject's: the subject's speed-up over that system (and over `also_vs`'s)."""
+    secs = {r.system: r.seconds({}) for r in b.rows}
+    cases = list(secs[b.subject])
+    rows = []
+    for r in b.rows:
+        s = secs[r.system]
+        if list(s) != cases:
+            raise ValueError(f"baseline {r.system}: cases {list(s)} differ from {b.subject}'s {cases}")
+        ends = [s] + [r.seconds({c.name: v}) for c in r.constants for v in (c.lo, c.hi)]
+        rows.append({
+            "system": r.system, "how": r.how, "subject": r.system == b.subject,
+            "paper_baseline": r.system == b.paper_baseline, "seconds": s,
+            "range_s": {k: [min(e[k] for e in ends), max(e[k] for e in ends)] for k in cases}
+            if r.constants else None,
+            "constants": [c.to_dict() for c in r.constants],
+            "ratio_vs_subject": {k: s[k] / secs[b.subject][k] for k in cases},
+            "also_vs": r.also_vs,
+            "ratio_vs_also": {k: s[k] / secs[r.also_vs][k] for k in cases} if r.also_vs else None})
+    return {"what": b.what, "subject": b.subject, "paper_baseline": b.paper_baseline, "cases": cases,
+            "rows": rows}
+
+
 @dataclass
 class HeadlineResult:
     headline: Headline
@@ -257,6 +285,7 @@ class HeadlineResult:
     reason: str
     regimes: list[RegimeResult] = field(default_factory=list)
     flagged_profiles: list[str] = field(default_factory=list)
+    baselines: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         h = self.headline
@@ -275,7 +304,7 @@ class HeadlineResult:
                 "constants": [c.to_dict() for c in h.constants], "emulated": emulated,
                 "verdict": self.verdict, "reason": self.reason, "note": h.note,
                 "what_moves": [r.to_dict() for r in self.regimes], "profiles": h.profiles,
-                "flagged_profiles": self.flagged_profiles}
+                "flagged_profiles": self.flagged_profiles, "baselines": self.baselines}
 
 
 def evaluate(h: Headline, runs: EmulatedRuns | None, flagged: dict[str, str]) -> HeadlineResult:
@@ -302,7 +331,8 @@ def evaluate(h: Headline, runs: EmulatedRuns | None, flagged: dict[str, str]) ->
     if bad:
         reason += "; " + "; ".join(f"hardware model {p} misses measurements ({flagged[p]})" for p in bad)
     regimes = [what_moves(h, r, tol) for r in h.regimes] if v.verdict != "reproduced" else []
-    return HeadlineResult(h, env, em, v.verdict, reason, regimes, bad)
+    table = baseline_table(h.baselines) if h.baselines is not None else None
+    return HeadlineResult(h, env, em, v.verdict, reason, regimes, bad, table)
 
 
 # ---- the whole reproduction --------------------------------------------------------------

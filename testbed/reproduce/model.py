@@ -64,6 +64,38 @@ class Regime:
     log_x: bool = False
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """One system of a headline's comparison, projected at the headline's setting:
+    `seconds(over)` gives {case: seconds} (one case per model or setting the
+    headline covers) with the assumed constants `over` (empty: nominal). Its own
+    assumed constants (`constants`, not the headline's) give the row a range."""
+    system: str                          # as the workload names it (e.g. lhc_switch, dense_ring)
+    how: str                             # what is projected, with which model (one line)
+    seconds: Callable[[dict[str, float]], dict[str, float]]
+    constants: tuple[AssumedConstant, ...] = ()
+    also_vs: str | None = None           # another row this one is also compared with (same transport)
+
+
+@dataclass(frozen=True)
+class Baselines:
+    """The systems a headline's paper compares with, on the same data: the engine
+    computes each row's time over the subject's (`subject`: the paper's system),
+    so the ratio is the subject's speed-up over that system. `paper_baseline` is the
+    row the headline's verdict compares with."""
+    what: str                            # what one row's seconds are (one aggregation, one iteration, ...)
+    subject: str
+    paper_baseline: str
+    rows: tuple[Baseline, ...]
+
+    def __post_init__(self) -> None:
+        names = [r.system for r in self.rows]
+        missing = [s for s in (self.subject, self.paper_baseline, *(r.also_vs for r in self.rows if r.also_vs))
+                   if s not in names]
+        if missing or len(set(names)) != len(names):
+            raise ValueError(f"baselines: rows {names} must be distinct and include {missing or 'every named row'}")
+
+
 @dataclass
 class EmulatedValues:
     """A headline's emulated values: one per seed, from valid points only.
@@ -98,6 +130,9 @@ class Headline:
     # project's rule for speedups; a claim such as "neutral quality" states its
     # own margin here, with why in `note`.
     tolerance: float = 0.25
+    # The systems the paper compares with, projected at the headline's setting
+    # (report.json's `baselines` block); the verdict stays on `project`.
+    baselines: Baselines | None = None
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,38 @@ def _emulated_cell(e: dict[str, Any], unit: str) -> str:
     return f"{fmt(e['mean'], unit)} [{fmt(lo, unit)}, {fmt(hi, unit)}] ({e['n_valid']}/{e['n_points']} valid)"
 
 
+def _seconds(s: float) -> str:
+    for scale, unit in ((1.0, "s"), (1e-3, "ms")):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s * 1e6:.3g} µs"
+
+
+def _baseline_cell(row: dict[str, Any], case: str) -> str:
+    cell = f"{_seconds(row['seconds'][case])} ({row['ratio_vs_subject'][case]:.3g}x)"
+    if row["range_s"]:
+        lo, hi = row["range_s"][case]
+        cell += f" [{_seconds(lo)}–{_seconds(hi)}]"
+    if row["also_vs"]:
+        cell += f"; {row['ratio_vs_also'][case]:.3g}x vs {row['also_vs']}"
+    return cell
+
+
+def _baselines_md(b: dict[str, Any]) -> list[str]:
+    """The headline's baselines: a row per system, a column per case."""
+    L = [f"Baselines on the same data ({b['what']}; constants nominal). Each cell: projected time "
+         f"({b['subject']}'s speed-up over that system = its time / {b['subject']}'s); a range where the row "
+         f"has its own assumed constants; **bold**: the baseline the verdict compares with.", "",
+         "| system | how it is projected | " + " | ".join(b["cases"]) + " |",
+         "|---|---|" + "---|" * len(b["cases"])]
+    for r in b["rows"]:
+        name = f"**{r['system']}**" if r["paper_baseline"] else r["system"] + (" (subject)" if r["subject"] else "")
+        how = r["how"].rstrip(".") + "." + "".join(f" Assumed {c['name']}: {c['nominal']:.4g} {c['unit']}, range "
+                                 f"{c['range'][0]:.4g}–{c['range'][1]:.4g} ({c['source']})." for c in r["constants"])
+        L.append(f"| {name} | {how} | " + " | ".join(_baseline_cell(r, c) for c in b["cases"]) + " |")
+    return L
+
+
 def markdown(d: dict[str, Any], figures: list[Path], report_dir: Path) -> str:
     L: list[str] = []
     mode = ("projections only, no emulation" if d["ran"]["net"] is None
@@ -84,6 +116,8 @@ def markdown(d: dict[str, Any], figures: list[Path], report_dir: Path) -> str:
                 lo_hi = per.get(c["name"], [None, None])
                 L.append(f"| {c['name']} | {c['nominal']:.4g} {c['unit']} | {c['range'][0]:.4g}–{c['range'][1]:.4g}"
                          f" | {fmt(lo_hi[0], u)} / {fmt(lo_hi[1], u)} | {c['source']} |")
+        if h.get("baselines"):
+            L += [""] + _baselines_md(h["baselines"])
         if h["what_moves"]:
             L += ["", "What moves the headline:", ""]
             L += [f"- {r['sentence'][0].upper() + r['sentence'][1:]}." for r in h["what_moves"]]

@@ -8,7 +8,7 @@ import pytest
 from hosts.lhc import profiles
 from hosts.lhc.gradients import make_source
 from hosts.lhc.timing import LhcDevice
-from hosts.lhc.worker import sum_topk, topk_contribution
+from hosts.lhc.worker import sum_topk, topk_block_values, topk_contribution, topk_kept
 
 pytestmark = pytest.mark.unit
 
@@ -85,6 +85,8 @@ def test_topk_with_error_feedback_sums_alike_on_every_rank():
     idx, vals = topk_contribution(acc, 5)
     assert set(idx) == set(np.argsort(-np.abs(acc))[:5])
     blocks = np.stack([np.concatenate([idx, vals.view(np.int32)])] * 2)
+    assert blocks.shape[1] == topk_block_values(5)          # what the projection allgathers (papers/lhc.py)
+    assert topk_kept(0.1, 50) == 5 and topk_kept(1e-6, 50) == 1 and topk_kept(1.0, 50) == 50
     y = sum_topk(blocks, 5, 50)
     assert np.array_equal(y[idx], 2 * vals) and np.count_nonzero(y) == 5
 

@@ -249,6 +249,12 @@ def test_lhc_throughput_plots_the_codec_inclusive_metric_first(tmp_path, drawn):
     assert "codec included" in left.get_ylabel() and "network rounds only" in middle.get_ylabel()
     lhc_left = next(ln for ln in _data_lines(left) if _hex(ln.get_color()) == _hex(st.color_of("lhc")))
     assert sorted(lhc_left.get_ydata()) == [3.0, 9.0]          # agg_gbps, not the network rounds' 20 and 60
+    lhc_mid = next(ln for ln in _data_lines(middle) if _hex(ln.get_color()) == _hex(st.color_of("lhc")))
+    assert sorted(lhc_mid.get_ydata()) == [20.0, 60.0]         # the second panel: agg_network_gbps
+    assert not _empty_axes(fig)
+    text = st.caption_of(fig)
+    assert "Left, the headline" in text and "middle: the network rounds alone" in text
+    assert "hardware-equivalent time" in text and "modeled V100" in text
 
 
 def _empty_axes(fig) -> list[str]:

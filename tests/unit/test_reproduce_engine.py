@@ -9,7 +9,8 @@ import math
 import pytest
 
 from testbed.reproduce import engine, report
-from testbed.reproduce.model import AssumedConstant, EmulatedValues, Headline, Paper, Regime, SettingItem
+from testbed.reproduce.model import (AssumedConstant, Baseline, Baselines, EmulatedValues, Headline, Paper, Regime,
+                                     SettingItem)
 from testbed.reproduce.verdict import decide, envelope, reachable, within
 from testbed.stats import mean_ci95, smooth, time_to_target
 
@@ -126,6 +127,42 @@ def test_the_report_has_every_field_and_draws_its_figures(tmp_path):
     assert md.startswith("# Reproduction report") and "| claim | paper |" in md and "## What ran" in md
     assert (tmp_path / "figures" / "reproduce_headlines.png").exists()
     assert (tmp_path / "figures" / "reproduce_what_moves.png").exists()
+
+
+def _toy_baselines() -> Baselines:
+    def secs(base: float, per_launch: float = 0.0):
+        return lambda over: {"small": base + per_launch * over.get("launch_s", LAUNCH.nominal),
+                             "large": 10 * base}
+    return Baselines("seconds of one exchange", "ours", "switch", (
+        Baseline("ours", "the paper's system", secs(1.0)),
+        Baseline("switch", "dense in-switch", secs(2.0)),
+        Baseline("ring", "host ring", secs(1.0, per_launch=1.0), (LAUNCH,), also_vs="switch")))
+
+
+def test_baseline_table_computes_ratios_and_ranges_from_the_rows():
+    t = engine.baseline_table(_toy_baselines())
+    rows = {r["system"]: r for r in t["rows"]}
+    assert t["cases"] == ["small", "large"] and rows["switch"]["paper_baseline"] and rows["ours"]["subject"]
+    assert rows["switch"]["ratio_vs_subject"] == {"small": 2.0, "large": 2.0}
+    assert rows["ring"]["seconds"]["small"] == 6.0 and rows["ring"]["ratio_vs_subject"]["small"] == 6.0
+    assert rows["ring"]["range_s"]["small"] == [4.0, 11.0] and rows["ring"]["range_s"]["large"] == [10.0, 10.0]
+    assert rows["ring"]["ratio_vs_also"] == {"small": 3.0, "large": 0.5} and rows["switch"]["range_s"] is None
+    with pytest.raises(ValueError, match="include"):
+        Baselines("x", "ours", "missing", (Baseline("ours", "", lambda over: {"a": 1.0}),))
+
+
+def test_the_report_carries_the_baselines_block(tmp_path):
+    h = headline(8.0)
+    h.baselines = _toy_baselines()
+    rep = engine.ReproductionReport(Paper("toy", "A toy paper", "Doe", [h]), tmp_path, True,
+                                    [engine.evaluate(h, None, {})], None, [], 0.0, 1.0)
+    report.write(rep)
+    d = json.loads((tmp_path / "report.json").read_text())
+    assert [r["system"] for r in d["headlines"][0]["baselines"]["rows"]] == ["ours", "switch", "ring"]
+    md = (tmp_path / "report.md").read_text()
+    assert "Baselines on the same data (seconds of one exchange" in md
+    assert "| **switch** | dense in-switch. | 2 s (2x) | 20 s (2x) |" in md
+    assert "6 s (6x) [4 s–11 s]; 3x vs switch" in md
 
 
 def test_per_seed_takes_valid_points_only_and_names_the_others():

@@ -65,6 +65,15 @@ def test_the_baseline_is_the_workloads_own_network_model():
     from testbed.workloads.lhc import LhcWorkload, hw_op_time
     wl = LhcWorkload(algorithm="dense_switch")
     assert lhc.dense_switch_s(1 << 22, 4) == hw_op_time(wl, 1 << 22, 4)
+    # the other baselines' network: what the workload charges the same op
+    for algo in ("dense_ring", "dense_ps"):
+        assert lhc.aggregation_s(algo, 1 << 22, 0, 4, {}) == hw_op_time(LhcWorkload(algorithm=algo), 1 << 22, 4)
+    from hosts.lhc.worker import topk_block_values, topk_kept
+    block = topk_block_values(topk_kept(lhc.TOPK_RATIO.nominal, 1 << 22))
+    assert lhc.topk_aggregation_s(1 << 22, 4, {})["allgather"] == hw_op_time(LhcWorkload(algorithm="topk_ring"),
+                                                                             block, 4)
+    with pytest.raises(ValueError, match="no projection"):
+        lhc.aggregation_s("dense_fixed_ring", 1 << 22, 0, 4, {})
 
 
 def test_codec_time_is_hosts_lhc_timing():
@@ -79,6 +88,62 @@ def test_codec_time_is_hosts_lhc_timing():
     assert parts["decode"] == pytest.approx(dev.hw_time("decode", {"n": 1 << 24, "union": 1 << 20,
                                                                    "rounds": p["rounds"]}))
     assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
+
+
+def test_baselines_at_the_demos_setting_recomputed_from_the_network_model():
+    """Every system's projected aggregation of the demo's data, by hand from the network
+    model's message time and hosts/lhc/timing.py's device, and the ratios against LHC."""
+    from hosts.lhc.timing import LhcDevice
+    from testbed.fidelity.constants import load_profile
+    from testbed.fidelity.network_model import collective_time, message_time
+
+    net, n, w = load_profile("tofino1-100g"), lhc.DEMO_SIZE, lhc.WORKERS
+    table = engine.baseline_table(lhc.AGG_BASELINES)
+    got = {r["system"]: r["seconds"][lhc.DEMO_CASE] for r in table["rows"]}
+    assert list(got) == list(lhc.SYSTEMS)
+    # the host ring: 2 (N-1) steps of one chunk + the reduce-scatter's (N-1) chunk reductions
+    chunk = math.ceil(n / w) * 4
+    ring = 2 * (w - 1) * message_time(chunk, net) + (w - 1) * chunk / net["reduce_rate"]
+    assert got["dense_ring"] == pytest.approx(ring, rel=1e-12)
+    assert got["dense_switch"] == collective_time("allreduce", "switch", n, 4, w, net, scale_round=True)
+    assert got["dense_ps"] == collective_time("allreduce", "ps", n, 4, w, net)
+    # top-k at the workload's default share: select, (N-1) ring steps of a 2k-word block, the sum
+    dev = LhcDevice("gpu", sleep=False)
+    k = round(0.01 * n)
+    topk = (dev.hw_time("topk", {"n": n, "k": k}) + (w - 1) * message_time(8 * k, net)
+            + dev.hw_time("topk_sum", {"n": n, "k": k, "world": w}))
+    assert got["topk_ring"] == pytest.approx(topk, rel=1e-12)
+    # LHC over the ring: LHC in the switch's codec, both rounds int32 ring allreduces, the support as nibbles
+    u = lhc.demo_union({})
+    p = lhc.lhc_plan(n, u)
+    sw = lhc.lhc_aggregation_s(n, u, w, {})
+    nibbles = -(-(n + 256) // 8)
+    lhc_ring = (sw["support"] + sw["encode"] + sw["decode"] + collective_time("allreduce", "ring", nibbles, 4, w, net)
+                + collective_time("allreduce", "ring", p["sketch_values"], 4, w, net))
+    assert got["lhc_ring"] == pytest.approx(lhc_ring, rel=1e-12) and got["lhc_switch"] == sw["total"]
+    # ratios: the system's time over LHC's; dense in-switch's is the headline's projection
+    rows = {r["system"]: r for r in table["rows"]}
+    for system, s in got.items():
+        assert rows[system]["ratio_vs_subject"][lhc.DEMO_CASE] == pytest.approx(s / got["lhc_switch"])
+    assert rows["dense_switch"]["ratio_vs_subject"][lhc.DEMO_CASE] == pytest.approx(_headline(
+        "aggregation_throughput").project({}))
+    assert rows["dense_ring"]["ratio_vs_also"][lhc.DEMO_CASE] == pytest.approx(ring / lhc_ring)
+    # only top-k has its own constant (the kept share): its range spans its ends, the others have none
+    lo, hi = rows["topk_ring"]["range_s"][lhc.DEMO_CASE]
+    assert lo < got["topk_ring"] < hi and all(rows[s]["range_s"] is None for s in got if s != "topk_ring")
+    assert hi == pytest.approx(lhc.topk_aggregation_s(n, w, {lhc.TOPK_RATIO.name: lhc.TOPK_RATIO.hi})["total"])
+
+
+def test_iteration_baselines_add_the_same_compute_to_each_system():
+    table = engine.baseline_table(lhc.ITER_BASELINES)
+    assert table["cases"] == list(lhc.MODELS)
+    rows = {r["system"]: r for r in table["rows"]}
+    per = lhc.iteration_speedups({})
+    for m in lhc.MODELS:
+        assert rows["lhc_switch"]["seconds"][m] == pytest.approx(per[m]["compute_s"] + per[m]["lhc_s"])
+        assert rows["dense_switch"]["ratio_vs_subject"][m] == pytest.approx(per[m]["speedup"])
+    assert max(rows["dense_switch"]["ratio_vs_subject"].values()) == pytest.approx(
+        _headline("iteration_speedup").project({}))
 
 
 def test_pytorch_models_at_the_papers_size_match_the_profiles():
@@ -194,7 +259,12 @@ def test_reproduce_lhc_no_emulation_writes_every_field(tmp_path):
         assert h["envelope"][0] <= h["projected"] <= h["envelope"][1]
         if h["verdict"] != "reproduced":
             assert h["what_moves"]
-    assert (rep.report_dir / "report.md").exists()
+        b = h["baselines"]
+        assert [r["system"] for r in b["rows"]] == list(lhc.SYSTEMS) and b["paper_baseline"] == "dense_switch"
+        dense = next(r for r in b["rows"] if r["paper_baseline"])
+        assert max(dense["ratio_vs_subject"].values()) == pytest.approx(h["projected"])
+    md = (rep.report_dir / "report.md").read_text()
+    assert md.count("Baselines on the same data") == 2 and "| **dense_switch** |" in md
 
 
 def test_lstm_gradient_densities_measured():
