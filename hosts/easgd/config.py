@@ -63,7 +63,8 @@ class EasgdSettings:
     snapshot_every_s: float  # the centre is saved this often (emulated seconds)
     dataset: dict            # hosts/easgd/datasets.py spec: {source, path, limit}
     exchange_order: str = "step_then_exchange"   # EXCHANGE_ORDERS (master variants)
-    pack: bool = True        # sync variants: one allreduce of the flat model (true) or one per tensor
+    pack: bool = True        # sync variants: one allreduce of the flat model (true) or one per tensor;
+                             # the master variants ignore it (they exchange the flat model with the master)
 
     KEYS = frozenset({"variant", "steps", "tau", "lr", "alpha", "momentum", "batch_size", "seed",
                       "model", "snapshot_every_s", "dataset", "exchange_order", "pack"})
@@ -84,9 +85,6 @@ class EasgdSettings:
         pack = c.data.get("pack")
         if not isinstance(pack, bool):
             c.error("pack", f"must be true or false, got {pack!r}")
-        elif not pack and variant is not None and serving(variant) is not None:
-            c.error("pack", f"false splits the sync variants' allreduce per tensor; {variant} exchanges "
-                            "with the master")
         model = c.data.get("model")
         if not isinstance(model, dict) or set(model) != set(MODEL_KEYS) or not all(
                 isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in model.values()):

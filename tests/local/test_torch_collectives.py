@@ -140,12 +140,14 @@ def test_tree_refuses_a_peer_with_another_config():
         try:
             c = TreeAllreduce.connect(rank=r, peers=PEERS, port_base=base, hello=make_hello(f"w{r+1}", r, run),
                                       connect_timeout_s=5, timeout_s=5)
-        except Exception as e:  # noqa: BLE001 - what each rank saw
-            return e
+        except Exception as e:  # noqa: BLE001 - what each rank saw (in_threads re-raises a returned one)
+            return [e]
         c.close()
-        return None
+        return []
     res = in_threads(worker)
-    assert isinstance(res[0], ProtocolError) and "config mismatch" in str(res[0])
+    assert isinstance(res[0][0], ProtocolError), res
+    assert "config mismatch with tree child w2 (rank 1)" in str(res[0][0])
+    assert res[1], "the refused child went on"     # its parent closed the connection
 
 
 def test_ps_takes_tensors_bit_identical_to_numpy():

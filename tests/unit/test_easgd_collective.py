@@ -120,15 +120,26 @@ def test_sizes_that_do_not_cover_the_vector_are_refused():
 
 # -- settings: the scenario's fields, checked before anything starts, reach every host --------
 
-def test_pack_false_is_refused_for_the_master_variants():
-    with pytest.raises(ScenarioError, match="pack false splits the sync variants' allreduce per tensor; "
-                                            "variant async_easgd exchanges with the master"):
-        load_scenario_text("name: t\nworkload: {kind: easgd, variant: async_easgd, pack: false}\n", "t.yaml")
-    with pytest.raises(ConfigError, match="pack: false splits"):
-        settings("easgd", False)
+def test_pack_is_a_checked_setting_the_master_variants_ignore(monkeypatch):
+    """Like `collective`, `pack` is the sync variants' field: a sweep over every variant
+    may set it (variants.yaml --set workload.pack=false loads), and a master variant's
+    worker exchanges the flat model whatever it says."""
+    from testbed.results import PROJECT_ROOT
+    from testbed.scenario import load_scenario
+    scn = load_scenario(PROJECT_ROOT / "scenarios/easgd/variants.yaml", ["workload.pack=false"])
+    assert {p.scenario.workload.variant for p in expand_points(scn)} >= {"easgd", "sync_easgd"}
+    with pytest.raises(ConfigError, match="pack: must be true or false"):
+        EasgdSettings.parse(dict(settings("easgd", True).identity(), pack="no"), "test")
     with pytest.raises(ScenarioError, match="collective"):
         load_scenario_text("name: t\nworkload: {kind: easgd, variant: sync_easgd, collective: butterfly}\n",
                            "t.yaml")
+    sent = []
+    monkeypatch.setattr(worker.timing, "compute", lambda rt, fn, n: fn())
+    monkeypatch.setattr(worker.timing, "exchange", lambda rt, link, w, peer: (sent.append(w.numel()), 0 * w)[1])
+    rt = SimpleNamespace(cfg=SimpleNamespace(world=2, rank=0), record_iteration=lambda **kw: None)
+    out = worker.train(rt, Task(5, WIDTHS, 0, 2, 8), settings("async_easgd", False, steps=4),
+                       SimpleNamespace(peer="master"), None)
+    assert sent == [int(initial_weights(5, WIDTHS).numel())] * 2 and out["exchanges"] == 2
 
 
 @pytest.mark.parametrize("variant,pack", [("sync_easgd", False), ("sync_sgd", True)])
