@@ -164,6 +164,7 @@ def ps_port(base: int) -> int:
 
 
 def ring_port(base: int, rank: int) -> int:
+    """Where rank listens for its ring (left) or tree (children) neighbours."""
     return base + 1 + rank
 
 

@@ -11,7 +11,7 @@ from hosts.common.config import (Checker, ConfigError, HostAddr, InaSettings, St
                                  load_json_object)
 from hosts.common.network_dilation import parse_network_dilation
 
-COLLECTIVES = ("ring", "ps", "switch", "gloo")
+COLLECTIVES = ("ring", "ps", "switch", "tree", "gloo")
 
 
 @dataclass(frozen=True)
@@ -20,10 +20,10 @@ class TorchWorkerConfig:
     role: str                    # "worker" | "ps"
     rank: int                    # worker rank (-1 for the ps)
     world: int
-    collective: str              # ring | ps | switch | gloo (gloo: DDP's own allreduce)
+    collective: str              # ring | ps | switch | tree | gloo (gloo: DDP's own allreduce)
     peers: tuple[HostAddr, ...]  # workers in rank order
     ps: HostAddr | None
-    port: int                    # TCP port base of ring/ps (hosts/common/config.py scheme)
+    port: int                    # TCP port base of ring/tree/ps (hosts/common/config.py scheme)
     master_addr: str             # rendezvous of torch.distributed (rank 0's address)
     master_port: int
     gloo_ifname: str | None      # GLOO_SOCKET_IFNAME: the host's emulated interface

@@ -1,4 +1,4 @@
-"""Open the collective a torch worker's config names (ring | ps | switch | gloo).
+"""Open the collective a torch worker's config names (ring | ps | switch | tree | gloo).
 
 Below hosts.dnn.runtime (which opens it on first use) and hosts.dnn.collective
 (the tensor API scripts call), so neither imports the other.
@@ -57,6 +57,9 @@ def open_collective(cfg: TorchWorkerConfig):
     if cfg.collective == "ring":
         from hosts.collectives.ring import RingAllreduce  # noqa: PLC0415
         return RingAllreduce.connect(rank=cfg.rank, peers=cfg.peers, port_base=cfg.port, hello=hello, **kw)
+    if cfg.collective == "tree":
+        from hosts.collectives.tree import TreeAllreduce  # noqa: PLC0415
+        return TreeAllreduce.connect(rank=cfg.rank, peers=cfg.peers, port_base=cfg.port, hello=hello, **kw)
     if cfg.collective == "ps":
         from hosts.collectives.ps import PSWorker  # noqa: PLC0415
         return _PSStream(PSWorker.connect(ps=cfg.ps, my_ip=cfg.my_ip, port_base=cfg.port, hello=hello, **kw))

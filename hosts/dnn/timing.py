@@ -66,7 +66,7 @@ WARMUP_ITERATIONS = 1     # iterations mode: measured by nothing, before round 0
 
 # The network model's algorithm for each collective (gloo: gloo::allreduce's own
 # segmented ring with its send/receive rendezvous, testbed.fidelity.network_model).
-MODEL_ALGO = {"switch": "switch", "ring": "ring", "ps": "ps", "gloo": "gloo"}
+MODEL_ALGO = {"switch": "switch", "ring": "ring", "ps": "ps", "tree": "tree", "gloo": "gloo"}
 
 
 def model_algo(collective: str) -> str:

@@ -63,9 +63,11 @@ class EasgdSettings:
     snapshot_every_s: float  # the centre is saved this often (emulated seconds)
     dataset: dict            # hosts/easgd/datasets.py spec: {source, path, limit}
     exchange_order: str = "step_then_exchange"   # EXCHANGE_ORDERS (master variants)
+    pack: bool = True        # sync variants: one allreduce of the flat model (true) or one per tensor;
+                             # the master variants ignore it (they exchange the flat model with the master)
 
     KEYS = frozenset({"variant", "steps", "tau", "lr", "alpha", "momentum", "batch_size", "seed",
-                      "model", "snapshot_every_s", "dataset", "exchange_order"})
+                      "model", "snapshot_every_s", "dataset", "exchange_order", "pack"})
 
     @classmethod
     def parse(cls, data: Any, where: str) -> "EasgdSettings":
@@ -80,6 +82,9 @@ class EasgdSettings:
         seed = c.int("seed", lo=0)
         snap = c.number("snapshot_every_s", positive=True)
         order = c.str("exchange_order", EXCHANGE_ORDERS)
+        pack = c.data.get("pack")
+        if not isinstance(pack, bool):
+            c.error("pack", f"must be true or false, got {pack!r}")
         model = c.data.get("model")
         if not isinstance(model, dict) or set(model) != set(MODEL_KEYS) or not all(
                 isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in model.values()):
@@ -92,7 +97,8 @@ class EasgdSettings:
         if not isinstance(dataset, dict) or not isinstance(dataset.get("source"), str):
             c.error("dataset", f"must be an object with a source, got {dataset!r}")
         c.finish(set(cls.KEYS))
-        return cls(variant, steps, tau, lr, alpha, momentum, batch, seed, dict(model), snap, dict(dataset), order)
+        return cls(variant, steps, tau, lr, alpha, momentum, batch, seed, dict(model), snap, dict(dataset), order,
+                   pack)
 
     def identity(self) -> dict[str, Any]:
         """What master and workers must agree on (checked at the handshake)."""

@@ -61,6 +61,10 @@ class Task:
     def weights(self) -> torch.Tensor:
         return parameters_to_vector(self.model.parameters()).detach().clone()
 
+    def tensor_sizes(self) -> list[int]:
+        """Values of each parameter tensor, in the flat vector's order (per-tensor allreduce)."""
+        return [p.numel() for p in self.model.parameters()]
+
     def batches(self) -> Iterator[torch.Tensor]:
         """Index batches forever, a seeded order per (seed, rank, epoch)."""
         epoch = 0

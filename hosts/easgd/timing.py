@@ -9,7 +9,9 @@ hosts/dnn/runtime.py, exactly as for a `kind: torch` worker.
   compute(rt, fn, n)              one forward/backward of n samples, charged to the device model
   exchange(rt, link, payload)     one message to the master and its reply: two p2p trace
                                   nodes (send tag "push", recv tag "reply")
-  allreduce(rt, t)                the scenario's collective (ring | ps | switch), timed and traced
+  allreduce(rt, t, sizes)         the scenario's collective (ring | ps | switch | tree), timed and
+                                  traced: one call on the flat vector (workload.pack true), or
+                                  one per parameter tensor (sizes: their values; pack false)
   calibrate_sync / calibrate_master   time_scale auto (below)
   dilate_fixed                    a fixed TDF dilates the soft switch's network too
 
@@ -109,9 +111,18 @@ def exchange(rt: Runtime, link, payload, peer: str):
     return out
 
 
-def allreduce(rt: Runtime, t):
+def allreduce(rt: Runtime, t, sizes: list[int] | None = None):
+    """Sum of every worker's flat `t`: one collective call (the paper's one packed
+    message), or with `sizes` one call per parameter tensor, in the flat vector's
+    order (what a framework that reduces layer by layer sends; workload.pack false).
+    Each call is its own trace node, so the monitor and the projector see every message."""
     coll = rt.collective
-    return rt.comm(lambda: coll.allreduce(t), t.numel())
+    if sizes is None:
+        return rt.comm(lambda: coll.allreduce(t), t.numel())
+    import torch  # noqa: PLC0415
+    if sum(sizes) != t.numel():
+        raise ValueError(f"tensor sizes {sizes} do not add up to the flat vector's {t.numel()} values")
+    return torch.cat([rt.comm(lambda p=p: coll.allreduce(p), p.numel()) for p in torch.split(t, sizes)])
 
 
 def _expect_delay(rt: Runtime) -> Callable[[float], None]:

@@ -15,6 +15,8 @@ Per local step t (rules from hosts/easgd/rules.py, weights as one flat vector):
                   W <- W - eta g - alpha (W - C), C <- C + alpha (S - P C) (C kept on
                   every worker, the same bits everywhere); other steps local SGD
   sync_sgd        S = allreduce(g) every step, W <- W - eta S / P
+The sync variants' allreduce is one packed message (pack true) or one per
+parameter tensor (pack false).
 
 The forward/backward of each step is charged to the modeled accelerator and
 every exchange is traced (hosts/easgd/timing.py). Rank 0 of a synchronous
@@ -106,6 +108,7 @@ def train(rt, task: Task, s, link: MasterLink | None, snap: Snapshots | None) ->
     n = w.numel()
     batches = task.batches()
     var = s.variant
+    sizes = None if s.pack else task.tensor_sizes()     # the sync variants' allreduce per tensor
     exchanges = 0
     for t in range(s.steps):
         idx = next(batches)
@@ -116,11 +119,11 @@ def train(rt, task: Task, s, link: MasterLink | None, snap: Snapshots | None) ->
             exchanges += 1
         elif var == "sync_sgd":
             g, loss = timing.compute(rt, lambda: task.gradient(w, idx), s.batch_size)
-            w = rules.sync_sgd_step(w, timing.allreduce(rt, g), world, s.lr)
+            w = rules.sync_sgd_step(w, timing.allreduce(rt, g, sizes), world, s.lr)
             exchanges += 1
         elif var == "sync_easgd":
             if due:
-                total = timing.allreduce(rt, w)
+                total = timing.allreduce(rt, w, sizes)
                 g, loss = timing.compute(rt, lambda: task.gradient(w, idx), s.batch_size)
                 w, c = rules.sync_easgd_step(w, c, total, world, s.alpha, g, s.lr)
                 exchanges += 1

@@ -38,6 +38,22 @@ ring (reduce-scatter + all-gather, 2(N-1) steps): each step every rank sends one
   The reduction of each received chunk (reduce-scatter half only) is not
   overlapped. Large n: T -> 2 (N - 1)/N n_wire / B.
 
+tree (binomial-tree reduce to rank 0, then binomial-tree broadcast of its sum;
+  hosts/collectives/tree.py): L = ceil(log2 N) rounds each way, every round one
+  whole message of n = values * value_bytes bytes between a parent and a child
+  (a parent's children come one round after another, so no link carries two at
+  once); the reduce adds each received message before the next round, and in
+  the broadcast a parent's sends to its children follow each other on its
+  uplink, S_n = sum_i s(f_i) apart. T_tree is the schedule's critical path (the
+  arrivals below, all zero); for N a power of two
+      T_tree = 2 L step(n) + L n / gamma
+  (reduce: L rounds of step(n) + n / gamma into rank 0; broadcast: the chain
+  0 -> N/2 -> 3N/4 -> ... -> N - 1, each rank's first send), less for other N
+  (N = 3: 2 step(n) + 2 n / gamma + S_n). Busiest link: rank 0's, L messages in,
+  then L out, 2 L S_n. Large n: T -> 2 L n_wire / B, log2 N / (1 - 1/N) times
+  the ring's: the tree is latency-optimal (2 L steps against the ring's
+  2 (N - 1)), not bandwidth-optimal.
+
 gloo (torch.distributed's CPU allreduce, gloo::allreduce over its TCP transport;
   what DDP runs without a hook): a ring too, with two differences that matter
   for DDP's buckets (read from gloo/allreduce.cc and gloo/transport/tcp/pair.cc):
@@ -95,6 +111,14 @@ model for that reason alone). Given each rank's arrival a_r (hardware seconds):
       free = max(free, a_i + s(f_1) + L0) + S,  X = free after the last push;
       every rank is done at X + reduce_tail + N S + s(f_last) + L0 (the replies
       leave interleaved). All a_r equal: T_ps.
+  tree: a child sends its partial once it has joined and added its own
+      children's; its parent takes it once it has arrived (and the parent has
+      joined and taken its earlier children), then adds it:
+      ready_p = max(ready_p, ready_c + step(n)) + n / gamma, children in the
+      reduce's order; the broadcast leaves rank 0 at ready_0 and each parent
+      sends to its children one after another on its uplink (the j-th, counted
+      from 0 in the broadcast's order, j S_n after the first):
+      done_c = max(done_p + j S_n + step(n), ready_c). All a_r equal: T_tree.
   switch, allgather ps, scale rounds: max_r a_r + T (a late worker's packets
       hold every slot, so nothing useful happens before it joins).
 
@@ -129,6 +153,7 @@ testbed.net.topology.TopologyPlan.path_switches; 1, a star, unless given):
       server): T_ps and T_ag_ps + 2 (k - 1) (transit + s(f_first)), f_first the
       pushed and the replied message's first (largest) frame; the server's port
       stays the bottleneck, the extra cables carry at most its load.
+  tree: every message crosses k switches (k: the slowest parent-child pair).
   switch: the aggregation tree has at least (k + 1) / 2 levels (k: the longest
       path between two members, 3 on a two-leaf tree: leaf, spine, leaf), each
       extra level charged as above.
@@ -147,7 +172,7 @@ from testbed.fidelity.constants import HardwareProfile
 from testbed.wire import (ETH_HLEN, IPV4_HLEN, MAX_VALUES_PER_PACKET, UDP_HLEN,
                           VALUES_OFFSET)
 
-ALGOS = ("switch", "ring", "ps", "gloo", "none")
+ALGOS = ("switch", "ring", "ps", "tree", "gloo", "none")
 OPS = ("allreduce", "allgather")
 ALLGATHER_ALGOS = ("ring", "ps", "none")
 INA_VALUE_BYTES = 4                      # the INA wire format carries int32
@@ -314,6 +339,8 @@ def collective_cost(op: str, algo: str, values: int, value_bytes: int, world: in
         return _ring(values, value_bytes, world, profile, switches)
     if algo == "gloo":
         return _gloo(values, value_bytes, world, profile, switches)
+    if algo == "tree":
+        return _tree(values, value_bytes, world, profile, switches)
     return _ps(values, value_bytes, world, profile, switches)
 
 
@@ -365,7 +392,31 @@ def finish_after_arrivals(op: str, algo: str, values: int, value_bytes: int, arr
         for a in sorted(arrivals):
             free = max(free, a + serialization_s(st.first, profile) + l0) + big_s
         return [free + tail + world * big_s + serialization_s(st.last, profile) + l0] * world
+    if algo == "tree" and op == "allreduce":
+        n = values * value_bytes
+        msg = message_cost(n, profile, switches)
+        return _tree_chain(arrivals, msg.total_s, msg.link_busy_s, n / profile["reduce_rate"])
     return [max(arrivals) + total] * world
+
+
+def _tree_chain(arrivals: list[float], step: float, send_s: float, reduce_s: float) -> list[float]:
+    # The tree allreduce from each rank's arrival (module docstring, "Ranks that join
+    # at different times"); the schedule is hosts/collectives/tree.py's.
+    from hosts.collectives.tree import tree_children, tree_depth  # noqa: PLC0415
+    world = len(arrivals)
+    ready = list(arrivals)
+    for mask in (1 << k for k in range(tree_depth(world))):     # reduce rounds, children in order
+        for c in range(mask, world, 2 * mask):                   # the ranks whose lowest bit is mask
+            p = c - mask
+            ready[p] = max(ready[p], ready[c] + step) + reduce_s
+    done = list(ready)
+    for mask in reversed([1 << k for k in range(tree_depth(world))]):   # broadcast rounds
+        for p in range(0, world, 2 * mask):
+            c = p + mask
+            if c < world:
+                j = tree_children(p, world)[::-1].index(c)       # its place in p's sends
+                done[c] = max(done[p] + j * send_s + step, ready[c])
+    return done
 
 
 def _ring_chain(arrivals: list[float], step: float, reduce_s: float, reduce_steps: int,
@@ -402,6 +453,14 @@ def _ring(values: int, value_bytes: int, world: int, p: HardwareProfile, switche
     step, big_s = step_cost.total_s, step_cost.link_busy_s
     total = 2 * (world - 1) * step + (world - 1) * chunk / p["reduce_rate"]
     return CollectiveCost(total, 2 * (world - 1) * big_s)
+
+
+def _tree(values: int, value_bytes: int, world: int, p: HardwareProfile, switches: int = 1) -> CollectiveCost:
+    from hosts.collectives.tree import tree_depth  # noqa: PLC0415 - the one place the tree's shape lives
+    n = values * value_bytes
+    msg = message_cost(n, p, switches)     # one whole message between a parent and a child
+    total = max(_tree_chain([0.0] * world, msg.total_s, msg.link_busy_s, n / p["reduce_rate"]))
+    return CollectiveCost(total, 2 * tree_depth(world) * msg.link_busy_s)
 
 
 def gloo_segments(total_bytes: int, value_bytes: int, world: int) -> tuple[int, int]:

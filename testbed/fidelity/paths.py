@@ -60,12 +60,17 @@ def path_switches(traces: Sequence[Trace]) -> Table:
 def collective_switches(algo: str, hosts: Sequence[str], table: Table) -> int:
     """The `switches` a collective among `hosts` (rank order) is costed with
     (network_model's module docstring): ring and gloo, the ring's slowest
-    neighbour pair (rank r receives from r - 1); ps, a member's path to and
-    from the server host; switch, the longest path between two members."""
+    neighbour pair (rank r receives from r - 1); tree, the slowest parent-child
+    pair of the binomial tree, either way; ps, a member's path to and from the
+    server host; switch, the longest path between two members."""
     if not table or len(hosts) < 2:
         return 1
     if algo in ("ring", "gloo"):
         pairs = [(hosts[r - 1], hosts[r]) for r in range(len(hosts))]
+    elif algo == "tree":
+        from hosts.collectives.tree import tree_parent  # noqa: PLC0415
+        up = [(hosts[r], hosts[tree_parent(r)]) for r in range(1, len(hosts))]
+        pairs = up + [(b, a) for a, b in up]
     elif algo == "ps":
         pairs = [(h, PS_SERVER_HOST) for h in hosts] + [(PS_SERVER_HOST, h) for h in hosts]
     elif algo == "switch":

@@ -11,7 +11,9 @@ and the four SGD counterparts, LeNet on scikit-learn's digits.
       exchange_order: step_then_exchange   # or zhang: exchange and gradient at the pre-step W
       lr: 0.05
       alpha: null                 # moving rate; null = 0.9 / workers (Zhang: beta = P alpha = 0.9)
-      collective: ring            # the allreduce of sync_easgd / sync_sgd: ring | ps | switch
+      collective: ring            # the allreduce of sync_easgd / sync_sgd: ring | tree | ps | switch
+      pack: true                  # sync variants: one allreduce of the flat model per exchange (the
+                                  # paper's packed message); false: one per parameter tensor
       device: {type: v100, time_scale: 100}   # or knl; cpu = measured CPU time
       target_acc: 0.9             # time to this test accuracy of the centre variable
 
@@ -103,7 +105,15 @@ class EasgdWorkload(CalibratedWorkloadParams):
         description="{source: digits} (scikit-learn's, bundled), {source: mnist, path: DIR} (idx files) or "
                     "{source: cifar10, path: DIR} (binary batches); limit: first n training samples. "
                     "Relative paths start at the project root.")
-    collective: Literal["ring", "ps", "switch"] = Field("ring", description="The allreduce of the sync variants.")
+    collective: Literal["ring", "tree", "ps", "switch"] = Field(
+        "ring", description="The allreduce of the sync variants: ring (reduce-scatter + allgather), tree "
+        "(binomial-tree reduce to rank 0 + broadcast, the paper's MPI reduce + broadcast [A: shape assumed]), "
+        "ps (a parameter-server host) or switch (in-network aggregation).")
+    pack: bool = Field(True, description="Sync variants: true, one allreduce of the whole flat model per "
+                                         "exchange (the paper's co-design: one packed message); false, one "
+                                         "allreduce per parameter tensor (layer by layer, as a framework without "
+                                         "the co-design sends). The master variants ignore it, as they ignore "
+                                         "collective (a sweep over variants may set both).")
     hogwild_servers: Optional[int] = Field(None, ge=1, description="Hogwild server processes; null = one per worker.")
     device: dict[str, Any] = Field(default_factory=lambda: {"type": "v100", "time_scale": "auto"},
                                    description="Device model (hosts/dnn/device.py): {type: v100|a100|h100|knl|cpu, "
@@ -274,7 +284,7 @@ class EasgdRuntime(WorkloadRuntime):
                     "alpha": wl.alpha_for(len(workers)), "momentum": wl.momentum,
                     "batch_size": wl.batch_size, "seed": wl.seed, "model": wl.model.model_dump(),
                     "snapshot_every_s": wl.snapshot_every_s, "dataset": wl.dataset_spec(),
-                    "exchange_order": wl.exchange_order}
+                    "exchange_order": wl.exchange_order, "pack": wl.pack}
         peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in workers]
         coll = wl.collective if sync else "gloo"      # async workers never open a collective
         ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if sync and wl.collective == "ps" else None
@@ -442,6 +452,7 @@ def point_summary(wl: EasgdWorkload, workers: list[str], recs: list[dict[str, An
     return {
         "type": "easgd_summary", "variant": wl.variant, "workers": len(workers), "tau": wl.tau,
         "collective": wl.collective if wl.variant in SYNC else "master",
+        "pack": wl.pack if wl.variant in SYNC else None,
         "device": wl.device.get("type", "cpu"), "time_scale": tdf, "tdf": tdf, "calibrated": wl.calibrated,
         "network_dilated": any(bool(hosts[h].get("network_dilated")) for h in workers if h in hosts), "ok": ok,
         "errors": {h: r.get("error") for h, r in hosts.items() if r.get("error")},
@@ -581,7 +592,8 @@ def summary_row(r: dict[str, Any]) -> dict[str, Any]:
 
     def ms(x):
         return None if x is None else x * 1e3
-    return {"variant": r["variant"], "workers": r["workers"], "tau": r["tau"], "via": r["collective"],
+    return {"variant": r["variant"], "workers": r["workers"], "tau": r["tau"],
+            "via": f"{r['collective']}/tensor" if r.get("pack") is False else r["collective"],
             "final_acc": rnd(r["final_acc"]),
             # what `testbed reproduce easgd` reads: hw_wall_ms, comm_share
             "hw_wall_ms": rnd(ms(r.get("hw_wall_s")), 2),

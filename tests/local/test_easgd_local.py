@@ -1,5 +1,6 @@
 """EASGD end to end on loopback through `testbed run --net local`: Sync EASGD
-gives the same bits run after run with the same seed (ring allreduce), an
+gives the same bits run after run with the same seed (ring allreduce) and one
+centre on every rank through the tree, tensor by tensor; an
 asynchronous variant's master counts exactly the exchanges its workers made, and
 a calibration that would crawl fails the point at once, naming the refusal."""
 from __future__ import annotations
@@ -51,6 +52,27 @@ def test_sync_easgd_is_bit_identical_across_repeats(tmp_path):
     # and the sync variant's allreduces are projected at 1..256 workers
     assert a["calibrated"] and a["tdf"] > 1 and a["hw_wall_s"] == pytest.approx(a["wall_s"] / a["tdf"])
     assert a["projection"] == "projected" and a["projected_hw_train_s"] > 0
+
+
+def test_sync_easgd_through_the_tree_per_tensor_keeps_one_centre(tmp_path):
+    """collective tree, pack false, 3 workers (rank 0's children 1 and 2): every
+    rank's centre is the same bits; every exchange is one tree allreduce per
+    parameter tensor in each worker's trace, and the point is projected."""
+    from hosts.common.trace import read_trace  # noqa: PLC0415
+    from hosts.easgd.model import Task  # noqa: PLC0415
+    run = run_cli(tmp_path, "workload.variant=sync_easgd", "workload.collective=tree", "workload.pack=false",
+                  "workload.steps=8", "workload.tau=4", "topology.workers=3")
+    s = summaries(run)[0]
+    assert s["ok"] and s["collective"] == "tree" and s["pack"] is False
+    assert len(set(s["c_sha256"].values())) == 1 and len(s["c_sha256"]) == 3
+    assert s["exchanges_worker"] == {"0": 2, "1": 2, "2": 2}
+    sizes = Task(1, {"c1": 16, "c2": 32, "hidden": 64}, 0, 3, 32).tensor_sizes()
+    for path in sorted(tmp_path.rglob("w*.trace.jsonl")):
+        _, nodes = read_trace(path)
+        ops = [n for n in nodes if n["kind"] == "comm"]
+        assert {n["algo"] for n in ops} == {"tree"}, path
+        assert [n["values"] for n in ops] == sizes * 2, path
+    assert s["projection"] == "projected" and s["projected_hw_train_s"] > 0
 
 
 def test_async_master_counts_every_exchange_and_records_time(tmp_path):

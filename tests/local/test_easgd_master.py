@@ -33,7 +33,7 @@ MASTER_IP = "127.0.1.200"
 def settings(variant: str, widths: dict) -> dict:
     return {"variant": variant, "steps": 1, "tau": 1, "lr": 0.1, "alpha": 0.45, "momentum": 0.9,
             "batch_size": 8, "seed": 3, "model": widths, "snapshot_every_s": 0.05,
-            "dataset": {"source": "digits"}, "exchange_order": "step_then_exchange"}
+            "dataset": {"source": "digits"}, "exchange_order": "step_then_exchange", "pack": True}
 
 
 UPDATE_HW_S = 2e-5

@@ -1,4 +1,4 @@
-"""torch.Tensor inputs through every host collective on loopback: ring and PS
+"""torch.Tensor inputs through every host collective on loopback: ring, tree and PS
 over TCP, in-switch through the soft switch process (with 5 % loss). One
 thread per worker; each allreduces the same values as a numpy array and as a
 tensor, and the two results must be the same bits (and a tensor of the
@@ -34,7 +34,7 @@ def inputs(rank: int) -> list[np.ndarray]:
             rng.standard_normal((17, 33), dtype=np.float32)]   # 2-D: shape comes back
 
 
-def in_threads(fn) -> dict[int, object]:
+def in_threads(fn, n: int = N) -> dict[int, object]:
     out: dict[int, object] = {}
 
     def run(r):
@@ -42,12 +42,12 @@ def in_threads(fn) -> dict[int, object]:
             out[r] = fn(r)
         except BaseException as e:  # noqa: BLE001 - re-raised by the test below
             out[r] = e
-    ts = [threading.Thread(target=run, args=(r,)) for r in range(N)]
+    ts = [threading.Thread(target=run, args=(r,)) for r in range(n)]
     for t in ts:
         t.start()
     for t in ts:
         t.join(90)
-    for r in range(N):
+    for r in range(n):
         assert r in out, f"rank {r} hung"
         if isinstance(out[r], BaseException):
             raise out[r]
@@ -97,6 +97,57 @@ def test_ring_takes_tensors_bit_identical_to_numpy():
         finally:
             c.close()
     check(in_threads(worker))
+
+
+def test_tree_takes_tensors_bit_identical_to_numpy_and_sums_in_tree_order():
+    """Five ranks (rank 0's children 1, 2, 4; rank 2's child 3): every rank ends with
+    rank 0's bits, which are x0 + (x1) + (x2 + x3) + (x4) in that order; a barrier
+    and a per-tensor allreduce (workload.pack false) give the packed bits."""
+    from hosts.collectives.tree import TreeAllreduce
+    n = 5
+    peers = tuple(HostAddr(f"w{r + 1}", loopback_ip(r)) for r in range(n))
+    from testbed.loopback_ports import free_port_base
+    base = free_port_base(n + 1, [p.ip for p in peers])
+
+    def worker(r):
+        c = TreeAllreduce.connect(rank=r, peers=peers, port_base=base, hello=make_hello(f"w{r+1}", r, RUN),
+                                  connect_timeout_s=20, timeout_s=20)
+        try:
+            pairs = numpy_then_tensor(c)
+            c.barrier()
+            flat = inputs(r)[0]
+            pieces = np.concatenate([c.allreduce(flat[a:b]) for a, b in ((0, 10), (10, 11), (11, flat.size))])
+            return pairs, pieces
+        finally:
+            c.close()
+    res = in_threads(worker, n)
+    expect = []
+    for i in range(2):
+        x = [inputs(r)[i].reshape(-1) for r in range(n)]
+        expect.append(x[0] + x[1] + (x[2] + x[3]) + x[4])
+    check({r: pairs for r, (pairs, _) in res.items()}, expect)
+    for r, (pairs, pieces) in res.items():
+        assert pieces.tobytes() == pairs[0][1].tobytes(), f"rank {r}: per-tensor bits differ from the packed"
+
+
+def test_tree_refuses_a_peer_with_another_config():
+    from hosts.collectives.tree import TreeAllreduce
+    from hosts.common.tcp import ProtocolError
+    base = free_tcp_base()
+
+    def worker(r):
+        run = RUN if r != 1 else {"test": "another run"}
+        try:
+            c = TreeAllreduce.connect(rank=r, peers=PEERS, port_base=base, hello=make_hello(f"w{r+1}", r, run),
+                                      connect_timeout_s=5, timeout_s=5)
+        except Exception as e:  # noqa: BLE001 - what each rank saw (in_threads re-raises a returned one)
+            return [e]
+        c.close()
+        return []
+    res = in_threads(worker)
+    assert isinstance(res[0][0], ProtocolError), res
+    assert "config mismatch with tree child w2 (rank 1)" in str(res[0][0])
+    assert res[1], "the refused child went on"     # its parent closed the connection
 
 
 def test_ps_takes_tensors_bit_identical_to_numpy():

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from hosts.collectives import check_hello, make_hello
 from hosts.collectives.ring import allgather_step, chunk_bounds, owned_chunk, reduce_scatter_step
+from hosts.collectives.tree import tree_children, tree_depth, tree_parent
 from hosts.common.config import AllreduceConfig, ConfigError, ps_port, ring_port
 from hosts.common.results import JsonlWriter, latency_summary, percentile
 from hosts.common.tcp import (HEADER, KIND_BARRIER, KIND_DATA, ProtocolError, pack_header,
@@ -78,6 +79,60 @@ def test_ring_schedule_computes_the_sum_identically_everywhere(world, size, seed
         assert out[r].tobytes() == out[0].tobytes()
     ok, err = check_allreduce(out[0], seed, world, size, 0)
     assert ok, err
+
+
+# --- the binomial tree ---------------------------------------------------------------
+
+def test_tree_shape_by_hand():
+    assert [tree_parent(r) for r in range(8)] == [None, 0, 0, 2, 0, 4, 4, 6]
+    assert [tree_children(r, 8) for r in range(8)] == [[1, 2, 4], [], [3], [], [5, 6], [], [7], []]
+    assert [tree_children(r, 5) for r in range(5)] == [[1, 2, 4], [], [3], [], []]
+    assert [tree_depth(n) for n in (1, 2, 3, 4, 5, 8, 9, 63, 64)] == [0, 1, 2, 2, 3, 3, 4, 6, 6]
+
+
+@pytest.mark.parametrize("world", range(1, 34))
+def test_tree_parents_and_children_agree_and_span_every_rank(world):
+    for r in range(world):
+        assert all(tree_parent(c) == r for c in tree_children(r, world))
+    assert sorted(c for r in range(world) for c in tree_children(r, world)) == list(range(1, world))
+    assert len(tree_children(0, world)) == tree_depth(world)     # the root: one child per round
+
+
+def simulate_tree(inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The tree allreduce with in-memory 'sends', same schedule and arithmetic as tree.py:
+    rank r adds its children's partials (ascending 2^k) to its own, then rank 0's sum
+    is copied down."""
+    world = len(inputs)
+    bufs = [x.astype(np.float32).copy() for x in inputs]
+    for r in reversed(range(world)):      # a child (> its parent) is finished before its parent
+        for c in tree_children(r, world):
+            bufs[r] += bufs[c]
+    for r in range(1, world):             # a parent (< its child) has the sum before its child
+        bufs[r] = bufs[tree_parent(r)].copy()
+    return bufs
+
+
+@settings(max_examples=60, deadline=None)
+@given(world=st.integers(1, 9), size=st.integers(1, 300), seed=st.integers(0, 2**31))
+def test_tree_schedule_computes_the_sum_identically_everywhere(world, size, seed):
+    inputs = [make_tensor(seed, r, size, 0) for r in range(world)]
+    out = simulate_tree(inputs)
+    for r in range(world):
+        assert out[r].tobytes() == out[0].tobytes()
+    ok, err = check_allreduce(out[0], seed, world, size, 0)
+    assert ok, err
+
+
+@settings(max_examples=30, deadline=None)
+@given(world=st.integers(2, 9), cuts=st.lists(st.integers(1, 299), max_size=6), seed=st.integers(0, 2**31))
+def test_tree_sums_each_element_in_one_order_so_per_tensor_equals_packed(world, cuts, seed):
+    """workload.pack false reduces the model tensor by tensor: through the tree the
+    bits are the packed allreduce's (each element's additions happen in one order)."""
+    inputs = [make_tensor(seed, r, 300, 0) * np.float32(1e3 ** (r % 3)) for r in range(world)]
+    packed = simulate_tree(inputs)[0]
+    edges = [0, *sorted(set(cuts)), 300]
+    pieces = [simulate_tree([x[a:b] for x in inputs])[0] for a, b in zip(edges, edges[1:])]
+    assert np.concatenate(pieces).tobytes() == packed.tobytes()
 
 
 # --- tensors and tolerance --------------------------------------------------------

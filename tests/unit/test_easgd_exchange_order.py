@@ -40,7 +40,8 @@ class Task:
 def settings(variant: str, order: str) -> EasgdSettings:
     return EasgdSettings.parse({"variant": variant, "steps": 1, "tau": 1, "lr": 0.5, "alpha": 0.25,
                                 "momentum": 0.9, "batch_size": 1, "seed": 0, "model": {"c1": 1, "c2": 1, "hidden": 1},
-                                "snapshot_every_s": 1.0, "dataset": {"source": "digits"}, "exchange_order": order},
+                                "snapshot_every_s": 1.0, "dataset": {"source": "digits"}, "exchange_order": order,
+                                "pack": True},
                                "test")
 
 

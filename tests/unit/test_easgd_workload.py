@@ -56,7 +56,7 @@ def test_defaults_alpha_from_beta_and_momentum_lr():
 def test_host_settings_reject_bad_and_unknown_keys():
     good = {"variant": "easgd", "steps": 1, "tau": 1, "lr": 0.1, "alpha": 0.2, "momentum": 0.0,
             "batch_size": 4, "seed": 0, "model": {"c1": 1, "c2": 1, "hidden": 1}, "snapshot_every_s": 1.0,
-            "dataset": {"source": "digits"}, "exchange_order": "step_then_exchange"}
+            "dataset": {"source": "digits"}, "exchange_order": "step_then_exchange", "pack": True}
     assert EasgdSettings.parse(good, "x").variant == "easgd"
     with pytest.raises(ConfigError) as e:
         EasgdSettings.parse(dict(good, alpha=1.5, extra=1), "cfg.json")

@@ -37,7 +37,7 @@ def test_small_switch_allreduce_by_hand():
 
 
 def test_world_one_and_none_cost_nothing_and_bad_input_is_named():
-    for algo in ("switch", "ring", "ps", "none"):
+    for algo in ("switch", "ring", "ps", "tree", "none"):
         assert collective_time("allreduce", algo, 4096, 4, 1, TOFINO) == 0.0
     with pytest.raises(ValueError, match="algo 'none' means no communication, but world is 4"):
         collective_time("allreduce", "none", 64, 4, 4, TOFINO)
@@ -144,6 +144,18 @@ def test_ranks_that_arrive_together_finish_after_exactly_the_collective_time(op,
                 pytest.approx([5e-6 + t] * world, rel=1e-12)
 
 
+def test_ranks_that_arrive_together_finish_the_tree_by_its_collective_time():
+    """In the tree ranks get the sum at different times (rank 0's first child last
+    but one...); the last one gets it exactly T_tree after the common arrival."""
+    from testbed.fidelity.network_model import finish_after_arrivals
+    for values in (1, 1000, 1 << 18):
+        for world in (2, 3, 5, 8):
+            t = collective_time("allreduce", "tree", values, 4, world, HOST)
+            done = finish_after_arrivals("allreduce", "tree", values, 4, [5e-6] * world, HOST)
+            assert max(done) == pytest.approx(5e-6 + t, rel=1e-12)
+            assert min(done) > 5e-6
+
+
 def test_a_late_rank_leaves_less_than_a_whole_ring_or_ps_and_nobody_finishes_before_joining():
     from testbed.fidelity.network_model import finish_after_arrivals
     prof = load_profile("tor-100g-host")
@@ -185,3 +197,59 @@ def test_gloo_pays_a_rendezvous_per_round_small_and_tends_to_the_ring_large(worl
     big = collective_time("allreduce", "gloo", 4 << 20, 4, world, TOFINO) / \
         collective_time("allreduce", "ring", 4 << 20, 4, world, TOFINO)
     assert 0.95 < big < 1.1
+
+
+# --- tree (binomial reduce + broadcast, hosts/collectives/tree.py) ----------------------------
+
+def _tree_terms():
+    """tor-100g-host, 250 float32 = one 1000 B datagram: 42 + 1000 + 4 FCS + 20 preamble/IFG
+    = 1066 B on the wire; a message is L0 (3.83 us) + its frame serialized twice (sender's
+    link, receiver's link); the reduction adds 1000 B at reduce_rate."""
+    s = 1066 * 8 / 100e9
+    return 3.83e-6 + 2 * s, s, 1000 / HOST["reduce_rate"]
+
+
+def test_tree_by_hand():
+    from testbed.fidelity.network_model import collective_cost
+    step, s, red = _tree_terms()
+    # 2 ranks: 1 -> 0, add; 0 -> 1.
+    assert collective_time("allreduce", "tree", 250, 4, 2, HOST) == pytest.approx(2 * step + red, rel=1e-12)
+    # 4 ranks (L = 2): 1 -> 0 and 3 -> 2 (round 1), 2 -> 0 (round 2), each added on arrival;
+    # then 0 -> 2, 2 -> 3 (0 -> 1 goes out s after 0 -> 2): 2 L step + L red.
+    four = collective_cost("allreduce", "tree", 250, 4, 4, HOST)
+    assert four.total_s == pytest.approx(4 * step + 2 * red, rel=1e-12)
+    assert four.link_busy_s == pytest.approx(4 * s, rel=1e-12)      # rank 0: 2 messages in, 2 out
+    # 3 ranks (L = 2, rank 3 missing): 1 -> 0 (round 1), 2 -> 0 (it has no child: it sent at
+    # once, so its message is in; 0 adds it right after 1's); 0 -> 2, then 0 -> 1 s later.
+    assert collective_time("allreduce", "tree", 250, 4, 3, HOST) == pytest.approx(2 * step + 2 * red + s, rel=1e-12)
+    # 8 ranks (L = 3): 2 L step + L red
+    assert collective_time("allreduce", "tree", 250, 4, 8, HOST) == pytest.approx(6 * step + 3 * red, rel=1e-12)
+
+
+def test_a_late_rank_off_the_critical_path_leaves_less_than_a_whole_tree():
+    from testbed.fidelity.network_model import finish_after_arrivals
+    step, s, red = _tree_terms()
+    late = 1e-4
+    done = finish_after_arrivals("allreduce", "tree", 250, 4, [0.0, late, 0.0, 0.0], HOST)
+    # rank 1 sends to 0 at `late` (2 -> 0 is in long before: 3 -> 2, 2 -> 0 took 2 step + red);
+    # 0 adds 1's, then 2's; then sends to 2 (which sends on to 3) and, s later, to 1
+    root = late + step + 2 * red
+    assert done == pytest.approx([root, root + s + step, root + step, root + 2 * step], rel=1e-12)
+    # the early ranks' round is done: less than a whole tree after the last arrival
+    assert max(done) - late == pytest.approx(3 * step + 2 * red, rel=1e-12)
+    assert max(done) - late < collective_time("allreduce", "tree", 250, 4, 4, HOST)
+
+
+@pytest.mark.parametrize("world", [4, 16, 64])
+def test_tree_is_latency_optimal_and_costs_log2_n_messages_large(world):
+    """Small: 2 log2 N steps against the ring's 2 (N - 1); large: 2 log2 N whole
+    messages against the ring's ~2 n: the tree loses by ~log2 N."""
+    import math
+    small = collective_time("allreduce", "tree", 16, 4, world, HOST) / \
+        collective_time("allreduce", "ring", 16, 4, world, HOST)
+    assert small < 0.7
+    n = 1 << 24
+    wire = p2p_wire_bytes(4 * n, HOST) * 8 / 100e9
+    big = collective_time("allreduce", "tree", n, 4, world, HOST)
+    depth = math.ceil(math.log2(world))
+    assert big == pytest.approx(2 * depth * wire + depth * 4 * n / HOST["reduce_rate"], rel=0.01)

@@ -76,6 +76,38 @@ def test_a_ring_with_spread_arrivals_finishes_as_the_monitor_measures_it():
     assert list(pr.finish_s.values()) == [pytest.approx(1e-6 + whole + 2e-6, rel=1e-12)] * world
 
 
+def test_tree_traces_replay_each_rank_to_its_own_finish():
+    """A tree allreduce's trace nodes (algo 'tree', as a `collective: tree` worker
+    records them) replay with the tree's per-rank finish; of two per-tensor ops (pack
+    false), each rank joins the second at its own end of the first."""
+    world = 5
+    firsts = [1e-6, 1e-6, 3e-6, 1e-6, 2e-6]
+    rs = [rec(i, world) for i in range(world)]
+    for r, first in zip(rs, firsts):
+        sync_step(r, first_s=first, values=4096, algo="tree")
+    pr = project(traces_of(*rs), TOFINO)
+    expected = finish_after_arrivals("allreduce", "tree", 4096, 4, firsts, TOFINO)
+    assert [pr.finish_s[i] for i in range(world)] == [pytest.approx(e + 2e-6, rel=1e-9) for e in expected]
+    assert len(set(expected)) > 1                      # ranks get the sum at different times
+    # blocking_comm: the runtime's recorder (hosts/dnn/runtime.py), one op after the other
+    rs = [TraceRecorder(None, host=f"w{i}", rank=i, world=world, tdf=100.0, blocking_comm=True)
+          for i in range(world)]
+    for r in rs:
+        r.compute(0, 0, hw_s=1e-6, real_s=0)
+        for values in (1000, 3096):
+            r.waited(r.comm(0, 0, op="allreduce", algo="tree", values=values))
+    pr = project(traces_of(*rs), TOFINO)
+    first = finish_after_arrivals("allreduce", "tree", 1000, 4, [1e-6] * world, TOFINO)
+    second = finish_after_arrivals("allreduce", "tree", 3096, 4, first, TOFINO)
+    assert [pr.finish_s[i] for i in range(world)] == [pytest.approx(e, rel=1e-9) for e in second]
+    two = collective_time("allreduce", "tree", 1000, 4, world, TOFINO) + \
+        collective_time("allreduce", "tree", 3096, 4, world, TOFINO)
+    # rank 3, the last to get the first sum, is the leaf the second reduce waits for at rank 2:
+    # nothing overlaps, the two trees take their whole times one after the other
+    assert max(second) == pytest.approx(1e-6 + two, rel=1e-12)
+    assert second[0] < max(second)
+
+
 def test_async_allreduce_hidden_behind_compute():
     rs = [rec(0), rec(1)]
     for r in rs:

@@ -134,3 +134,32 @@ def test_no_emulation_writes_the_report_with_every_field(tmp_path):
             assert h["what_moves"]
     assert {r["model"] for r in d["model_validation"]} == {"device:knl", "aries-dragonfly"}
     assert (rep.report_dir / "report.md").exists()
+
+
+def test_sync_tree_and_packing_choose_the_collective_of_the_projection():
+    """sync_tree >= 0.5 projects the binomial tree (collective tree), below it the ring;
+    'allreduces per exchange' cuts the packed model into k equal messages. Neither
+    touches the original EASGD (it has no allreduce)."""
+    from testbed.fidelity.constants import load_profile
+    from testbed.fidelity.network_model import collective_time
+
+    prof = load_profile("aries-dragonfly")
+    n = E._params("lenet")
+    ring, tree = E.periods({}), E.periods({"sync_tree": 1.0})
+    assert ring["t_allreduce"] == pytest.approx(collective_time("allreduce", "ring", n, 4, 16, prof))
+    assert tree["t_allreduce"] == pytest.approx(collective_time("allreduce", "tree", n, 4, 16, prof))
+    assert E.periods({"sync_tree": 0.49})["t_allreduce"] == ring["t_allreduce"]
+    assert tree["c_orig"] == ring["c_orig"] and E.share_original({"sync_tree": 1.0}) == E.share_original({})
+    # a 1.72 MB message: the tree moves it whole log2(16) = 4 times each way, the ring ~2 x in chunks
+    assert tree["t_allreduce"] > 3 * ring["t_allreduce"]
+    eight = E.periods({}, messages=8)
+    assert eight["t_allreduce"] == pytest.approx(8 * collective_time("allreduce", "ring", math.ceil(n / 8), 4, 16,
+                                                                      prof))
+    assert E.speedup({}, messages=8) < E.speedup({})          # packing pays: fewer latency-bound steps
+    assert E.SYNC_TREE in E.COMMON and E.SYNC_TREE in E.WEAK_CONSTANTS and E.SYNC_TREE not in E.ORIGINAL
+
+
+def test_the_notes_say_the_collective_path_is_built():
+    text = " ".join(E.PAPER.notes + [h.note for h in E.PAPER.headlines])
+    assert "not built" not in text
+    assert "workload.pack" in text and "tree" in text

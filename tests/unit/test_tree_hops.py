@@ -218,11 +218,15 @@ def test_collective_switches_per_algorithm():
     assert collective_switches("ring", ["w1", "w2"], TREE_TABLE) == 1  # one leaf
     assert collective_switches("ps", hosts, TREE_TABLE) == 2           # ps on the spine
     assert collective_switches("switch", hosts, TREE_TABLE) == 3
+    assert collective_switches("tree", hosts, TREE_TABLE) == 3        # rank 2 (w3) -> rank 0 (w1)
+    assert collective_switches("tree", ["w1", "w2"], TREE_TABLE) == 1
+    assert collective_switches("tree", ["w1", "w3", "w2", "w4"], TREE_TABLE) == 3   # w3 -> w1
     assert collective_switches("ring", hosts, {}) == 1                 # no table: a star
 
 
 @pytest.mark.parametrize("op,algo", [("allreduce", "ring"), ("allreduce", "ps"), ("allreduce", "gloo"),
-                                     ("allreduce", "switch"), ("allgather", "ring"), ("allgather", "ps")])
+                                     ("allreduce", "switch"), ("allreduce", "tree"), ("allgather", "ring"),
+                                     ("allgather", "ps")])
 def test_collectives_on_one_switch_are_unchanged_and_grow_with_the_path(op, algo):
     args = (op, algo, 3000, 4, 4, TOFINO)
     one = collective_cost(*args)

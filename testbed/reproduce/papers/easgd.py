@@ -22,9 +22,18 @@ exchange a round trip (the workload's `hw_op_s`: 2 message times + the
 update), so a round of P exchanges takes P x T_ex and a worker's period is
     C_orig = max(tau t_step + T_ex, P T_ex),  share_orig = 1 - tau t_step / C_orig.
 Sync EASGD reduces the packed model through one collective per period (the
-paper's tree / MPI reduce+broadcast is not a modeled algorithm: the ring, whose
-bandwidth term is the same, stands in [A]), then the elastic update:
+paper's co-design: one packed message; through MPI reduce + broadcast, seeds.md
+§4.2 [I]), then the elastic update:
     C_sync = tau t_step + u + T_allreduce(P),  share_sync = T_allreduce / C_sync.
+Which algorithm the paper's MPI ran is not in the stored material, so T_allreduce
+is the network model's ring or its binomial tree (collective `tree`, built and
+emulated: hosts/collectives/tree.py), the assumed constant `sync_tree` (0 ring,
+nominal; 1 tree). The ring is nominal because a 1.7 MB or 244 MB message is far
+in MPI's large-message regime, whose reduce and broadcast algorithms are
+bandwidth-bound like the ring [I: MPICH's algorithm selection, recalled, not
+re-read]; the binomial tree moves the whole message log2 P times each way.
+Un-packed (one allreduce per tensor, workload.pack false) is the regime
+"allreduces per exchange": the model cut into that many equal messages.
 Speedup for equal steps = C_orig / C_sync [A: equal progress per step; the
 paper's 5.3x is time to accuracy]. Weak scaling (per-worker batch fixed):
 T(1) / T(n) of Sync EASGD = (tau t_step + u) / C_sync(n) [A: the paper's
@@ -78,6 +87,12 @@ LINK = AssumedConstant(
 LATENCY = AssumedConstant(
     "host_stack_latency", 0.7, 0.3, 2.0, "us",
     "aries-dragonfly.yaml host_stack_latency [I]: MPI software per message")
+SYNC_TREE = AssumedConstant(
+    "sync_tree", 0.0, 0.0, 1.0, "(0 = ring, 1 = binomial tree)",
+    "Sync EASGD's collective (module doc): the stored material says MPI reduce + broadcast (seeds.md §4.2 [I]), "
+    "not which algorithms; 0: the ring allreduce (bandwidth-bound, as MPI's large-message algorithms [I]); 1: the "
+    "binomial-tree reduce + broadcast (collective tree, the short-message shape). A choice, not a quantity: "
+    "values below 0.5 project the ring, from 0.5 the tree")
 REDUCE = AssumedConstant(
     "reduce_rate", 5.0, 2.0, 20.0, "GB/s",
     "aries-dragonfly.yaml reduce_rate [A]: MPI's summation on a KNL node")
@@ -124,11 +139,17 @@ def _update_s(values: int, over: dict[str, float]) -> float:
                        values, "elastic")
 
 
+def sync_algo(over: dict[str, float]) -> str:
+    """The network model's algorithm for Sync EASGD's allreduce (SYNC_TREE)."""
+    return "tree" if over.get("sync_tree", SYNC_TREE.nominal) >= 0.5 else "ring"
+
+
 def periods(over: dict[str, float], *, net: str = "lenet", workers: float | None = None,
-            batch: float | None = None, values: int | None = None) -> dict[str, float]:
+            batch: float | None = None, values: int | None = None, messages: float = 1) -> dict[str, float]:
     """The two variants' periods and communication times at the setting (module doc).
     `over`: assumed constants by name (nominal when absent); keyword arguments set a
-    regime variable instead (message values, workers, batch)."""
+    regime variable instead (message values, workers, batch, allreduces per exchange:
+    the model cut into `messages` equal parts, 1 = packed)."""
     from testbed.fidelity.network_model import collective_time, message_time  # noqa: PLC0415
     prof = _profile(over)
     p = max(1, round(workers if workers is not None else over.get("workers", WORKERS.nominal)))
@@ -139,7 +160,8 @@ def periods(over: dict[str, float], *, net: str = "lenet", workers: float | None
     u = _update_s(n, over)
     t_ex = 2 * message_time(4 * n, prof) + u
     c_orig = max(tau * t_step + t_ex, p * t_ex)
-    t_ar = collective_time("allreduce", "ring", n, 4, p, prof)
+    k = max(1, round(messages))
+    t_ar = k * collective_time("allreduce", sync_algo(over), math.ceil(n / k), 4, p, prof)
     c_sync = tau * t_step + u + t_ar
     return {"workers": p, "tau": tau, "t_step": t_step, "update": u, "t_ex": t_ex, "c_orig": c_orig,
             "t_allreduce": t_ar, "c_sync": c_sync, "compute": tau * t_step}
@@ -237,10 +259,16 @@ def _comparison_setting() -> list[SettingItem]:
         SettingItem("workers", WORKERS.nominal, "assumed", WORKERS.source),
         SettingItem("tau", TAU.nominal, "assumed", TAU.source),
         SettingItem("batch per worker", BATCH.nominal, "assumed", BATCH.source),
-        SettingItem("Sync EASGD collective", "ring allreduce of the packed model (for the paper's tree)", "assumed",
-                    "the paper's co-design packs one message and reduces it collectively (issue 30) [I]; the "
-                    "network model has no tree: the ring's bandwidth term equals a large-message tree's"),
+        _collective_item(),
     ]
+
+
+def _collective_item() -> SettingItem:
+    return SettingItem("Sync EASGD collective", "one packed message per exchange (pack true) through the ring "
+                       "allreduce (sync_tree 0; the binomial tree at 1)", "assumed",
+                       "the packed message: seeds.md §4.3 'after codesign (single packed message, etc.)' [partially "
+                       "V]; MPI reduce + broadcast: seeds.md §4.2 [I]; which MPI algorithms ran is not in the stored "
+                       "text: the constant sync_tree")
 
 
 def _weak_setting() -> list[SettingItem]:
@@ -253,18 +281,21 @@ def _weak_setting() -> list[SettingItem]:
                     "seeds.md §4.2 lists ImageNet AlexNet/GoogLeNet [I]; which one scaled is not in the stored text"),
         SettingItem("batch per node", AX_BATCH.nominal, "assumed", AX_BATCH.source),
         SettingItem("efficiency", "T(1) / T(n), per-node batch fixed", "assumed", "the paper's definition not read"),
+        _collective_item(),
     ]
 
 
-COMMON = [WORKERS, TAU, BATCH, KNL_EFF, KNL_LAUNCH, LINK, LATENCY, REDUCE]
-ORIGINAL = [c for c in COMMON if c is not REDUCE]      # the round robin reduces nothing
-WEAK_CONSTANTS = [TAU, AX_BATCH, KNL_EFF, KNL_LAUNCH, LINK, LATENCY, REDUCE]
+COMMON = [WORKERS, TAU, BATCH, KNL_EFF, KNL_LAUNCH, LINK, LATENCY, REDUCE, SYNC_TREE]
+ORIGINAL = [c for c in COMMON if c not in (REDUCE, SYNC_TREE)]    # the round robin reduces nothing
+WEAK_CONSTANTS = [TAU, AX_BATCH, KNL_EFF, KNL_LAUNCH, LINK, LATENCY, REDUCE, SYNC_TREE]
 PROFILES = ["device:knl", PROFILE]
 
 
-def _regimes_comparison(fn: Any) -> list[Regime]:
+def _regimes_comparison(fn: Any, sync: bool = True) -> list[Regime]:
     mb = 4 * _params_safe("lenet") / 1e6
-    return [
+    packing = [Regime("allreduces per exchange (1 = packed; LeNet per tensor: 8)", "messages", 1,
+                      [1, 2, 4, 8, 16, 32, 64], lambda v: fn({}, messages=v), log_x=True)] if sync else []
+    return packing + [
         Regime("bytes per exchange (LeNet's compute)", "MB", mb, [0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100, 300],
                lambda v: fn({}, values=max(1, int(v * 1e6 / 4))), log_x=True),
         Regime("link rate", "Gbit/s", LINK.nominal, [1, 2.5, 5, 10, 25, 40, 64, 80, 100, 128],
@@ -292,14 +323,16 @@ def _headlines() -> list[Headline]:
             "same platform", paper_value=5.3, unit="x", paper_source=ABSTRACT, setting=_comparison_setting(),
             project=speedup, constants=list(COMMON), emulated=_emulated_speedup, emulated_applies=False,
             regimes=_regimes_comparison(speedup), profiles=list(PROFILES),
-            note="Projected for equal steps (C_orig / C_sync; the paper's is time to accuracy). Sync EASGD's "
-                 "co-design (one packed message through a collective) is not built in the testbed: the "
-                 "projection models it analytically as one ring allreduce of the model per period. " + emu_note),
+            note="Projected for equal steps (C_orig / C_sync; the paper's is time to accuracy). Sync EASGD sends "
+                 "one packed message per period through the network model's ring allreduce (sync_tree 1: its "
+                 "binomial tree; both built and emulated as workload.collective ring / tree, packing as "
+                 "workload.pack). " + emu_note),
         Headline(
             id="comm_share_original", claim="communication is 87 % of the original EASGD's time",
             paper_value=87.0, unit="%", paper_source=ABSTRACT + " ('reducing the percentage of communication "
             "from 87% to 14%')", setting=_comparison_setting(), project=share_original, constants=list(ORIGINAL),
-            emulated=_emulated_share("easgd"), regimes=_regimes_comparison(share_original), profiles=list(PROFILES),
+            emulated=_emulated_share("easgd"), regimes=_regimes_comparison(share_original, sync=False),
+            profiles=list(PROFILES),
             note="Share = 1 - tau t_step / C_orig: every worker waits for its turn at the round-robin master. "
                  + emu_note),
         Headline(
@@ -307,8 +340,9 @@ def _headlines() -> list[Headline]:
             paper_value=14.0, unit="%", paper_source=ABSTRACT, setting=_comparison_setting(), project=share_sync,
             constants=list(COMMON), emulated=_emulated_share("sync_easgd"),
             regimes=_regimes_comparison(share_sync), profiles=list(PROFILES),
-            note="Share = T_allreduce / C_sync with a ring allreduce standing in for the paper's packed tree "
-                 "reduction (not built here). " + emu_note),
+            note="Share = T_allreduce / C_sync: one packed message per period through the ring allreduce "
+                 "(sync_tree 1: the binomial tree); the regime 'allreduces per exchange' is the un-packed "
+                 "exchange. " + emu_note),
         Headline(
             id="weak_scaling", claim="91.5 % weak-scaling efficiency on 4253 KNL cores", paper_value=91.5, unit="%",
             paper_source=ABSTRACT, setting=_weak_setting(), project=weak_scaling, constants=list(WEAK_CONSTANTS),
@@ -320,8 +354,9 @@ def _headlines() -> list[Headline]:
                 Regime("link rate", "Gbit/s", LINK.nominal, [10, 25, 40, 64, 80, 100, 128, 200, 400],
                        lambda v: weak_scaling({"link_rate": v}), log_x=True)],
             profiles=list(PROFILES),
-            note=f"Sync EASGD, AlexNet, {WEAK_NODES} nodes, ring allreduce over Aries; efficiency T(1)/T(n) with the "
-                 "per-node batch fixed. " + emu_note),
+            note=f"Sync EASGD, AlexNet, {WEAK_NODES} nodes, one packed message through the ring allreduce over "
+                 "Aries (sync_tree 1: the binomial tree); efficiency T(1)/T(n) with the per-node batch fixed. "
+                 + emu_note),
     ]
 
 
@@ -338,9 +373,12 @@ PAPER = Paper(
         "Only the abstract's numbers are verified (ar5iv 1708.02983); the experiments behind them (network, node "
         "count, tau, batch, the definition of weak-scaling efficiency) are not in the stored material and are "
         "assumed, each mover an assumed constant with a range.",
-        "Sync EASGD's co-design (one packed message reduced through a tree/allreduce) is not built in the testbed "
-        "(issue 30 part 2); the projection models it analytically as one ring allreduce of the model per period. "
-        "The testbed's Sync EASGD runs the scenario's collective per exchange, which is what the emulation measures.",
+        "Sync EASGD's co-design steps that the testbed expresses are built and each switchable: the packed "
+        "exchange (workload.pack true: one allreduce of the flat model per period; false: one per parameter "
+        "tensor) and the collective (workload.collective ring | tree | ps | switch; tree: binomial reduce to rank 0 "
+        "+ broadcast, its shape assumed). The projection at the paper's setting uses the network model's ring "
+        "(nominal) or tree (assumed constant sync_tree) for one packed message; the un-packed exchange is the "
+        "regime 'allreduces per exchange'. The emulated check runs the shipped weak-scaling scenario (ring, packed).",
         "The variant comparisons (Async EASGD vs Async SGD, Async MEASGD vs Async momentum SGD, Hogwild EASGD vs "
         "Hogwild SGD: 'faster in all the comparisons') are left out: they are time-to-accuracy orderings with no "
         "stated margin, decided by convergence per step, which no hardware model projects; the shipped variants "
