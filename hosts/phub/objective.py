@@ -11,9 +11,10 @@ so its gradient is
 
 with b_rk standard normal, seeded by (seed, rank, layer): a pull towards zero plus a
 rank's own, shrinking push (b / (t + 1) alone would not read the weights, and a
-worker computing from stale weights would go unnoticed). Every operation is element-wise float32, so any subset of
-layers, chunks or values computes the same bits as the whole. The compute time of a
-layer is modeled (hosts/dnn/device.py), not this function's Python cost.
+worker computing from stale weights would go unnoticed). Every operation is
+element-wise float32, so any subset of layers, chunks or values computes the same
+bits as the whole. The compute time of a layer is modeled (hosts/dnn/device.py),
+not this function's Python cost.
 """
 from __future__ import annotations
 
