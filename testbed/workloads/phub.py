@@ -419,6 +419,10 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
                        server_agg_gbps_per_core=_median([c.get("agg_gbps") for c in cores]),
                        numpy_sum_gbps_per_core=_median([c.get("numpy_gbps") for c in cores]),
                        server_bytes_in=sum(c["bytes_in"] for c in cores),
+                       # copies that waited for a lower rank (rank order); none in arrival order.
+                       # The rack servers do not count theirs: None there.
+                       server_copies_held=(sum(c["copies_held"] for c in cores)
+                                           if all("copies_held" in c for c in cores) else None),
                        server_device_valid=all((c.get("device") or {}).get("valid", True) for c in cores))
     inas = [s["ina"] for s in sums.values() if s and s.get("ina")]
     if inas:        # the in-switch baseline's transport: its retransmissions and scale rounds
