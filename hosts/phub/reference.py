@@ -73,6 +73,38 @@ def plain_ps_weights(sizes: Sequence[int], seed: int, world: int, steps: int, sp
     return out
 
 
+def cnn_plain_ps_weights(seed: int, world: int, steps: int, spec: OptimizerSpec, batch_size: int) -> np.ndarray:
+    """The CNN's flat weights after `steps` plain-PS steps: one hosts/phub/model.py
+    CnnModel per rank (the worker's own code: its seed, its batches, torch's backward),
+    their gradients summed in rank order, the step applied and copied to every rank.
+    Torch runs on one thread here as in the worker (its reductions' order, so its bits,
+    depend on the thread count); the caller's thread count and RNG are restored."""
+    import torch  # noqa: PLC0415
+    from types import SimpleNamespace  # noqa: PLC0415
+    from hosts.phub.model import CnnModel  # noqa: PLC0415
+    threads = torch.get_num_threads()
+    try:
+        with torch.random.fork_rng():
+            models = [CnnModel(SimpleNamespace(seed=seed, rank=r, job=SimpleNamespace(world=world),
+                                               batch_size=batch_size), {"kind": "cnn"}) for r in range(world)]
+        for m in models:
+            m.trace = SimpleNamespace(compute=lambda *a, **k: None)
+        w = models[0].weights
+        v = [np.zeros_like(x) for x in w] if spec.has_state else None
+        for t in range(steps):
+            grads = []
+            for m in models:
+                m.iteration(t, None, None)
+                grads.append(m.grads)
+            for k in range(len(w)):
+                opt_step(spec, w[k], None if v is None else v[k], rank_order_sum([g[k] for g in grads]), world)
+                for m in models[1:]:
+                    np.copyto(m.weights[k], w[k])
+        return np.concatenate([x.reshape(-1) for x in w]).copy()
+    finally:
+        torch.set_num_threads(threads)
+
+
 @dataclass(frozen=True)
 class WeightsCheck:
     """One point's comparison. expect: bit_exact (PHub in rank order, the plain PS),

@@ -448,11 +448,12 @@ def weights_check(wl: PhubWorkload, work_dir: Path, *, groups: list[list[str]], 
     (and cross-rack PHub) and for the plain PS itself; within float rounding for PHub
     in arrival order; the ring's and the in-switch sums are reported, not judged (their
     own sum order, the switch's fixed point). `weights_check_ok` False makes the point
-    invalid and failed (PhubRuntime.summarize). The CNN is not replayed (its gradients
-    come from torch on the digits)."""
+    invalid and failed (PhubRuntime.summarize). The CNN is replayed whole through the
+    worker's own model (reference.cnn_plain_ps_weights)."""
     import time  # noqa: PLC0415
     from hosts.phub.optimizer import OptimizerSpec  # noqa: PLC0415
-    from hosts.phub.reference import compare, plain_ps_weights, replay_layers  # noqa: PLC0415
+    from hosts.phub.reference import (cnn_plain_ps_weights, compare, plain_ps_weights,  # noqa: PLC0415
+                                      replay_layers)
 
     order = None
     if wl.algorithm == "phub":      # the order the server says it ran (rack servers: always rank)
@@ -460,13 +461,8 @@ def weights_check(wl: PhubWorkload, work_dir: Path, *, groups: list[list[str]], 
         order = orders[0] if len(orders) == 1 and orders[0] in ("rank", "arrival") else None
     out: dict[str, Any] = {"aggregation_order": order, "weights_match_plain_ps": None,
                            "weights_check_ok": None, "weights_check_error": None}
-
-    def not_run(why: str) -> dict[str, Any]:
-        return dict(out, weights_check=f"not run: {why}")
-    if wl.model.kind != "profile":
-        return not_run("the CNN's gradients come from torch on the digits; only the profile models are replayed")
     if not run_ok:
-        return not_run("the run failed")
+        return dict(out, weights_check="not run: the run failed")
     expect = {"phub": "bit_exact" if order == "rank" else "rounding", "wide_ps": "bit_exact"}.get(wl.algorithm,
                                                                                                   "none")
     t0 = time.perf_counter()
@@ -479,17 +475,22 @@ def weights_check(wl: PhubWorkload, work_dir: Path, *, groups: list[list[str]], 
             raise ValueError(f"the workers report {sorted(map(str, steps))} optimizer steps, the workload ran {want}")
         sizes = key_sizes(wl)
         world = len(groups[0])           # jobs split evenly, one seed: every job replays the same
-        layers = replay_layers(sizes, world, want)
         spec = OptimizerSpec(**wl.optimizer.model_dump())
-        ref = np.concatenate(plain_ps_weights(sizes, wl.seed, world, want, spec, layers))
+        if wl.model.kind == "profile":
+            layers = replay_layers(sizes, world, want)
+            ref = np.concatenate(plain_ps_weights(sizes, wl.seed, world, want, spec, layers))
+        else:                            # the CNN is small: all of it, through the worker's own model
+            layers = list(range(len(sizes)))
+            ref = cnn_plain_ps_weights(wl.seed, world, want, spec, wl.batch_size)
         starts = np.cumsum([0, *sizes])
-        idx = np.concatenate([np.arange(starts[k], starts[k + 1]) for k in layers])
+        idx = (np.concatenate([np.arange(starts[k], starts[k + 1]) for k in layers])
+               if len(layers) < len(sizes) else slice(None))
         finals = {}
         for h in (h for g in groups for h in g):
             path = work_dir / f"{h}.weights.npy"
             if not path.exists():
                 raise ValueError(f"{h} wrote no final weights ({path.name})")
-            finals[h] = np.load(path)[idx] if len(layers) < len(sizes) else np.load(path)
+            finals[h] = np.load(path)[idx]
         chk = compare(ref, finals, expect)
     except ValueError as e:
         return dict(out, weights_check=f"error: {e}", weights_check_ok=False,

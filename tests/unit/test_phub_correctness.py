@@ -261,3 +261,26 @@ def test_aggregation_order_is_checked_before_anything_runs():
         _workload(aggregation_order="arrival", algorithm="wide_ps")
     with pytest.raises(ValidationError, match="cross-rack PHub chains the racks' rank-ordered partial sums"):
         _workload(aggregation_order="arrival", racks=2, server_cores=1)
+
+
+def test_the_cnn_replay_is_deterministic_and_leaves_torch_as_it_was(tmp_path):
+    import torch
+    from hosts.phub.reference import cnn_plain_ps_weights
+    from testbed.workloads.phub import key_sizes
+    threads, state = torch.get_num_threads(), torch.random.get_rng_state()
+    spec = OptimizerSpec("sgd", 0.1, 0.0)
+    a = cnn_plain_ps_weights(7, 3, 2, spec, 16)
+    assert torch.get_num_threads() == threads and torch.equal(torch.random.get_rng_state(), state)
+    assert a.tobytes() == cnn_plain_ps_weights(7, 3, 2, spec, 16).tobytes()
+    start = cnn_plain_ps_weights(7, 3, 0, spec, 16)
+    assert a.size == start.size and not np.array_equal(a, start)       # it trained
+    assert not np.array_equal(a, cnn_plain_ps_weights(7, 2, 2, spec, 16))   # the world's batches count
+    # the workload's check on a CNN point: the whole model, bit for bit
+    wl = _workload(model={"kind": "cnn"}, optimizer={"kind": "sgd", "lr": 0.1, "momentum": 0.0}, seed=7,
+                   batch_size=16, iterations=1, warmup=1)
+    names = ["w1", "w2", "w3"]
+    for h in names:
+        np.save(tmp_path / f"{h}.weights.npy", a)
+    out = _check(tmp_path, wl, names, {h: {"ok": True, "steps": 2} for h in names},
+                 {"ps": {"ok": True, "aggregation_order": "rank"}})
+    assert out["weights_check"] == "bit_exact" and out["weights_replayed_values"] == sum(key_sizes(wl)), out
