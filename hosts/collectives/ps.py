@@ -19,6 +19,16 @@ from hosts.common.tcp import (KIND_DATA, Conn, ProtocolError, RecvOp, SendOp, ac
                               star_barrier_leader, star_barrier_member)
 
 
+def rank_order_sum(parts) -> np.ndarray:
+    """The PS's sum of the workers' tensors (rank 0's first): a float32 copy of parts[0],
+    then parts[1], parts[2], ... added in place. The one order every reference to the
+    plain PS uses (hosts/phub/reference.py replays it)."""
+    acc = np.array(parts[0], dtype=np.float32, copy=True)
+    for p in parts[1:]:          # fixed rank order: deterministic float32 sum
+        acc += p
+    return acc
+
+
 class PSWorker:
     """Worker side: allreduce = push tensor, receive the sum."""
 
@@ -114,9 +124,7 @@ class ParameterServer:
             bufs = self._bufs[size] = [np.empty(size, dtype=np.float32) for _ in self.conns]
         exchange([], [RecvOp(c, KIND_DATA, b) for c, b in zip(self.conns, bufs)], self.timeout_s)
         self.bytes_received += size * 4 * len(self.conns)
-        acc = bufs[0].copy()
-        for b in bufs[1:]:          # fixed rank order: deterministic float32 sum
-            acc += b
+        acc = rank_order_sum(bufs)
         if delay_s > 0:
             time.sleep(delay_s)
         exchange([SendOp(c, KIND_DATA, acc) for c in self.conns], [], self.timeout_s)
@@ -134,9 +142,7 @@ class ParameterServer:
             raise ProtocolError("workers sent tensors of different sizes to the parameter server: "
                                 + ", ".join(f"{c.peer}: {s}" for c, s in zip(self.conns, sizes)))
         size = sizes[0]
-        acc = ops[0].array.astype(np.float32, copy=True)
-        for op in ops[1:]:          # fixed rank order: deterministic float32 sum
-            acc += op.array
+        acc = rank_order_sum([op.array for op in ops])
         self.bytes_received += size * 4 * len(self.conns)
         if delay_s > 0:
             time.sleep(delay_s)

@@ -12,6 +12,7 @@ from hosts.common.config import ConfigError, HostAddr
 from hosts.phub.optimizer import OptimizerSpec
 
 ALGORITHMS = ("phub", "wide_ps", "ring", "switch")
+AGGREGATION_ORDERS = ("rank", "arrival")    # a PHub core's sum order (hosts/phub/server.py)
 
 
 def _take(cls, d: dict[str, Any], where: str, **convert) -> Any:
@@ -79,10 +80,16 @@ class ServerConfig:
     trace_world: int = 1
     trace_from: int = 0                  # first traced iteration (after calibration's)
     reduce_bytes_per_s: float = 50e9     # a modeled core's summation rate (the profile's reduce_rate)
+    aggregation_order: str = "rank"      # rank | arrival (hosts/phub/server.py's docstring)
     tdf: float = 1.0
     start_at: float | None = None
     connect_timeout_s: float = 30.0
     timeout_s: float = 60.0
+
+    def __post_init__(self):
+        if self.aggregation_order not in AGGREGATION_ORDERS:
+            raise ConfigError(f"aggregation_order must be one of {AGGREGATION_ORDERS}, "
+                              f"got {self.aggregation_order!r}")
 
 
 def load_server(path: str) -> ServerConfig:

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hosts.common.config import ConfigError
+from hosts.phub import objective
 from hosts.phub.profiles import get_profile
 
 Wait = Callable[[int], list] | None
@@ -36,7 +37,8 @@ class _Base:
 
 class ProfileModel(_Base):
     """Keys = the profile's layers at size_scale x their size; compute modeled per layer
-    on hosts/dnn/device.py's accelerator (FLOPs also x size_scale), slept x time_scale."""
+    on hosts/dnn/device.py's accelerator (FLOPs also x size_scale), slept x time_scale;
+    gradients from hosts/phub/objective.py (they read the current weights)."""
 
     def __init__(self, cfg, spec: dict[str, Any]):
         from hosts.dnn.device import make_device  # noqa: PLC0415
@@ -52,10 +54,8 @@ class ProfileModel(_Base):
             raise ConfigError("model profile: compute is modeled only; device type must be an accelerator")
         self.device = make_device(dev)
         self.batch = cfg.batch_size
-        rng = np.random.default_rng(cfg.seed)
-        self.weights = [(rng.standard_normal(n) * 0.01).astype(np.float32) for n in self.sizes]
-        grng = np.random.default_rng([cfg.seed, 1 + cfg.rank])
-        self._gbase = [grng.standard_normal(n).astype(np.float32) for n in self.sizes]
+        self.weights = objective.initial_weights(cfg.seed, self.sizes)
+        self._gbase = [objective.noise_base(cfg.seed, cfg.rank, k, n) for k, n in enumerate(self.sizes)]
         self.grads = [np.empty(n, np.float32) for n in self.sizes]
         self.straggler = cfg.straggler
         self.t_start = time.perf_counter()
@@ -90,9 +90,10 @@ class ProfileModel(_Base):
         s = self.straggler
         if s and s.get("delay_ms"):
             time.sleep(s["delay_ms"] / 1e3)
-        f = np.float32(1.0 / (it + 1))
         for k in reversed(range(len(self.sizes))):
-            self._compute(k, "backward", lambda k=k: np.multiply(self._gbase[k], f, out=self.grads[k]))
+            # reads weights[k] as the forward's wait left them (after iteration it - 1)
+            self._compute(k, "backward", lambda k=k: objective.gradient(self.weights[k], self._gbase[k], it,
+                                                                        self.grads[k]))
             if push is not None:
                 push(k, self.grads[k])
         return None

@@ -414,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
         return program.EXIT_NET
     finally:
         writer.write({"type": "summary", "host": cfg.host, "role": "server", "rack": cfg.rack,
-                      "ok": error is None, "error": error, "cores": 1, "jobs": [j.job for j in cfg.jobs]})
+                      "ok": error is None, "error": error, "cores": 1, "jobs": [j.job for j in cfg.jobs],
+                      "aggregation_order": "rank"})       # the chain is a rank-order sum (docstring)
         writer.close()
 
 

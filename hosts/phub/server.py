@@ -5,12 +5,17 @@ connection per worker: no state is shared between cores, so nothing is locked
 
     python -m hosts.phub.server --config phub.config.json
 
-Tall aggregation: a chunk is summed as the workers' copies arrive. The sum is
-taken in rank order so that it is the plain PS's bit for bit (hosts/collectives/ps.py
-sums ranks 0, 1, ... in float32): rank r's copy is added as soon as ranks < r
-are in; one that comes earlier waits in a per-chunk slot until then. When the
-chunk has all N copies its optimizer step runs at once (optimizer.step) and the
-new weights go to every worker of the job (UPDATE; no pull requests).
+Tall aggregation: a chunk is summed as the workers' copies arrive, in one of two
+orders (config `aggregation_order`):
+  rank     (default) the sum is taken in rank order so that it is the plain PS's bit
+           for bit (hosts/collectives/ps.py sums ranks 0, 1, ... in float32): rank
+           r's copy is added as soon as ranks < r are in; one that comes earlier
+           waits in a per-chunk slot until then (counted: `copies_held`).
+  arrival  PHub's own behaviour: each copy is added as it arrives, nothing is held;
+           float addition is not associative, so from 3 workers on the sum differs
+           from the plain PS's by rounding (hosts/phub/reference.py bounds it).
+When the chunk has all N copies its optimizer step runs at once (optimizer.step)
+and the new weights go to every worker of the job (UPDATE; no pull requests).
 Several jobs share the server: each message carries its job id.
 
 Time: a core's work per PUSH is modeled (`modeled_work_s`: a per-message cost
@@ -51,7 +56,7 @@ from hosts.common.tcp import Conn, NetError, ProtocolError, accept_until, listen
 from hosts.common.trace import TraceRecorder
 from hosts.phub import protocol as P
 from hosts.phub.chunking import ChunkPlan, owner
-from hosts.phub.config import JobSpec, ServerConfig, load_server
+from hosts.phub.config import AGGREGATION_ORDERS, JobSpec, ServerConfig, load_server
 
 log = logging.getLogger("phub.server")
 
@@ -185,8 +190,11 @@ class Stages:
 class JobState:
     """One job's chunks on one core: weights, momentum, running sums."""
 
-    def __init__(self, spec: JobSpec, core: int, cores: int, reduce_bytes_per_s: float = 50e9):
-        self.spec, self.reduce_bytes_per_s = spec, reduce_bytes_per_s
+    def __init__(self, spec: JobSpec, core: int, cores: int, reduce_bytes_per_s: float = 50e9,
+                 order: str = "rank"):
+        if order not in AGGREGATION_ORDERS:
+            raise ValueError(f"aggregation order must be one of {AGGREGATION_ORDERS}, got {order!r}")
+        self.spec, self.reduce_bytes_per_s, self.order = spec, reduce_bytes_per_s, order
         self.plan = ChunkPlan(spec.sizes, spec.chunk_bytes)
         ids = self.plan.owned(core, cores)
         self.local: dict[int, slice] = {}
@@ -202,6 +210,8 @@ class JobState:
         self.next_rank = {cid: 0 for cid in ids}
         self.round = {cid: 0 for cid in ids}
         self.early: dict[int, dict[int, np.ndarray]] = {cid: {} for cid in ids}
+        self.arrived: dict[int, set[int]] = {cid: set() for cid in ids}     # arrival order: ranks in
+        self.copies_held = 0
         self.initialized = False
         self.ended: set[int] = set()
 
@@ -234,13 +244,17 @@ class JobState:
                 raise ProtocolError(f"job {self.spec.job} rank {rank} pushed chunk {cid} for iteration {it}, "
                                     f"the chunk is at iteration {self.round[cid]}")
             t0 = time.perf_counter()
-            if rank != self.next_rank[cid]:
+            if self.order == "arrival":
+                self._add_arrived(cid, sl, rank, data, st)
+            elif rank != self.next_rank[cid]:
                 self.early[cid][rank] = data          # waits for the ranks before it (rank-order sum)
+                self.copies_held += 1
                 st.agg_s += time.perf_counter() - t0
                 continue
-            self._add(cid, sl, rank, data, st)
-            while self.next_rank[cid] in self.early[cid]:
-                self._add(cid, sl, self.next_rank[cid], self.early[cid].pop(self.next_rank[cid]), st)
+            else:
+                self._add(cid, sl, data, st)
+                while self.next_rank[cid] in self.early[cid]:
+                    self._add(cid, sl, self.early[cid].pop(self.next_rank[cid]), st)
             st.agg_s += time.perf_counter() - t0
             if self.next_rank[cid] == world:
                 if not self.initialized:
@@ -250,6 +264,7 @@ class JobState:
                 step(self.spec.optimizer, self.w[sl], None if self.v is None else self.v[sl], self.acc[sl], world)
                 st.opt_s += time.perf_counter() - t1
                 self.next_rank[cid] = 0
+                self.arrived[cid].clear()
                 self.round[cid] += 1
                 st.chunks_done += 1
                 done.append(cid)
@@ -258,15 +273,33 @@ class JobState:
                                 f"chunks holding {off}")
         return done
 
-    def _add(self, cid: int, sl: slice, rank: int, data: np.ndarray, st: Stages) -> None:
-        if rank == 0:
+    def _add(self, cid: int, sl: slice, data: np.ndarray, st: Stages) -> None:
+        """The next copy joins the chunk's sum (the first starts it). `next_rank` counts
+        the copies in: in rank order it is also the next rank to add."""
+        if self.next_rank[cid] == 0:
             np.copyto(self.acc[sl], data)
         else:
             self.acc[sl] += data
-        self.next_rank[cid] = rank + 1
+        self.next_rank[cid] += 1
         st.agg_bytes += data.nbytes
 
+    def _add_arrived(self, cid: int, sl: slice, rank: int, data: np.ndarray, st: Stages) -> None:
+        """Arrival order: the copy joins the sum now; `next_rank` counts the copies in."""
+        if rank in self.arrived[cid]:
+            raise ProtocolError(f"job {self.spec.job} rank {rank} pushed chunk {cid} twice in iteration "
+                                f"{self.round[cid]}")
+        self.arrived[cid].add(rank)
+        self._add(cid, sl, data, st)
+
     def incomplete(self) -> str:
+        if self.order == "arrival":
+            waiting = [(cid, sorted(set(range(self.spec.world)) - self.arrived[cid]), sorted(self.arrived[cid]))
+                       for cid in self.next_rank if self.next_rank[cid]]
+            if not waiting:
+                return "no chunk in flight"
+            cid, missing, got = waiting[0]
+            return (f"{len(waiting)} chunk(s) in flight, e.g. chunk {cid} at iteration {self.round[cid]} "
+                    f"waiting for ranks {missing} (ranks {got} already in)")
         waiting = [(cid, self.next_rank[cid], sorted(self.early[cid])) for cid in self.next_rank
                    if self.next_rank[cid] or self.early[cid]]
         if not waiting:
@@ -304,7 +337,8 @@ def accept_links(cfg: ServerConfig, core: int, ranks: range | None = None) -> di
 def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
     """Serve every job's chunks this core owns until every worker sent END."""
     links = accept_links(cfg, core)
-    states = {j.job: JobState(j, core, cfg.cores, cfg.reduce_bytes_per_s) for j in cfg.jobs}
+    states = {j.job: JobState(j, core, cfg.cores, cfg.reduce_bytes_per_s, cfg.aggregation_order)
+              for j in cfg.jobs}
     st = Stages()
     nodes: list[dict[str, Any]] = []
     tr = _CoreTrace(nodes, cfg.host, core, cfg.trace_from) if trace_on else None
@@ -344,6 +378,7 @@ def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
             "bytes_in": sum(ln.bytes_in for ln in links.values()),
             "bytes_out": sum(ln.bytes_out for ln in links.values()),
             "agg_gbps": st.agg_bytes / st.agg_s / 1e9 if st.agg_s else None, "tdf": dev.time_scale,
+            "aggregation_order": cfg.aggregation_order, "copies_held": sum(s.copies_held for s in states.values()),
             "device": dev.validity(), **numpy_sum_reference(values, worlds), "nodes": nodes}
 
 
@@ -556,7 +591,8 @@ def main(argv: list[str] | None = None) -> int:
         return program.EXIT_NET
     finally:
         writer.write({"type": "summary", "host": cfg.host, "role": "server", "ok": error is None, "error": error,
-                      "cores": cfg.cores, "jobs": [j.job for j in cfg.jobs]})
+                      "cores": cfg.cores, "jobs": [j.job for j in cfg.jobs],
+                      "aggregation_order": cfg.aggregation_order})
         writer.close()
 
 

@@ -192,7 +192,9 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
     digest = model.digest()
     ina_stats = ina.stats.summary() if ina is not None else None
     np.save(cfg.out.replace(".jsonl", ".weights.npy"), np.concatenate([w.reshape(-1) for w in model.weights]))
-    return {"weights_sha1": digest, "device": model.validity(), "accuracy": model.accuracy(),
+    # steps: the optimizer steps the final weights went through (calibration's included),
+    # what the workload's replay of the plain PS needs (hosts/phub/reference.py)
+    return {"weights_sha1": digest, "steps": total, "device": model.validity(), "accuracy": model.accuracy(),
             "tdf": model.time_scale, "calibrated": calibration is not None,
             "network_dilated": cfg.network_dilation is not None, "ina": ina_stats}
 

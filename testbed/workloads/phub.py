@@ -11,8 +11,11 @@ Metric records (metrics.jsonl):
   (phub_summary's server_hw_<stage>_us_per_iter: the same stages in hardware
                 time, from the server's trace and its core model: hw_stages)
   phub_summary  one per point: median iteration time (the slowest worker's per
-                iteration), server totals, weights agreement, device validity, and
-                the fidelity monitor's verdict where it models the point's messages
+                iteration), server totals, weights agreement, device validity, the
+                fidelity monitor's verdict where it models the point's messages, and
+                the final weights against the plain PS's on the same gradients
+                (weights_check: weights_match_plain_ps, weights_max_*_diff; a
+                mismatch fails the point)
 Time: compute is a modeled GPU per layer (hosts/dnn/device.py's FLOPs model),
 slept x the TDF; the server's cores pace a modeled core's work the same way
 (hosts/phub/server.py). device.time_scale auto (default) calibrates the TDF on
@@ -107,6 +110,11 @@ class PhubWorkload(CalibratedWorkloadParams):
     racks: int = Field(1, ge=1, le=8, description="Cross-rack PHub (hosts/phub/rack.py): one PHub server per "
                        "rack on a tree topology with this many leaves; the first host of each leaf is its "
                        "rack's server (topology.workers counts it), the others train. 1: one server.")
+    aggregation_order: Literal["rank", "arrival"] = Field(
+        "rank", description="How a PHub core sums a chunk's copies (hosts/phub/server.py). rank (default): in "
+                            "rank order, the plain PS's sum bit for bit, a copy that comes early waits; "
+                            "arrival: each copy is added as it arrives (PHub's own behaviour), which differs "
+                            "from the plain PS's sum by float rounding from 3 workers on.")
     iterations: int = Field(5, ge=1)
     warmup: int = Field(1, ge=0)
     batch_size: int = Field(32, ge=1, description="Per worker (the device model's batch).")
@@ -133,6 +141,10 @@ class PhubWorkload(CalibratedWorkloadParams):
             raise ValueError(f"racks {self.racks}: cross-rack PHub runs algorithm phub, one job, and one core per "
                              f"rack server (server_cores: 1); got algorithm {self.algorithm}, jobs {self.jobs}, "
                              f"server_cores {self.server_cores}")
+        if self.aggregation_order == "arrival" and (self.algorithm != "phub" or self.racks > 1):
+            raise ValueError(f"aggregation_order arrival is the PHub server's own (algorithm phub, one server); "
+                             f"algorithm {self.algorithm} with racks {self.racks} sums in rank order (the plain "
+                             "PS's order; cross-rack PHub chains the racks' rank-ordered partial sums)")
         if self.calibrated and self.jobs > 1:
             raise ValueError("device.time_scale auto with jobs > 1: each job would calibrate and dilate the "
                              "network on its own; give a fixed time_scale")
@@ -289,6 +301,7 @@ class PhubRuntime(WorkloadRuntime):
                    "tdf": 1.0 if wl.calibrated else wl.tdf_start(),
                    "trace_from": wl.calibration_iterations_total(),
                    "reduce_bytes_per_s": load_profile(wl.hardware)["reduce_rate"],
+                   "aggregation_order": wl.aggregation_order,
                    "start_at": ctx.start_at, "connect_timeout_s": 60.0, "timeout_s": wl.timeout_s}
             module = "hosts.phub.server" if wl.algorithm == "phub" else "hosts.phub.wide_ps"
             progs.append(HostProgram("ps", self.module_argv(module, self.write_config(ctx, "ps", cfg)), phase=0))
@@ -338,7 +351,12 @@ class PhubRuntime(WorkloadRuntime):
         return collect_point(ctx.point.scenario, ctx.work_dir)
 
     def summarize(self, ctx: PointContext, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [summary_row(r) for r in records if r.get("type") == "phub_summary"]
+        from testbed.outcomes import PointFailed  # noqa: PLC0415
+        sums = [r for r in records if r.get("type") == "phub_summary"]
+        wrong = [s["weights_check_error"] for s in sums if s.get("weights_check_ok") is False]
+        if wrong:                        # its phub_summary in metrics.jsonl keeps the numbers
+            raise PointFailed(wrong[0])
+        return [summary_row(r) for r in sums]
 
 
 def _median(xs) -> float | None:
@@ -401,6 +419,10 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
                        server_agg_gbps_per_core=_median([c.get("agg_gbps") for c in cores]),
                        numpy_sum_gbps_per_core=_median([c.get("numpy_gbps") for c in cores]),
                        server_bytes_in=sum(c["bytes_in"] for c in cores),
+                       # copies that waited for a lower rank (rank order); none in arrival order.
+                       # The rack servers do not count theirs: None there.
+                       server_copies_held=(sum(c["copies_held"] for c in cores)
+                                           if all("copies_held" in c for c in cores) else None),
                        server_device_valid=all((c.get("device") or {}).get("valid", True) for c in cores))
     inas = [s["ina"] for s in sums.values() if s and s.get("ina")]
     if inas:        # the in-switch baseline's transport: its retransmissions and scale rounds
@@ -408,8 +430,76 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
                         for k in ("retransmissions", "timeouts", "scale_rounds", "chunks_sent")})
         summary["ina_chunk_latency_p50_s"] = _median([i.get("chunk_latency_p50_s") for i in inas])
     cals = [dict(r, type="calibration") for h in workers for r in raw[h] if r.get("type") == "calibration"]
-    summary["valid"] = summary["device_valid"]
+    summary.update(weights_check(wl, work_dir, groups=job_groups(wl, workers), sums=sums, ssums=ssums,
+                                 run_ok=summary["ok"]))
+    summary["valid"] = summary["device_valid"] and summary["weights_check_ok"] is not False
+    if summary["weights_check_ok"] is False:        # the fidelity verdict names it first (records.py)
+        summary["invalid_reasons"] = [summary["weights_check_error"]] + (
+            [] if summary["device_valid"] else ["device model exceeded"])
     return [*iters, *cores, *cals, *fidelity_records(wl, work_dir, summary), summary]
+
+
+def weights_check(wl: PhubWorkload, work_dir: Path, *, groups: list[list[str]], sums: dict[str, Any],
+                  ssums: dict[str, Any], run_ok: bool) -> dict[str, Any]:
+    """Every point's check of its workers' final weights (the `<host>.weights.npy` each
+    writes) against the plain PS's on the same gradients, replayed in-process from what
+    the run records (the seed, each job's ranks, the steps the workers report, the
+    optimizer): hosts/phub/reference.py. Expected: bit for bit for PHub in rank order
+    (and cross-rack PHub) and for the plain PS itself; within float rounding for PHub
+    in arrival order; the ring's and the in-switch sums are reported, not judged (their
+    own sum order, the switch's fixed point). `weights_check_ok` False makes the point
+    invalid and failed (PhubRuntime.summarize). The CNN is replayed whole through the
+    worker's own model (reference.cnn_plain_ps_weights)."""
+    import time  # noqa: PLC0415
+    from hosts.phub.optimizer import OptimizerSpec  # noqa: PLC0415
+    from hosts.phub.reference import (cnn_plain_ps_weights, compare, plain_ps_weights,  # noqa: PLC0415
+                                      replay_layers)
+
+    order = None
+    if wl.algorithm == "phub":      # the order the server says it ran (rack servers: always rank)
+        orders = sorted({str((s or {}).get("aggregation_order")) for s in ssums.values()})
+        order = orders[0] if len(orders) == 1 and orders[0] in ("rank", "arrival") else None
+    out: dict[str, Any] = {"aggregation_order": order, "weights_match_plain_ps": None,
+                           "weights_check_ok": None, "weights_check_error": None}
+    if not run_ok:
+        return dict(out, weights_check="not run: the run failed")
+    expect = {"phub": "bit_exact" if order == "rank" else "rounding", "wide_ps": "bit_exact"}.get(wl.algorithm,
+                                                                                                  "none")
+    t0 = time.perf_counter()
+    try:
+        if wl.algorithm == "phub" and order not in ("rank", "arrival"):
+            raise ValueError(f"the PHub server's records name no single aggregation order: {orders}")
+        steps = {(sums[h] or {}).get("steps") for g in groups for h in g}
+        want = wl.iterations + wl.warmup + wl.calibration_iterations_total()
+        if steps != {want}:
+            raise ValueError(f"the workers report {sorted(map(str, steps))} optimizer steps, the workload ran {want}")
+        sizes = key_sizes(wl)
+        world = len(groups[0])           # jobs split evenly, one seed: every job replays the same
+        spec = OptimizerSpec(**wl.optimizer.model_dump())
+        if wl.model.kind == "profile":
+            layers = replay_layers(sizes, world, want)
+            ref = np.concatenate(plain_ps_weights(sizes, wl.seed, world, want, spec, layers))
+        else:                            # the CNN is small: all of it, through the worker's own model
+            layers = list(range(len(sizes)))
+            ref = cnn_plain_ps_weights(wl.seed, world, want, spec, wl.batch_size)
+        starts = np.cumsum([0, *sizes])
+        idx = (np.concatenate([np.arange(starts[k], starts[k + 1]) for k in layers])
+               if len(layers) < len(sizes) else slice(None))
+        finals = {}
+        for h in (h for g in groups for h in g):
+            path = work_dir / f"{h}.weights.npy"
+            if not path.exists():
+                raise ValueError(f"{h} wrote no final weights ({path.name})")
+            finals[h] = np.load(path)[idx]
+        chk = compare(ref, finals, expect)
+    except ValueError as e:
+        return dict(out, weights_check=f"error: {e}", weights_check_ok=False,
+                    weights_check_error=f"weights check: {e}")
+    status = ("reported (not judged: the collective's own sum order or number format)" if expect == "none"
+              else "bit_exact" if chk.match else "within_rounding" if chk.ok else "MISMATCH")
+    return dict(out, **chk.record(), weights_check=status,
+                weights_replayed_values=int(ref.size), weights_replayed_layers=f"{len(layers)} of {len(sizes)}",
+                weights_check_s=round(time.perf_counter() - t0, 3))
 
 
 HW_STAGES = ("recv", "agg", "opt", "send")
@@ -520,5 +610,9 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
             "emu_agg_gbps": r(s.get("server_agg_gbps_per_core")), "emu_numpy_gbps": r(s.get("numpy_sum_gbps_per_core")),
             "tdf": s["tdf"], "net_ratio": r(s.get("net_ratio_p50"), 2),
             "emu/proj": r(s.get("emulated_over_projected"), 2),
-            "weights_agree": s["weights_agree"], "ok": s["ok"],
+            "weights_agree": s["weights_agree"], "order": s.get("aggregation_order"),
+            "vs_plain_ps": str(s.get("weights_check") or "")[:16],
+            "vs_ps_rel": (None if s.get("weights_max_rel_diff") is None
+                          else float(f"{s.get('weights_max_rel_diff'):.3g}")),
+            "ok": s["ok"],
             "valid": s["valid"], "fidelity": (s.get("fidelity") or "")[:60]}

@@ -38,6 +38,13 @@ def test_phub_weights_equal_plain_ps_bit_for_bit(tmp_path, optimizer, model):
     assert all(w.tobytes() == ref.tobytes() for w in got["phub"].values())
     start = np.concatenate([p.reshape(-1) for p in _initial(model)])
     assert not np.array_equal(start, ref)                # training changed the weights
+    # the in-process replay every workload point compares with (hosts/phub/reference.py)
+    from hosts.phub.optimizer import OptimizerSpec
+    from hosts.phub.reference import cnn_plain_ps_weights, plain_ps_weights
+    spec = OptimizerSpec(**optimizer)
+    replay = (np.concatenate(plain_ps_weights(sizes_of(model), 7, 3, 3, spec)) if model["kind"] == "profile"
+              else cnn_plain_ps_weights(7, 3, 3, spec, batch_size=16))
+    assert replay.tobytes() == ref.tobytes()
 
 
 def _initial(model):

@@ -56,6 +56,8 @@ def test_phub_equals_plain_ps_bit_for_bit_at_0_and_5_percent_loss(quick_run):
     for (case, loss), pt in by.items():
         s = summary[pt["index"]]
         assert s["ok"] and s["weights_agree"] and s["calibrated"] and s["network_dilated"], (case, loss, s)
+        # every point's own check against the in-process plain-PS replay (docs/phub.md)
+        assert s["weights_check"] == "bit_exact" and s["weights_match_plain_ps"] is True, (case, loss, s)
         assert isinstance((pt.get("fidelity") or {}).get("valid"), bool), (case, loss)
         assert s["projected_hw_iter_ms"] and s["projected_hw_iter_ms"] > 0, (case, loss)
         if loss:
@@ -72,6 +74,9 @@ def test_quick_workers_run_with_the_in_switch_baseline(quick_run):
     assert sorted(s["algorithm"] for s in sums) == ["phub", "ring", "switch", "wide_ps"]
     assert all(s["ok"] and s["weights_agree"] and s["workers"] == 2 and s["network_dilated"] for s in sums), sums
     assert all(s["projected_hw_iter_ms"] and s.get("projected_hw_iter_ms_64") for s in sums), sums
+    checks = {s["algorithm"]: (s["weights_check"], s["weights_check_ok"]) for s in sums}
+    assert checks["phub"] == checks["wide_ps"] == ("bit_exact", True), checks
+    assert checks["ring"][0].startswith("reported") and checks["switch"][0].startswith("reported"), checks
     # the in-switch baseline agreed a scale per tensor, and its trace says so (the monitor
     # and the projector charge that pass: without it the points read ~1.45x the model)
     (sw,) = [pt for pt in points if pt["case"] == "switch"]
@@ -96,6 +101,7 @@ def test_cross_rack_phub_equals_one_server_and_plain_ps_bit_for_bit(quick_run):
     for case, ws in weights.items():
         assert len(ws) == 4 and all(w == ref for w in ws.values()), case
     sums = {m["point"]: m for m in metrics if m["type"] == "phub_summary"}
+    assert all(s["weights_check"] == "bit_exact" for s in sums.values()), sums
     racks = sums[by["racks"]["index"]]
     assert racks["racks"] == 2 and racks["workers"] == 4 and racks["ok"] and racks["network_dilated"], racks
     assert racks["projected_hw_iter_ms"] and racks["projected_hw_iter_ms"] > 0, racks
