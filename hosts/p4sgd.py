@@ -79,7 +79,7 @@ def wait_until(start_at: float | None) -> None:
 
 class Worker:
     def __init__(self, cfg: P4sgdConfig, writer: JsonlWriter):
-        from hosts.glm.data import load_dataset
+        from hosts.glm.datasets import load_dataset
         from hosts.glm.models import get_model
 
         self.cfg, self.writer = cfg, writer
@@ -387,7 +387,7 @@ class PSRole:
 
     def run(self) -> int:
         from hosts.collectives.ps import ParameterServer
-        from hosts.glm.data import load_dataset
+        from hosts.glm.datasets import load_dataset
 
         cfg = self.cfg
         ds = load_dataset(dict(cfg.dataset))

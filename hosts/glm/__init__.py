@@ -8,6 +8,7 @@ Modules:
     models      loss / derivative / prediction of linreg, logreg, svm
     data        Dataset, LIBSVM loader, synthetic generators, builtin real data
     profiles    public LIBSVM datasets' shapes (sourced), generated as seeded GLM tasks
+    datasets    load_dataset: a scenario's dataset spec -> Dataset (over data and profiles)
     partition   feature (column) partitioning across model-parallel workers
     (fixed point lives in hosts/ina/fixed_point.py, shared with the transport)
     training    reference, model-parallel (pipelined) and data-parallel SGD

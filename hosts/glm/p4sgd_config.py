@@ -30,7 +30,7 @@ class P4sgdConfig:
     epochs: int
     pipeline_depth: int
     seed: int                      # sample order (identical on every worker)
-    dataset: dict                  # hosts.glm.data.load_dataset spec
+    dataset: dict                  # hosts.glm.datasets.load_dataset spec
     balance: str                   # feature partitioning: auto | nnz | width
     collective: str
     peers: tuple[HostAddr, ...]

@@ -127,7 +127,7 @@ class P4sgdWorkload(CalibratedWorkloadParams):
     glm: Literal["linreg", "logreg", "svm"] = Field("logreg", description="The generalized linear model.")
     dataset: dict[str, Any] = Field(
         default_factory=_default_dataset,
-        description="hosts.glm.data.load_dataset spec: {source: synthetic, kind: dense|sparse, samples, "
+        description="hosts.glm.datasets.load_dataset spec: {source: synthetic, kind: dense|sparse, samples, "
                     "features, density, noise, seed, skew} | {source: libsvm, path, n_features} | "
                     "{source: builtin, name: breast_cancer} | {source: profile, name: rcv1, samples, "
                     "features, seed, noise} (a public dataset's shape, generated: hosts/glm/profiles.py). "
@@ -293,7 +293,7 @@ def n_features(wl: P4sgdWorkload) -> int:
         return int(spec.get("features", 1))
     if spec["source"] == "profile":
         return dataset_profiles.shape(spec)[1]
-    from hosts.glm.data import load_dataset  # noqa: PLC0415 - real files: read them
+    from hosts.glm.datasets import load_dataset  # noqa: PLC0415 - real files: read them
     return int(load_dataset(spec).n_features)
 
 
@@ -425,7 +425,7 @@ def _write_xrt_plans(wl: P4sgdWorkload, workers: list[str], work_dir: Path) -> N
     the first mini-batch (shapes from the feature partition; nothing touches a card).
     `testbed run --dry-run` prints them with the configs; a run keeps them beside the
     workers' recorded calls (<host>.xrt_calls.jsonl)."""
-    from hosts.glm.data import load_dataset  # noqa: PLC0415
+    from hosts.glm.datasets import load_dataset  # noqa: PLC0415
     from hosts.glm.partition import partition_features  # noqa: PLC0415
     from hosts.glm.u280_xrt import plan_calls  # noqa: PLC0415
 
@@ -611,7 +611,7 @@ def _load_snapshots(work_dir: Path, host: str) -> np.ndarray | None:
 def _curve(wl: P4sgdWorkload, work_dir: Path, workers: list[str], raw: dict[str, list],
            summaries: dict[str, Any]) -> tuple[list[dict[str, Any]], np.ndarray | None]:
     """Assemble the model at every snapshot and evaluate it on the training data."""
-    from hosts.glm.data import load_dataset
+    from hosts.glm.datasets import load_dataset
     from hosts.glm.models import get_model
     from hosts.glm.training import evaluate
 

@@ -21,7 +21,7 @@ import pytest
 from testbed.switch.soft.process import SoftSwitchProcess
 from testbed.switch.soft.udp_io import loopback_switch_config
 
-from hosts.glm.data import load_dataset
+from hosts.glm.datasets import load_dataset
 from hosts.glm.models import get_model
 from hosts.glm.training import evaluate, simulate_data_parallel, simulate_model_parallel
 from testbed.results import load_run

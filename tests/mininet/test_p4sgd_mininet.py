@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hosts.glm.data import load_dataset
+from hosts.glm.datasets import load_dataset
 from hosts.glm.models import get_model
 from hosts.glm.training import evaluate, simulate_model_parallel
 from hosts.ina import fixed_point as fp

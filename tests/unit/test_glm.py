@@ -11,8 +11,9 @@ import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
 
 from hosts.ina import fixed_point as fp
-from hosts.glm.data import (Dataset, LibsvmFormatError, load_dataset, load_libsvm, make_dense,
-                            make_sparse, save_libsvm, train_test_split)
+from hosts.glm.data import (Dataset, LibsvmFormatError, load_libsvm, make_dense, make_sparse, save_libsvm,
+                            train_test_split)
+from hosts.glm.datasets import load_dataset
 from hosts.glm.devices import CpuDevice, GpuDevice, U280Device, make_device
 from hosts.glm.models import MODELS, get_model
 from hosts.glm.partition import (assemble_model, column_nnz, partition_features,

@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 from hosts.glm import profiles
-from hosts.glm.data import load_dataset
+from hosts.glm.datasets import load_dataset
 from hosts.glm.training import evaluate, reference_sgd
 
 # A small cap keeps every profile (up to url's 3.2M features) well under a second.

@@ -15,7 +15,7 @@ import yaml
 from hosts import p4sgd as prog
 from hosts.common.config import ConfigError
 from hosts.common.results import JsonlWriter
-from hosts.glm.data import load_dataset
+from hosts.glm.datasets import load_dataset
 from hosts.glm.training import (LocalAllreduceGroup, evaluate, simulate_data_parallel,
                                 simulate_model_parallel)
 from testbed import results as res

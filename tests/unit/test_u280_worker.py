@@ -16,7 +16,7 @@ import pytest
 from hosts import p4sgd as prog
 from hosts.common.config import ConfigError
 from hosts.glm import u280_xrt
-from hosts.glm.data import load_dataset
+from hosts.glm.datasets import load_dataset
 from hosts.glm.training import epoch_order
 from hosts.glm.u280_xrt import U280XrtAdapter, XrtUnavailable
 from testbed import results as res

@@ -196,7 +196,7 @@ def gpu_iteration_s(batch: int, features: int, workers: int, over: dict[str, flo
 # ---- statistical efficiency: iterations to the target ----------------------------------------
 @lru_cache(maxsize=1)
 def _data():
-    from hosts.glm.data import load_dataset  # noqa: PLC0415
+    from hosts.glm.datasets import load_dataset  # noqa: PLC0415
     from hosts.glm.models import get_model  # noqa: PLC0415
     ds = load_dataset(dict(DATASET))
     return ds, get_model(GLM, 0.0)

@@ -1,0 +1,70 @@
+"""A scenario's dataset spec -> a Dataset: the one dispatcher over the sources
+(hosts.glm.data: synthetic, libsvm, builtin; hosts.glm.profiles: public datasets'
+shapes, generated). It sits above both: profiles builds on data's primitives.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .data import BUILTIN, Dataset, load_libsvm, make_dense, make_sparse
+from .models import MODELS
+from .profiles import SPEC_KEYS as PROFILE_SPEC_KEYS
+from .profiles import make_profile
+
+
+_SPEC_KEYS = {
+    "synthetic": {"source", "kind", "samples", "features", "density", "model", "noise",
+                  "seed", "skew", "name"},
+    "libsvm": {"source", "path", "n_features", "task", "model", "positive_label", "name"},
+    "builtin": {"source", "name", "bias"},
+    "profile": PROFILE_SPEC_KEYS,
+}
+
+
+def load_dataset(spec: dict[str, Any]) -> Dataset:
+    """Build a Dataset from a scenario spec (see module docstring for the keys).
+
+    {"source": "synthetic", "kind": "dense"|"sparse", "samples", "features",
+     "density", "model", "noise", "seed", "skew"}
+    {"source": "libsvm", "path", "n_features": None, "task" | "model", "positive_label"}
+    {"source": "builtin", "name": "breast_cancer", "bias": False}
+    {"source": "profile", "name": "rcv1", "samples", "features", "seed", "noise", "model"}
+        (a public dataset's shape, generated: hosts.glm.profiles)
+    """
+    source = spec.get("source")
+    if source not in _SPEC_KEYS:
+        raise ValueError(f"dataset source must be one of {sorted(_SPEC_KEYS)}, got {source!r}")
+    unknown = set(spec) - _SPEC_KEYS[source]
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)} for {source} dataset; "
+                         f"allowed: {sorted(_SPEC_KEYS[source])}")
+    if source == "synthetic":
+        kind = spec.get("kind", "dense")
+        common = dict(samples=int(spec.get("samples", 4096)),
+                      features=int(spec.get("features", 1024)),
+                      model=spec.get("model", "logreg"),
+                      noise=float(spec.get("noise", 0.01)), seed=int(spec.get("seed", 0)))
+        if kind == "dense":
+            ds = make_dense(**common)
+        elif kind == "sparse":
+            ds = make_sparse(density=float(spec.get("density", 0.01)),
+                             skew=float(spec.get("skew", 0.0)), **common)
+        else:
+            raise ValueError(f"synthetic kind must be 'dense' or 'sparse', got {kind!r}")
+        if spec.get("name"):
+            ds.name = spec["name"]
+        return ds
+    if source == "profile":
+        return make_profile(spec)
+    if source == "libsvm":
+        if "path" not in spec:
+            raise ValueError("libsvm dataset spec needs 'path'")
+        task = spec.get("task")
+        if task is None and spec.get("model") in MODELS:
+            task = "regression" if spec["model"] == "linreg" else "classification"
+        return load_libsvm(spec["path"], spec.get("n_features"), task or "auto",
+                           spec.get("positive_label"), spec.get("name"))
+    name = spec.get("name")
+    if name not in BUILTIN:
+        raise ValueError(f"unknown builtin dataset {name!r}; available: {sorted(BUILTIN)}")
+    return BUILTIN[name](**({"bias": bool(spec["bias"])} if "bias" in spec else {}))
