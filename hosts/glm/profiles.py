@@ -41,7 +41,7 @@ VALUE_KINDS = ("tfidf", "onehot", "dense")
 
 # Sources (the stored public material each number was read in)
 _SEEDS = "research/seeds.md 1.2 (P4SGD datasets '[I, not verified]: rcv1, avazu, url, kdd-type')"
-_BRIEF = "not named by any stored P4SGD material: a standard LIBSVM GLM benchmark, added as a further shape"
+_NOT_NAMED_BY_PAPER = "not named by any stored P4SGD material: a standard LIBSVM GLM benchmark, added as a further shape"
 _LIBSVM_TABLE = ("LIBSVM binary datasets page (csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary.html) as "
                  "copied in github xliuqq/blog_md docs/machine_learning/data_set/libsvm.md")
 _NNI_TABLE = ("LIBSVM sets' #Train/#Feature in github microsoft/nni docs/en_US/FeatureEngineering "
@@ -148,7 +148,7 @@ PROFILES: dict[str, DatasetProfile] = {p.name: p for p in [
         positive_fraction=_v(0.861, _TICK_KDD)),
     DatasetProfile(
         "criteo", "criteo (Kaggle display-ad challenge): hashed one-hot categorical and count fields",
-        named_by=_a("criteo", _BRIEF),
+        named_by=_a("criteo", _NOT_NAMED_BY_PAPER),
         rows=_v(45840617, _LIBSVM_TABLE + "; " + _CODES_KZHAN),
         features=_v(1000000, _LIBSVM_TABLE),
         nnz_per_row=_a(39.0, "one nonzero per feature group, 39 groups (" + _CODES_KZHAN + "); one per "
@@ -158,7 +158,7 @@ PROFILES: dict[str, DatasetProfile] = {p.name: p for p in [
                              "version and '?' in another: not used)")),
     DatasetProfile(
         "real-sim", "real-sim: UseNet articles, real vs simulated auto/aviation (sparse TF-IDF text)",
-        named_by=_a("real-sim", _BRIEF),
+        named_by=_a("real-sim", _NOT_NAMED_BY_PAPER),
         rows=_v(72309, _NNI_TABLE),
         features=_v(20958, _NNI_TABLE),
         nnz_per_row=_a(51.0, "nonzeros per row are not in the stored material: 51 assumed, range 30-80"),
@@ -166,7 +166,7 @@ PROFILES: dict[str, DatasetProfile] = {p.name: p for p in [
         positive_fraction=_a(None, _UNKNOWN_BALANCE)),
     DatasetProfile(
         "gisette", "gisette: handwritten 4 vs 9 with probe features (NIPS 2003 feature selection)",
-        named_by=_a("gisette", _BRIEF),
+        named_by=_a("gisette", _NOT_NAMED_BY_PAPER),
         rows=_v(6000, _UCI_GISETTE + "; " + _NNI_TABLE),
         features=_v(5000, _UCI_GISETTE + "; " + _NNI_TABLE),
         nnz_per_row=_a(5000.0, "treated as dense (the LIBSVM gisette_scale version is scaled to [-1, 1]); "
@@ -175,7 +175,7 @@ PROFILES: dict[str, DatasetProfile] = {p.name: p for p in [
         positive_fraction=_v(0.5, _UCI_GISETTE)),
     DatasetProfile(
         "epsilon", "epsilon (PASCAL large-scale challenge): dense numerical features",
-        named_by=_a("epsilon", _BRIEF),
+        named_by=_a("epsilon", _NOT_NAMED_BY_PAPER),
         rows=_v(400000, _CATBOOST_EPS + "; " + _LIBSVM_TABLE),
         features=_v(2000, _CATBOOST_EPS + "; " + _LIBSVM_TABLE),
         nnz_per_row=_v(2000.0, _CATBOOST_EPS + " (every object has all 2000 numerical columns)"),

@@ -73,8 +73,13 @@ def simulate_ring(inputs: list[np.ndarray]) -> list[np.ndarray]:
 @settings(max_examples=60, deadline=None)
 @given(world=st.integers(1, 8), size=st.integers(1, 300), seed=st.integers(0, 2**31))
 def test_ring_schedule_computes_the_sum_identically_everywhere(world, size, seed):
+    assert_one_sum_everywhere(simulate_ring, world, size, seed)
+
+
+def assert_one_sum_everywhere(simulate, world: int, size: int, seed: int) -> None:
+    """simulate(inputs) gives every rank the same bits, and they are the allreduce's sum."""
     inputs = [make_tensor(seed, r, size, 0) for r in range(world)]
-    out = simulate_ring(inputs)
+    out = simulate(inputs)
     for r in range(world):
         assert out[r].tobytes() == out[0].tobytes()
     ok, err = check_allreduce(out[0], seed, world, size, 0)
@@ -115,12 +120,7 @@ def simulate_tree(inputs: list[np.ndarray]) -> list[np.ndarray]:
 @settings(max_examples=60, deadline=None)
 @given(world=st.integers(1, 9), size=st.integers(1, 300), seed=st.integers(0, 2**31))
 def test_tree_schedule_computes_the_sum_identically_everywhere(world, size, seed):
-    inputs = [make_tensor(seed, r, size, 0) for r in range(world)]
-    out = simulate_tree(inputs)
-    for r in range(world):
-        assert out[r].tobytes() == out[0].tobytes()
-    ok, err = check_allreduce(out[0], seed, world, size, 0)
-    assert ok, err
+    assert_one_sum_everywhere(simulate_tree, world, size, seed)
 
 
 @settings(max_examples=30, deadline=None)

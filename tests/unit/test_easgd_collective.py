@@ -10,9 +10,7 @@ held to the same schedule in tests/local/test_torch_collectives.py.
 """
 from __future__ import annotations
 
-import json
 import threading
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -144,15 +142,10 @@ def test_pack_is_a_checked_setting_the_master_variants_ignore(monkeypatch):
 
 @pytest.mark.parametrize("variant,pack", [("sync_easgd", False), ("sync_sgd", True)])
 def test_tree_and_pack_reach_every_worker(tmp_path, variant, pack):
-    from testbed.workloads.base import PointContext
-    from testbed.workloads.easgd import EasgdRuntime
+    from easgd_programs import easgd_host_configs
 
-    scn = load_scenario_text("name: t\ntopology: {kind: star, workers: 3}\nworkload: {kind: easgd, "
-                             f"variant: {variant}, collective: tree, pack: {str(pack).lower()}}}\n", "t.yaml")
-    point = expand_points(scn)[0]
-    hosts = {h: SimpleNamespace(name=h, ip=f"127.0.1.{i}", mac=None) for i, h in enumerate(scn.hosts(), 1)}
-    ctx = PointContext(point=point, hosts=hosts, work_dir=tmp_path, net_mode="local", start_at=1000.0)
-    progs = {p.host: json.loads(Path(p.argv[-1]).read_text()) for p in EasgdRuntime().programs(ctx)}
+    progs = easgd_host_configs("name: t\ntopology: {kind: star, workers: 3}\nworkload: {kind: easgd, "
+                               f"variant: {variant}, collective: tree, pack: {str(pack).lower()}}}\n", tmp_path)
     assert set(progs) == {"w1", "w2", "w3"}                 # the tree needs no extra host
     for host, cfg in progs.items():
         assert EasgdSettings.parse(cfg["easgd"], host).pack is pack

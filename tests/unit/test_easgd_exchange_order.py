@@ -81,18 +81,9 @@ def test_the_order_is_a_checked_setting():
 
 @pytest.mark.parametrize("order", ["step_then_exchange", "zhang"])
 def test_the_scenario_setting_reaches_every_host(tmp_path, order):
-    import json
-    from pathlib import Path
+    from easgd_programs import easgd_host_configs
 
-    from testbed.scenario import expand_points, load_scenario_text
-    from testbed.workloads.base import PointContext
-    from testbed.workloads.easgd import EasgdRuntime
-
-    scn = load_scenario_text("name: t\ntopology: {kind: star, workers: 2}\nworkload: {kind: easgd, variant: easgd, "
-                             f"exchange_order: {order}}}\n", "t.yaml")
-    point = expand_points(scn)[0]
-    hosts = {h: SimpleNamespace(name=h, ip=f"127.0.1.{i}", mac=None) for i, h in enumerate(scn.hosts(), 1)}
-    ctx = PointContext(point=point, hosts=hosts, work_dir=tmp_path, net_mode="local", start_at=1000.0)
-    progs = {p.host: json.loads(Path(p.argv[-1]).read_text()) for p in EasgdRuntime().programs(ctx)}
+    progs = easgd_host_configs("name: t\ntopology: {kind: star, workers: 2}\nworkload: {kind: easgd, variant: "
+                               f"easgd, exchange_order: {order}}}\n", tmp_path)
     for host in ("w1", "w2", "master"):
         assert EasgdSettings.parse(progs[host]["easgd"], host).exchange_order == order
