@@ -49,13 +49,15 @@ def _summaries(run: Run) -> list[dict[str, Any]]:
 def _caption(run: Run, sums: list[dict[str, Any]]) -> list[str]:
     res = Resolution(run)
     idx = [s["point"] for s in sums]
-    grads = {str(res.get(i, "workload.gradient")) for i in idx}
+    grads = _specs_text([res.get(i, "workload.gradient") for i in idx])
     workers = values_text(sorted({s["workers"] for s in sums}))
-    tdf = values_text(sorted({s["tdf"] for s in sums}), lambda v: f"{v:g}")
+    tdfs = sorted({s["tdf"] for s in sums})
+    # a calibrated sweep has a TDF per point: its range reads, a list of dozens does not
+    tdf = values_text(tdfs, lambda v: f"{v:g}") if len(tdfs) <= 4 else f"{tdfs[0]:g}-{tdfs[-1]:g}"
     errors = sum(s["decode_errors"] for s in sums)
     checked = sum(s["checked_iterations"] for s in sums)
     bad = [s for s in sums if s["invalid"]]
-    lines = [f"gradient: {'; '.join(sorted(grads))}", f"workers: {workers}; TDF (GPU model and network) x{tdf}; "
+    lines = [f"gradient: {grads}", f"workers: {workers}; TDF (GPU model and network) x{tdf}; "
              f"decode errors: {errors} in {checked} checked iterations (every sum compared exactly)"]
     if res.error:
         lines.append(res.error)
@@ -63,6 +65,20 @@ def _caption(run: Run, sums: list[dict[str, Any]]) -> list[str]:
         lines.append(f"INVALID (hollow): {len(bad)} of {len(sums)} point(s) failed the fidelity monitor "
                      f"(e.g. network slowdown off the dilation): compare algorithms within the run only")
     return lines
+
+
+def _specs_text(specs: list[Any]) -> str:
+    """The points' gradient specs as one: each key with its values across the points
+    ("kind synthetic, size 262144, density 0.001/0.01/0.1, ..."); non-mapping specs as text."""
+    if not specs or not all(isinstance(g, dict) for g in specs):
+        return "; ".join(sorted({str(g) for g in specs}))
+    keys = list(dict.fromkeys(k for g in specs for k in g))
+    parts = []
+    for k in keys:
+        vals = {v if not isinstance(v := g.get(k, "-"), (dict, list)) else str(v) for g in specs}
+        numeric = all(isinstance(v, (int, float)) for v in vals)
+        parts.append(f"{k} {'/'.join(f'{v:g}' if numeric else str(v) for v in sorted(vals, key=str if not numeric else float))}")
+    return ", ".join(parts)
 
 
 def _lines(ax, sums: list[dict[str, Any]], x: Callable[[dict], float], y: Callable[[dict], float | None],
