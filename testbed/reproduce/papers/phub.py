@@ -383,7 +383,8 @@ def _socc(over: dict[str, float]) -> float:
     return up_to(over, "best")
 
 
-PROFILES = ["cloud-10g", "cloud-25g", "device:dnn-v100"]   # the GPU nominal is dnn-v100's
+PROFILES = ["cloud-10g", "cloud-25g", "device:dnn-v100",   # the GPU nominal is dnn-v100's
+            "device:backward-schedule"]                # per-layer backward times: compute_times
 
 PAPER = Paper(
     name="phub",
