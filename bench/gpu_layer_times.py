@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from bench.gpu_constants import Results, error_record, free_memory, log
+from bench.gpu.common import Results, error_record, free_memory, log
 
 # (name, torchvision constructor, input side, constructor kwargs); the PHub profiles'
 # models (hosts/phub/profiles.py): Inception-v3 without its auxiliary head, as the profile.
