@@ -377,7 +377,7 @@ def codec_case(dev: torch.device, masks_np: list[np.ndarray], reps: int) -> dict
 
 def part_lhc_codec(dev: torch.device, sz: Sizes, budget: Budget, res: Results) -> dict:
     out: dict[str, Any] = {
-        "implementation": "torch port of hosts/lhc/codec.py in bench/gpu_constants.py (support_bitmap, "
+        "implementation": "torch port of hosts/lhc/codec.py in bench/gpu/lhc_codec.py (support_bitmap, "
                           "make_plan_torch, encode_torch, decode_torch); hashes from codec.block_hashes, "
                           "rows / lanes from hosts.lhc.sizing",
         "clock": f"CUDA events per call, median of {sz.codec_reps} after 1 warm-up",
