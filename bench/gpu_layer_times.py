@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from bench.gpu.common import Results, error_record, free_memory, log
+from bench.gpu.common import Results, error_record, free_memory, log, start_clock
 
 # (name, torchvision constructor, input side, constructor kwargs); the PHub profiles'
 # models (hosts/phub/profiles.py): Inception-v3 without its auxiliary head, as the profile.
@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (smoke checks only)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the code paths, numbers mean nothing")
     a = ap.parse_args(argv)
+    start_clock()
     dev = torch.device(a.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda but torch sees no CUDA device (use --device cpu --smoke for a code check)")

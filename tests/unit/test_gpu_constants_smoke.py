@@ -8,14 +8,15 @@ GPU run's code paths work end to end before they are spent on a lent GPU.
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
 import torch
 
 from bench import gpu_constants as gc
+from bench.gpu import common
 from bench.gpu import lhc_codec as tc
-from bench.gpu.common import SMOKE
 from hosts.lhc import codec, profiles
 
 pytestmark = pytest.mark.unit
@@ -24,7 +25,9 @@ pytestmark = pytest.mark.unit
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_constants") / "smoke.json"
+    started = time.perf_counter()
     doc = gc.main(["--device", "cpu", "--smoke", "--out", str(out)])
+    assert common.T0 >= started            # the driver restarted the clock log and elapsed_s read
     return doc, json.loads(out.read_text())
 
 
@@ -36,7 +39,7 @@ def test_every_part_ran_and_was_written(smoke):
     assert on_disk["smoke"] is True and on_disk["env"]["argv"]
     assert on_disk["launch"]["roundtrip"]["median_us"] > 0
     assert on_disk["stream"]["copy"]["median_GBps"] > 0
-    assert len(on_disk["glm"]["cases"]) == len(SMOKE.glm_features) * len(SMOKE.glm_batches)
+    assert len(on_disk["glm"]["cases"]) == len(common.SMOKE.glm_features) * len(common.SMOKE.glm_batches)
 
 
 def test_the_torch_codec_matches_the_numpy_codec(smoke):
