@@ -7,7 +7,7 @@ forward + backward per mini-batch (the V100 device model's step, hosts/dnn/dlrm.
     python3 -m bench.gpu_layer_times --out layer_times.json            # the GPU run (CUDA)
     .venv/bin/python -m bench.gpu_layer_times --device cpu --smoke --out /tmp/layers_smoke.json
 
-Method (per model and batch; strict fp32, TF32 off, as bench/gpu_constants.py's fwd_bwd):
+Method (per model and batch; strict fp32, TF32 off, as bench/gpu/fwd_bwd.py):
   * every module that owns parameters directly (convolution, batch norm, linear) gets
     a forward pre-hook and a forward hook that record a CUDA event, and each of its
     parameters a post-accumulate-grad hook that records a CUDA event when that
@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from bench.gpu_constants import Results, error_record, free_memory, log
+from bench.gpu.common import Results, error_record, free_memory, log, start_clock
 
 # (name, torchvision constructor, input side, constructor kwargs); the PHub profiles'
 # models (hosts/phub/profiles.py): Inception-v3 without its auxiliary head, as the profile.
@@ -228,11 +228,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (smoke checks only)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the code paths, numbers mean nothing")
     a = ap.parse_args(argv)
+    start_clock()
     dev = torch.device(a.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda but torch sees no CUDA device (use --device cpu --smoke for a code check)")
     torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = False          # strict fp32, as bench/gpu_constants.py fwd_bwd
+    torch.backends.cudnn.allow_tf32 = False          # strict fp32, as bench/gpu/fwd_bwd.py
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(0)
     reps, warmup = (2, 1) if a.smoke else (REPS, WARMUP)

@@ -1,5 +1,6 @@
-"""bench/gpu_constants.py's CPU smoke mode: every part runs and lands in the JSON, and the
-torch port of the LHC codec matches hosts/lhc/codec.py bit for bit (its own check).
+"""bench/gpu_constants.py's CPU smoke mode: every part (bench/gpu/) runs and lands in the
+JSON, and the torch port of the LHC codec (bench/gpu/lhc_codec.py) matches
+hosts/lhc/codec.py bit for bit (its own check).
 
 The numbers of a smoke run mean nothing (tiny sizes, a CPU); what is tested is that the
 GPU run's code paths work end to end before they are spent on a lent GPU.
@@ -7,13 +8,16 @@ GPU run's code paths work end to end before they are spent on a lent GPU.
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
 import torch
 
 from bench import gpu_constants as gc
-from hosts.lhc import codec
+from bench.gpu import common
+from bench.gpu import lhc_codec as tc
+from hosts.lhc import codec, profiles
 
 pytestmark = pytest.mark.unit
 
@@ -21,7 +25,9 @@ pytestmark = pytest.mark.unit
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_constants") / "smoke.json"
+    started = time.perf_counter()
     doc = gc.main(["--device", "cpu", "--smoke", "--out", str(out)])
+    assert common.T0 >= started            # the driver restarted the clock log and elapsed_s read
     return doc, json.loads(out.read_text())
 
 
@@ -33,7 +39,7 @@ def test_every_part_ran_and_was_written(smoke):
     assert on_disk["smoke"] is True and on_disk["env"]["argv"]
     assert on_disk["launch"]["roundtrip"]["median_us"] > 0
     assert on_disk["stream"]["copy"]["median_GBps"] > 0
-    assert len(on_disk["glm"]["cases"]) == len(gc.SMOKE.glm_features) * len(gc.SMOKE.glm_batches)
+    assert len(on_disk["glm"]["cases"]) == len(common.SMOKE.glm_features) * len(common.SMOKE.glm_batches)
 
 
 def test_the_torch_codec_matches_the_numpy_codec(smoke):
@@ -47,7 +53,7 @@ def test_the_torch_codec_matches_the_numpy_codec(smoke):
 def test_every_profile_is_timed_and_decodes_exactly(smoke):
     _, doc = smoke
     cases = doc["lhc_codec"]["cases"]
-    assert set(cases) == set(gc.profiles.PROFILES) | {"demo_2^27"}
+    assert set(cases) == set(profiles.PROFILES) | {"demo_2^27"}
     for name, case in cases.items():
         assert "error" not in case, (name, case.get("error"))
         assert case["decode_exact"] is True, name
@@ -74,10 +80,10 @@ def test_a_corrupted_sketch_is_refused_not_decoded():
     rng = np.random.default_rng(0)
     n = 4096
     q = np.where(rng.random(n) < 0.1, rng.integers(1, 1000, n), 0).astype(np.int32)
-    words = gc.support_bitmap(torch.from_numpy(q).float())
-    plan = gc.make_plan_torch(words, n)
-    payload = gc.encode_torch(torch.from_numpy(q), plan)
-    assert torch.equal(gc.decode_torch(payload, plan), torch.from_numpy(q))
+    words = tc.support_bitmap(torch.from_numpy(q).float())
+    plan = tc.make_plan_torch(words, n)
+    payload = tc.encode_torch(torch.from_numpy(q), plan)
+    assert torch.equal(tc.decode_torch(payload, plan), torch.from_numpy(q))
     payload[plan.pure_cell[-1]] += 7                     # a counter the last round reads
     with pytest.raises(codec.DecodeError):
-        gc.decode_torch(payload, plan)
+        tc.decode_torch(payload, plan)

@@ -4,11 +4,13 @@ it with the PHub projection's per-layer model (testbed/reproduce/measurements/la
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
 
 from bench import gpu_layer_times as glt
+from bench.gpu import common
 from hosts.phub.profiles import get_profile
 from testbed.reproduce.measurements import layer_schedule as ls
 
@@ -33,7 +35,9 @@ def test_hooks_see_every_parameter_layer_and_the_last_layer_is_ready_first():
 
 def test_smoke_run_writes_the_tower_with_and_without_hooks(tmp_path):
     out = tmp_path / "layers.json"
+    started = time.perf_counter()
     glt.main(["--device", "cpu", "--smoke", "--out", str(out)])
+    assert common.T0 >= started            # the driver restarted the clock log and elapsed_s read
     doc = json.loads(out.read_text())
     assert doc["schema"] == ls.SCHEMA and doc["smoke"] is True
     run = doc["models"]["dlrm_tower"]["runs"][0]
