@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from bench.gpu.common import Results, error_record, free_memory, log, start_clock
+from bench.gpu.fwd_bwd import _ce
 
 # (name, torchvision constructor, input side, constructor kwargs); the PHub profiles'
 # models (hosts/phub/profiles.py): Inception-v3 without its auxiliary head, as the profile.
@@ -170,10 +171,6 @@ def time_plain(model: torch.nn.Module, make_inputs, loss_fn, dev: torch.device, 
             fwd.append(f)
             bwd.append(b)
     return {"fwd_ms": statistics.median(fwd), "bwd_ms": statistics.median(bwd)}
-
-
-def _ce(out, target):
-    return torch.nn.functional.cross_entropy(out, target)
 
 
 def image_case(name: str, ctor: str, side: int, kw: dict, batches, dev, reps, warmup, smoke: bool) -> dict:
