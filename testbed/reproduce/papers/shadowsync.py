@@ -418,7 +418,7 @@ SETTING_THROUGHPUT = [
                 "not in stored material"),
     SettingItem("algorithm", "S-EASGD (shadow exchanges with a sync PS); S-MA/S-BMUF in a regime", "assumed",
                 "the paper's three; the headline projects S-EASGD, the regime 'S-MA / S-BMUF' the allreduce "
-                "(the same traffic for both)"),
+                "(the same traffic for both; BMUF's update on the trainer's host is longer)"),
     SettingItem("model", f"DLRM-like: {TABLES} tables dim {DIM}, bottom 13-{'-'.join(map(str, BOTTOM))}-{DIM}, "
                 f"top {'-'.join(map(str, TOP))}-1", "assumed",
                 "the public DLRM benchmark's Criteo-Kaggle command (facebookresearch/dlrm, dlrm_s_pytorch.py "
