@@ -501,11 +501,12 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
     # line compares like with like (projected_hw_examples_per_s keeps the recorded PS
     # times, ~0 once dilated, to compare with the emulation)
     counts = sorted(set(wl.project_trainers) | {n}) if wl.project_trainers else []
+    host = trainer_host(wl)
     for m in counts:
         servers = projected_server_counts(pf.traces, m, wl.project_servers_per_trainer)
         try:
             proj = project_trainers(pf.traces, m, pf.profile, wl.project_servers_per_trainer,
-                                    measured_ps_costs(wl), hogwild=wl.hogwild_workers, host=trainer_host(wl))
+                                    measured_ps_costs(wl), hogwild=wl.hogwild_workers, host=host)
         except (ValueError, RuntimeError) as e:      # named in the record, never hidden
             out.append({"type": "shadowsync_projection", "label": summary["label"], "trainers": m,
                         "from_trainers": n, "servers": servers, "error": f"{type(e).__name__}: {e}"})
@@ -515,7 +516,7 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
         summary.setdefault("projected_servers", {})[str(m)] = servers
         out.append({"type": "shadowsync_projection", "label": summary["label"], "trainers": m, "from_trainers": n,
                     "servers": servers, "hw_examples_per_s": r, "hw_run_s": proj.makespan_s,
-                    "profile": pf.profile.label()})
+                    "profile": pf.profile.label(), "trainer_cores": host.cores, "sync_update_s": host.update_s})
     return out
 
 

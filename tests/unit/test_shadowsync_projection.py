@@ -315,3 +315,33 @@ def test_the_ps_microbenchmark_runs_the_servers_own_request_loop():
     for op in ("lookup", "push"):
         assert 1e-6 < m._run(op, 8, 8, "workload", 5) < 0.5
     assert 1e-6 < m._run("elastic", 0, 8, "workload", 5) < 0.5
+
+
+def test_the_points_projections_charge_the_workloads_trainer_host(tmp_path):
+    """fidelity_records: every shadowsync_projection record names the trainer host it
+    charged (trainer_cores: null = hogwild_workers; the update of the workload's own
+    dense vector at trainer_mem_GBps). (Here the measured Python PS bounds the rate, so
+    the cores do not move it: test_the_shadows_update_costs_its_trainer_when_no_core_is_free.)"""
+    from testbed.workloads.shadowsync import ShadowSyncWorkload, fidelity_records
+
+    def run(cores):
+        for h, nodes in easgd_job(2):
+            rec = TraceRecorder(str(tmp_path / f"{h['host']}.trace.jsonl"), **{k: v for k, v in h.items()
+                                                                               if k not in ("type", "schema")})
+            rec.nodes.extend(nodes)
+            rec.close()
+        wl = ShadowSyncWorkload(project_trainers=[4], hogwild_workers=2, iterations=ITERS, batch_size=64,
+                                trainer_cores=cores, trainer_mem_GBps=0.5)
+
+        class Scn:
+            workload = wl
+        summary = {"trainers": 2, "tdf": 400.0, "device_valid": True, "device_violations": 0, "label": "S-EASGD",
+                   "hw_examples_per_s": 1e6}
+        recs = [r for r in fidelity_records(Scn, tmp_path, summary) if r["type"] == "shadowsync_projection"]
+        assert [r["trainers"] for r in recs] == [2, 4] and all("error" not in r for r in recs)
+        return recs
+    scarce, free = run(None), run(3)
+    update = 5 * 4 * ss.dense_values(ShadowSyncWorkload()) / 0.5e9
+    assert [(r["trainer_cores"], r["sync_update_s"]) for r in scarce] == [(2, pytest.approx(update))] * 2
+    assert [r["trainer_cores"] for r in free] == [3, 3]
+    assert all(r["hw_examples_per_s"] > 0 for r in scarce + free)
