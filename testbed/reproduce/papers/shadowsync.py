@@ -133,8 +133,9 @@ TRAINER_CORES = AssumedConstant(
     "(testbed/fidelity/host_cpu.py); the paper's trainer machines are not in stored material. Nominal: as "
     "many cores as Hogwild workers (hogwild_workers' nominal: each worker thread keeps a core, Hogwild's usual "
     "one thread per core, so the shadow has no core of its own); 2 to 40 (a two-socket server of 20-core "
-    "Skylake-SP parts such as the Xeon Gold 6138 [D: vendor figure as quoted by a reseller page, not a data "
-    "sheet read here]), rounded to a whole core")
+    "Skylake-SP parts such as the Xeon Gold 6138: 20 cores, six DDR4-2666 channels [D: Intel's figures as "
+    "quoted by a hosting provider's article (m.jtti.cc/supports/2997.html), not a data sheet read here]), "
+    "rounded to a whole core")
 TRAINER_MEM_GBPS = AssumedConstant(
     "trainer_mem_GBps", 10.0, 1.0, 20.0, "GB/s",
     "assumed: memory bandwidth one thread (the shadow, or a foreground sync) streams its update at on a "
