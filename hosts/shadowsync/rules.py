@@ -65,6 +65,34 @@ def apply_delta(live: Tensor, snapshot: Tensor, new: Tensor) -> None:
     live.add_(new - snapshot)
 
 
+# Passes over dense-length fp32 vectors one sync makes on the trainer's host (each vector
+# read or written once per pass), counted on the steps Syncer.sync takes (hosts/shadowsync/
+# trainer.py: a snapshot, the rule, the result written into the replica) as a fused loop
+# would make them; the projections charge a sync's host time as these passes x 4 B x
+# the dense values / the memory bandwidth one thread streams at. PyTorch's unfused
+# temporaries here make about twice as many (EASGD: 11). The network's share (sending,
+# receiving, the allreduce's own reduction: network_model's reduce_rate) is not counted.
+#   easgd  snapshot (read w, write copy: 2); w -= d (read w, read d, write w: 3)
+#   ma     snapshot (2); w += sum / N - snapshot (read w, sum, snapshot, write w: 4)
+#   bmuf   snapshot (2); v <- eta v + zeta (sum / N - w_g), w_g <- w_g + v in one loop
+#          (read sum, w_g, v, write v, w_g: 5); w += w_g - snapshot (4); Nesterov's
+#          w_g + eta v reads v once more
+# The foreground sync (FR-*) runs the same Syncer, so the same passes.
+SYNC_PASSES = {"easgd": 5, "ma": 6, "bmuf": 11}
+
+
+def sync_passes(algorithm: str, nesterov: bool = False) -> int:
+    """Passes over the dense vector one sync of `algorithm` makes (SYNC_PASSES)."""
+    if algorithm not in SYNC_PASSES:
+        raise ValueError(f"algorithm {algorithm!r} (known: {', '.join(SYNC_PASSES)})")
+    return SYNC_PASSES[algorithm] + (1 if nesterov and algorithm == "bmuf" else 0)
+
+
+def sync_bytes(algorithm: str, values: int, nesterov: bool = False) -> int:
+    """Bytes one sync of `values` fp32 dense values moves through the trainer's memory."""
+    return sync_passes(algorithm, nesterov) * 4 * int(values)
+
+
 def local_sgd(w: Tensor, g: Tensor, lr: float) -> None:
     """A Hogwild worker's dense step on the shared replica, in place, no lock."""
     w.sub_(lr * g)

@@ -36,6 +36,11 @@ Each rank's program is one SimPy process that walks its nodes in program order:
   parallel, server_model.py) is K programs, one per core, each walking the nodes
   of its `core` in order (a node may depend only on nodes of its own core); the
   rank finishes with its last core.
+  A trace whose host has cores of its own (header `host_cores: C` on a trace of
+  that host, `threads: T` per trace; host_cpu.py) computes on them: processes
+  of one host (e.g. a trainer's Hogwild workers and its shadow) share the C
+  cores, and a compute node takes longer than its hw_s while more threads are
+  runnable than cores (processor sharing, host_cpu.py states the rule).
   `world` (the count compute_time sees, Projection.world) is the number of
   worker traces; server traces (header role "server") are not counted.
 
@@ -77,6 +82,7 @@ import simpy
 from hosts.common.trace import parse_p2p_group
 from testbed.fidelity.constants import HardwareProfile
 from testbed.fidelity.fabric import Fabric, Message
+from testbed.fidelity.host_cpu import host_cpus, host_of
 from testbed.fidelity.paths import path_switches
 from testbed.fidelity.projector_checks import (P2P, Trace, check_comm, check_traces, group_members,
                                                is_server, truncate)
@@ -102,7 +108,8 @@ class Projection:
     world: int
     makespan_s: float                      # extrapolated when truncated
     finish_s: dict[int, float]             # per rank, simulated part
-    compute_s: dict[int, float]            # device busy time per rank, simulated part
+    compute_s: dict[int, float]            # device busy time per rank, simulated part (as stretched
+                                           # by a shared host's cores, host_cpu.py)
     comm_exposed_s: dict[int, float]       # finish - compute: time the device waited
     collectives: int
     nodes: int                             # nodes simulated (all ranks)
@@ -142,6 +149,7 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
                     {str(h["host"]): str(h["nic"]) for h, _ in traces if h.get("nic") and h.get("host")})
     check_comm(traces, cut, members, [s.host for s in services], fabric.collective_cost)
     expected = expected_messages(traces, cut, services)
+    cpus = host_cpus(env, (h for h, _ in traces))
 
     arrived: dict[tuple[str, int], list] = {}   # collective (group, seq) -> [count, done event]
     messages: dict[tuple[str, int], Message] = {}
@@ -161,6 +169,7 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
         # (indexed by node id: `nodes` may be one core's share of a trace of `size`).
         done: list[simpy.Event | None] = [None] * size
         device_s = 0.0
+        cpu, threads = cpus.get(host_of(header) or ""), float(header.get("threads", 1))
         for node in nodes:
             pending = [done[d] for d in node["deps"] if done[d] is not None and not done[d].processed]
             if node["kind"] == "compute":
@@ -171,8 +180,13 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
                 d = float(compute_time(header, node, world))
                 if not d >= 0:
                     raise ValueError(f"compute_time gave {d!r} for rank {rank} node {node['id']}")
-                yield env.timeout(d)
-                device_s += d
+                if cpu is None:
+                    yield env.timeout(d)
+                    device_s += d
+                else:                    # on its host's shared cores (host_cpu.py)
+                    t0 = env.now
+                    yield from cpu.run(threads, d)
+                    device_s += env.now - t0
             elif node["algo"] == P2P:
                 m = message(node)
                 if node["op"] == "recv":     # its event: the message is in

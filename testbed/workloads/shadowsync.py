@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, NamedTuple, Optional, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -124,6 +124,14 @@ class ShadowSyncWorkload(CalibratedWorkloadParams):
         None, gt=0, le=1, description="Servers per trainer at the projected counts: embedding PSs (at most 26, "
         "one per table) and sync PSs (S-/FR-EASGD) become ceil(trainers x this), never fewer than recorded, the "
         "tables (dense vector) re-spread over them; null keeps the recorded servers.")
+    trainer_cores: Optional[int] = Field(
+        None, ge=1, description="Cores of a trainer's host in the projections at project_trainers: its Hogwild "
+        "workers and its shadow (or foreground sync) share them (testbed/fidelity/host_cpu.py); null: as many as "
+        "hogwild_workers [A: one worker thread per core, no core free for the shadow].")
+    trainer_mem_GBps: float = Field(
+        10.0, gt=0, description="Memory bandwidth one thread streams a sync's update at on a trainer's host, in "
+        "the projections at project_trainers [A: one core ~10 GB/s]; the update moves 5 / 6 / 11 passes over the "
+        "dense vector (EASGD / MA / BMUF, hosts/shadowsync/rules.py sync_bytes).")
     seed: int = Field(1, ge=0)
     timeout_s: float = Field(300.0, gt=0)
     ina: InaParams = Field(default_factory=InaParams, description="In-switch transport (collective switch).")
@@ -493,11 +501,12 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
     # line compares like with like (projected_hw_examples_per_s keeps the recorded PS
     # times, ~0 once dilated, to compare with the emulation)
     counts = sorted(set(wl.project_trainers) | {n}) if wl.project_trainers else []
+    host = trainer_host(wl)
     for m in counts:
         servers = projected_server_counts(pf.traces, m, wl.project_servers_per_trainer)
         try:
             proj = project_trainers(pf.traces, m, pf.profile, wl.project_servers_per_trainer,
-                                    measured_ps_costs(wl), hogwild=wl.hogwild_workers)
+                                    measured_ps_costs(wl), hogwild=wl.hogwild_workers, host=host)
         except (ValueError, RuntimeError) as e:      # named in the record, never hidden
             out.append({"type": "shadowsync_projection", "label": summary["label"], "trainers": m,
                         "from_trainers": n, "servers": servers, "error": f"{type(e).__name__}: {e}"})
@@ -507,7 +516,7 @@ def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> 
         summary.setdefault("projected_servers", {})[str(m)] = servers
         out.append({"type": "shadowsync_projection", "label": summary["label"], "trainers": m, "from_trainers": n,
                     "servers": servers, "hw_examples_per_s": r, "hw_run_s": proj.makespan_s,
-                    "profile": pf.profile.label()})
+                    "profile": pf.profile.label(), "trainer_cores": host.cores, "sync_update_s": host.update_s})
     return out
 
 
@@ -642,20 +651,60 @@ def shadows_on_trainer_nics(traces: list) -> list:
     return out
 
 
+class TrainerHost(NamedTuple):
+    """A trainer's host in the projections: its cores and one sync's update time."""
+    cores: int
+    update_s: float
+
+
+def trainer_host(wl: "ShadowSyncWorkload") -> TrainerHost:
+    """The workload's trainer host (trainer_cores, null: hogwild_workers; the update:
+    rules.sync_bytes of the dense vector at trainer_mem_GBps)."""
+    from hosts.shadowsync.rules import sync_bytes  # noqa: PLC0415
+    cores = wl.trainer_cores if wl.trainer_cores is not None else wl.hogwild_workers
+    if wl.algorithm == "none":
+        return TrainerHost(cores, 0.0)
+    return TrainerHost(cores, sync_bytes(wl.algorithm, dense_values(wl), wl.nesterov) / (wl.trainer_mem_GBps * 1e9))
+
+
+def on_trainer_hosts(traces: list, host: TrainerHost, hogwild: int) -> list:
+    """The synthesized traces with each trainer's host cores modeled (testbed/fidelity/
+    host_cpu.py): the worker trace (Hogwild worker 0 standing for its `hogwild` workers)
+    is that many threads on `host.cores` cores, a shadow (on its trainer's NIC, so its
+    host) one thread; every sync step (the compute node hosts' Syncer records before a
+    sync, work {"step": "sync"}: the shadow's, or worker 0's in the foreground while its
+    workers wait) costs `host.update_s`, the time the emulation does not charge."""
+    out = []
+    for h, nodes in traces:
+        role = h.get("role", "worker")
+        if role == "server":
+            out.append((h, nodes))
+            continue
+        extra = {"threads": hogwild, "host_cores": host.cores} if role == "worker" else {"threads": 1}
+        nodes = [{**n, "hw_s": host.update_s} if n["kind"] == "compute" and (n.get("work") or {}).get("step") == "sync"
+                 else n for n in nodes]
+        out.append(({**h, **extra}, nodes))
+    return out
+
+
 def project_trainers(traces: list, trainers: int, profile: Any, per_trainer: float | None = None,
-                     ps_costs: "PsCosts | None" = None, hogwild: int = 1) -> Any:
+                     ps_costs: "PsCosts | None" = None, hogwild: int = 1, host: TrainerHost | None = None) -> Any:
     """The projection at `trainers` trainers (synthesize_trainers; the servers as
     service models, testbed/fidelity/server_model.py, re-spread per server_plan).
     ps_costs: what a server request costs (measured_ps_costs); None keeps the recorded
     service times (the emulated PSs' hardware time, ~0: their CPU time is dilated away).
     hogwild: the Hogwild workers whose PS traffic each template message carries
-    (synthesize_trainers); with ps_costs it must equal ps_costs.hogwild."""
+    (synthesize_trainers); with ps_costs it must equal ps_costs.hogwild.
+    host: the trainers' hosts (trainer_host; on_trainer_hosts): each sync's update costs
+    its time on the trainer's cores; None: the recorded sync steps (0 s), no cores."""
     if ps_costs is not None and hogwild not in (1, ps_costs.hogwild):
         raise ValueError(f"project_trainers: hogwild {hogwild} but the PS costs are for {ps_costs.hogwild}")
     from testbed.fidelity.projector import project  # noqa: PLC0415
     from testbed.fidelity.server_model import respread_service_models, service_models  # noqa: PLC0415
 
     synth = synthesize_trainers(traces, trainers, per_trainer, hogwild)
+    if host is not None:
+        synth = on_trainer_hosts(synth, host, hogwild)
     models = service_models(traces, len(synth))
     for old, shares in server_plan(traces, trainers, per_trainer):
         models = respread_service_models(models, old, shares, len(synth))

@@ -34,14 +34,14 @@ def job(trainers: int, mode: str, batch: int = 64) -> list:
             w.send(0, 0, peer="emb1", values=26 * batch * 8, tag="push")
             emb.recv(0, 0, peer=w.header["host"], values=26 * batch * 8, tag="push")
             if not shadow and (it + 1) % K == 0:
-                w.compute(0, 0, 0.0, 0.0)
+                w.compute(0, 0, 0.0, 0.0, {"step": "sync"})      # as hosts' Syncer records it
                 w.waited(w.comm(0, 0, op="allreduce", algo="ring", values=DENSE, group="trainers"))
     out = [*ws, emb]
     if shadow:
         for k in range(trainers):
             s = rec(f"w{k + 1}-shadow", trainers + 1 + k, role="shadow", trainer=f"w{k + 1}")
             for _ in range(ITERS):
-                s.compute(0, 0, 0.0, 0.0)
+                s.compute(0, 0, 0.0, 0.0, {"step": "sync"})
                 s.waited(s.comm(0, 0, op="allreduce", algo="ring", values=DENSE, group="trainers"))
             out.append(s)
     return [(r.header, r.nodes) for r in out]
@@ -138,7 +138,7 @@ def easgd_job(trainers: int, dense: int = DENSE) -> list:
             w.compute(0, 0, hw_s=STEP_S, real_s=0)
             w.send(0, 0, peer="emb1", values=26 * 64 * 8, tag="push")
             emb.recv(0, 0, peer=me, values=26 * 64 * 8, tag="push")
-            s.compute(0, 0, 0.0, 0.0)
+            s.compute(0, 0, 0.0, 0.0, {"step": "sync"})
             s.send(0, 0, peer="syncps", values=dense, tag="elastic")
             s.waited(s.recv(0, 0, peer="syncps", values=dense, tag="elastic_reply"))
             sps.waited(sps.recv(0, 0, peer=sh, values=dense, tag="elastic"))
@@ -186,6 +186,42 @@ def test_the_shadow_shares_its_trainers_nic_in_the_projection():
     big = ss.projected_rate(ss.project_trainers(easgd_job(2, dense=2_000_000), 4, PROF), 4, WL)
     small = ss.projected_rate(ss.project_trainers(easgd_job(2, dense=10), 4, PROF), 4, WL)
     assert big < 0.8 * small
+
+
+def test_the_shadows_update_costs_its_trainer_when_no_core_is_free():
+    """The per-point projections charge each sync's update (trainer_host) on the trainer's
+    cores: 2 Hogwild workers on 2 cores slow while the shadow updates; with a third core
+    free they run as without the charge."""
+    tr = easgd_job(2)
+    rate = lambda host: ss.projected_rate(ss.project_trainers(tr, 4, PROF, hogwild=2, host=host), 4, WL)  # noqa: E731
+    free, scarce = rate(ss.TrainerHost(3, 40e-6)), rate(ss.TrainerHost(2, 40e-6))
+    assert free == pytest.approx(rate(ss.TrainerHost(100, 40e-6)), rel=1e-9)
+    assert scarce < 0.95 * free
+    synth = ss.on_trainer_hosts(ss.synthesize_trainers(tr, 4, hogwild=2), ss.TrainerHost(2, 40e-6), 2)
+    for h, nodes in synth:
+        assert (h.get("host_cores"), h["threads"]) == ((2, 2) if h["role"] == "worker" else (None, 1))
+        sync = [n["hw_s"] for n in nodes if n["kind"] == "compute" and n.get("work") == {"step": "sync"}]
+        assert sync == ([40e-6] * ITERS if h["role"] == "shadow" else [])
+
+
+def test_the_foreground_sync_pays_its_update_with_the_workers_waiting():
+    tr = job(2, "foreground")
+    rate = lambda host: ss.projected_rate(ss.project_trainers(tr, 4, PROF, hogwild=2, host=host), 4, WL)  # noqa: E731
+    # ITERS / K foreground syncs of 100 us each on the critical path (some of it hidden
+    # behind the allreduce's wait for the last trainer), whatever the cores
+    slow, base = rate(ss.TrainerHost(8, 100e-6)), rate(ss.TrainerHost(8, 0.0))
+    span = lambda r: 4 * 2 * ITERS * 64 / r  # noqa: E731
+    assert 0.8 * ITERS / K * 100e-6 < span(slow) - span(base) <= 1.01 * ITERS / K * 100e-6
+    assert rate(ss.TrainerHost(2, 100e-6)) == pytest.approx(slow, rel=1e-9)
+
+
+def test_the_workloads_trainer_host_counts_the_algorithms_passes():
+    wl = ss.ShadowSyncWorkload(algorithm="bmuf", hogwild_workers=3)
+    h = ss.trainer_host(wl)
+    assert h.cores == 3 and h.update_s == pytest.approx(11 * 4 * ss.dense_values(wl) / 10e9)
+    wl = ss.ShadowSyncWorkload(algorithm="ma", trainer_cores=8, trainer_mem_GBps=5.0)
+    assert ss.trainer_host(wl) == (8, pytest.approx(6 * 4 * ss.dense_values(wl) / 5e9))
+    assert ss.trainer_host(ss.ShadowSyncWorkload(algorithm="none")).update_s == 0.0
 
 
 def test_the_recorded_shadows_are_put_on_their_trainers_nics():
@@ -279,3 +315,33 @@ def test_the_ps_microbenchmark_runs_the_servers_own_request_loop():
     for op in ("lookup", "push"):
         assert 1e-6 < m._run(op, 8, 8, "workload", 5) < 0.5
     assert 1e-6 < m._run("elastic", 0, 8, "workload", 5) < 0.5
+
+
+def test_the_points_projections_charge_the_workloads_trainer_host(tmp_path):
+    """fidelity_records: every shadowsync_projection record names the trainer host it
+    charged (trainer_cores: null = hogwild_workers; the update of the workload's own
+    dense vector at trainer_mem_GBps). (Here the measured Python PS bounds the rate, so
+    the cores do not move it: test_the_shadows_update_costs_its_trainer_when_no_core_is_free.)"""
+    from testbed.workloads.shadowsync import ShadowSyncWorkload, fidelity_records
+
+    def run(cores):
+        for h, nodes in easgd_job(2):
+            rec = TraceRecorder(str(tmp_path / f"{h['host']}.trace.jsonl"), **{k: v for k, v in h.items()
+                                                                               if k not in ("type", "schema")})
+            rec.nodes.extend(nodes)
+            rec.close()
+        wl = ShadowSyncWorkload(project_trainers=[4], hogwild_workers=2, iterations=ITERS, batch_size=64,
+                                trainer_cores=cores, trainer_mem_GBps=0.5)
+
+        class Scn:
+            workload = wl
+        summary = {"trainers": 2, "tdf": 400.0, "device_valid": True, "device_violations": 0, "label": "S-EASGD",
+                   "hw_examples_per_s": 1e6}
+        recs = [r for r in fidelity_records(Scn, tmp_path, summary) if r["type"] == "shadowsync_projection"]
+        assert [r["trainers"] for r in recs] == [2, 4] and all("error" not in r for r in recs)
+        return recs
+    scarce, free = run(None), run(3)
+    update = 5 * 4 * ss.dense_values(ShadowSyncWorkload()) / 0.5e9
+    assert [(r["trainer_cores"], r["sync_update_s"]) for r in scarce] == [(2, pytest.approx(update))] * 2
+    assert [r["trainer_cores"] for r in free] == [3, 3]
+    assert all(r["hw_examples_per_s"] > 0 for r in scarce + free)

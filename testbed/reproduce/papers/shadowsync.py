@@ -21,7 +21,8 @@ the introduction only, so every number of the setting is `assumed`):
     - each trainer one rank carrying its Hogwild workers' traffic (H workers' lookups,
       rows and pushes in one message per PS, H x the rows) and computing one step of
       the device model (hosts/dnn/device.py DnnDevice over hosts/dnn/dlrm.py
-      tower_profile; the H workers run on their own device streams [A]);
+      tower_profile; the H workers run on their own device streams [A], each one thread
+      of the trainer host's cores);
     - each trainer's shadow a rank of its own whose messages carry the TRAINER's
       host name, so in fabric.py (links keyed by the host names of a message's
       group) its ELASTIC exchange queues on the same NIC uplink and downlink as the
@@ -32,15 +33,23 @@ the introduction only, so every number of the setting is `assumed`):
     - S-MA / S-BMUF (`algorithm`, the regime of that name): the shadows allreduce the
       dense vector (ring); fabric.py holds every member NIC's uplink and downlink for the
       allreduce's link time, so it queues with the trainers' lookups and pushes. BMUF's
-      traffic is MA's (its block-momentum step is elementwise shadow CPU, not charged):
-      the two project alike; EASGD's differs (an exchange with the sync PS).
-  What is still by construction or approximated: the shadow's CPU and
-  memory-bandwidth cost is not charged to the trainer's device (its compute nodes are
-  0 s); a PS's threads are a fluid approximation (one queue min(threads, requesters)
-  times as fast); the one sync PS is N endpoints syncps1..N, each serving its shadow at
-  a 1/N fluid share of the PS's threads and NIC (services()); the H Hogwild workers of a
-  trainer are one rank (their messages to a PS travel as one); an allreduce holds every
-  member's links for its busiest link's time.
+      traffic is MA's; EASGD's differs (an exchange with the sync PS).
+    - the shadow's work on its trainer's host (sync_update_s): each sync's update is a
+      compute node of the shadow, its bytes (hosts/shadowsync/rules.py sync_bytes: 5 / 6 /
+      11 passes over the dense vector for EASGD / MA / BMUF) at the bandwidth one thread
+      streams (`trainer_mem_GBps`), on the trainer host's `trainer_cores` cores shared
+      with its Hogwild workers (testbed/fidelity/host_cpu.py: processor sharing; a
+      trainer of W worker threads on C <= W cores runs at W / (W + 1) of its rate while
+      its shadow updates, at full rate when a core is free). FR-EASGD's trainer pays the
+      same update in the foreground, after its exchange, with its workers waiting.
+  What is still by construction or approximated: only cores are shared (the update's
+  memory traffic does not slow the workers' own, which is the device model's); the
+  shadow loops back to back, so a longer update means fewer syncs and less of its
+  traffic on the NIC; a PS's threads are a fluid approximation (one queue min(threads,
+  requesters) times as fast); the one sync PS is N endpoints syncps1..N, each serving its
+  shadow at a 1/N fluid share of the PS's threads and NIC (services()); the H Hogwild
+  workers of a trainer are one rank (their messages to a PS travel as one); an allreduce
+  holds every member's links for its busiest link's time.
   The PS costs are assumed (a C++ PS); the project's own Python PS, measured on this
   machine (testbed/reproduce/measurements/shadowsync_ps.py), is the top of the request
   cost's range and the bottom of the sync PS bandwidth's.
@@ -118,7 +127,23 @@ COMPUTE_SLOWDOWN = AssumedConstant(
     "compute_slowdown", 1.0, 1.0, 20.0, "x V100 model",
     "assumed: the trainers' compute against the V100 device model (hosts/dnn/device.py, efficiency 0.4 [A]); "
     "up to 20x for a CPU trainer (~1 TFLOP/s fp32 against V100's 15.7 [D])")
-CONSTANTS = [PS_REQUEST_US, PS_ROW_NS, PS_THREADS, SYNC_PS_GBPS, EMB_PS, HOGWILD, COMPUTE_SLOWDOWN]
+TRAINER_CORES = AssumedConstant(
+    "trainer_cores", 4.0, 2.0, 40.0, "cores/trainer",
+    "assumed: cores of a trainer's host, shared by its Hogwild workers and its shadow "
+    "(testbed/fidelity/host_cpu.py); the paper's trainer machines are not in stored material. Nominal: as "
+    "many cores as Hogwild workers (hogwild_workers' nominal: each worker thread keeps a core, Hogwild's usual "
+    "one thread per core, so the shadow has no core of its own); 2 to 40 (a two-socket server of 20-core "
+    "Skylake-SP parts such as the Xeon Gold 6138: 20 cores, six DDR4-2666 channels [D: Intel's figures as "
+    "quoted by a hosting provider's article (m.jtti.cc/supports/2997.html), not a data sheet read here]), "
+    "rounded to a whole core")
+TRAINER_MEM_GBPS = AssumedConstant(
+    "trainer_mem_GBps", 10.0, 1.0, 20.0, "GB/s",
+    "assumed: memory bandwidth one thread (the shadow, or a foreground sync) streams its update at on a "
+    "trainer's host, as sync_ps_GBps' one core ~10 GB/s; 1 GB/s near this project's Python/PyTorch update "
+    "(unfused temporaries, about twice the passes counted; the Python sync PS measured 0.85 GB/s at 12 B per "
+    "value), 20 GB/s a recent server core's single-thread stream")
+CONSTANTS = [PS_REQUEST_US, PS_ROW_NS, PS_THREADS, SYNC_PS_GBPS, EMB_PS, HOGWILD, COMPUTE_SLOWDOWN,
+             TRAINER_CORES, TRAINER_MEM_GBPS]
 
 
 def _nominal(over: dict[str, float]) -> dict[str, float]:
@@ -151,15 +176,30 @@ def step_hw_s(width: float = 1.0, batch: int = BATCH) -> float:
 ALGORITHMS = ("easgd", "ma", "bmuf")
 
 
+def sync_update_s(algorithm: str, dense: int, mem_GBps: float) -> float:
+    """One sync's work on its trainer's host: the bytes its update moves through memory
+    (hosts/shadowsync/rules.py sync_bytes: 5 / 6 / 11 passes over the dense vector for
+    EASGD / MA / BMUF) at the bandwidth one thread streams (trainer_mem_GBps). No fixed
+    per-sync cost is added: the messages' per-message costs are the network model's, and
+    nothing in stored material sizes a thread's wake-up on these hosts."""
+    from hosts.shadowsync.rules import sync_bytes  # noqa: PLC0415
+    return sync_bytes(algorithm, dense) / (mem_GBps * 1e9)
+
+
 def job(trainers: int, emb_ps: int, hogwild: int, step_s: float, dense: int, mode: str = "shadow", k: int = 5,
-        iterations: int | None = None, syncs: int | None = None, algorithm: str = "easgd") -> list:
+        iterations: int | None = None, syncs: int | None = None, algorithm: str = "easgd",
+        update_s: float = 0.0, cores: int | None = None) -> list:
     """The traces of the job (module docstring): trainers t1..tN (one rank each); mode
     "shadow" (S-*): a shadow per trainer on its trainer's host name; "foreground"
     (FR-EASGD): the trainer's exchange every k iterations; "none": no sync.
     algorithm (shadow mode): "easgd" exchanges the dense vector with the sync PS; "ma"
     and "bmuf" allreduce it over the trainers' shadows (ring, group "trainers"): the same
-    traffic, BMUF's block-momentum step is elementwise work on the shadow's CPU, which
-    is not charged [A], so the two project alike."""
+    traffic; they differ in update_s.
+    update_s: one sync's work on the trainer's host (sync_update_s), a compute node of the
+    shadow (one thread) before each exchange, or of the trainer after its foreground
+    exchange (the workers wait at the barrier meanwhile). cores: the trainer host's cores
+    (header host_cores; the trainer's rank is its `hogwild` worker threads, the shadow one
+    thread: testbed/fidelity/host_cpu.py); None: the host's cores are not modeled."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
     if mode == "foreground" and algorithm != "easgd":
@@ -174,7 +214,9 @@ def job(trainers: int, emb_ps: int, hogwild: int, step_s: float, dense: int, mod
     out = []
     for t in range(trainers):
         host = f"t{t + 1}"
-        w = TraceRecorder(None, host=host, rank=t, world=world, tdf=1.0, workload="shadowsync", role="worker")
+        cpu = {} if cores is None else {"host_cores": int(cores), "threads": hogwild}
+        w = TraceRecorder(None, host=host, rank=t, world=world, tdf=1.0, workload="shadowsync", role="worker",
+                          **cpu)
         for it in range(iterations):
             for e in range(emb_ps):
                 w.send(0, 0, peer=f"emb{e + 1}", values=rows[e], value_bytes=8, tag=f"lookup{t}")
@@ -186,15 +228,15 @@ def job(trainers: int, emb_ps: int, hogwild: int, step_s: float, dense: int, mod
             if mode == "foreground" and (it + 1) % k == 0:
                 w.send(0, 0, peer=f"syncps{t + 1}", values=dense, value_bytes=4, tag="elastic")
                 w.waited(w.recv(0, 0, peer=f"syncps{t + 1}", values=dense, value_bytes=4, tag="center"))
-                w.compute(0, 0, hw_s=0.0, real_s=0.0)
+                w.compute(0, 0, hw_s=update_s, real_s=0.0, work={"step": "sync"})   # in the foreground
         out.append((w.header, w.nodes))
     if shadow:
         syncs = iterations if syncs is None else syncs    # _rate makes them outlast the workers
         for t in range(trainers):
             s = TraceRecorder(None, host=f"t{t + 1}", rank=trainers + t, world=world, tdf=1.0,
-                              workload="shadowsync", role="shadow")
+                              workload="shadowsync", role="shadow", threads=1)
             for _ in range(syncs):
-                s.compute(0, 0, hw_s=0.0, real_s=0.0)      # its CPU cost is not charged [A]
+                s.compute(0, 0, hw_s=update_s, real_s=0.0, work={"step": "sync"})   # on its trainer's cores
                 if algorithm == "easgd":
                     s.send(0, 0, peer=f"syncps{t + 1}", values=dense, value_bytes=4, tag="elastic")
                     s.waited(s.recv(0, 0, peer=f"syncps{t + 1}", values=dense, value_bytes=4, tag="center"))
@@ -255,13 +297,15 @@ def _span(trainers: int, emb_ps: int, hogwild: int, step_s: float, dense: int, m
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
     from testbed.fidelity.projector import project  # noqa: PLC0415
     c = dict(consts)
+    host = {"update_s": sync_update_s(algorithm, dense, c["trainer_mem_GBps"]) if mode != "none" else 0.0,
+            "cores": max(1, round(c["trainer_cores"]))}
     if mode == "shadow" and algorithm != "easgd" and trainers == 1:
         mode = "none"        # an allreduce over one trainer moves nothing: its shadow has no traffic
     # The shadow loops back to back for the whole run: its sync count is raised until
     # every shadow outlasts the workers (extra syncs after their finish do not move it).
     syncs = iterations
     for _ in range(6):
-        traces = job(trainers, emb_ps, hogwild, step_s, dense, mode, k, iterations, syncs, algorithm)
+        traces = job(trainers, emb_ps, hogwild, step_s, dense, mode, k, iterations, syncs, algorithm, **host)
         models = services(len(traces), trainers, emb_ps, hogwild, dense, c)
         proj = project(traces, load_profile(PROFILE), services=models)
         span = max(proj.finish_s[r] for r in range(trainers))
@@ -281,7 +325,8 @@ def throughput(trainers: int, over: dict[str, float] | None = None, mode: str = 
     e = int(emb_ps if emb_ps is not None else max(1, min(TABLES, round(c["embedding_ps"]))))
     h = max(1, round(c["hogwild_workers"]))
     step = step_hw_s(width) * c["compute_slowdown"]
-    consts = tuple(sorted((n, c[n]) for n in ("ps_request_us", "ps_row_ns", "sync_ps_GBps", "ps_threads")))
+    consts = tuple(sorted((n, c[n]) for n in ("ps_request_us", "ps_row_ns", "sync_ps_GBps", "ps_threads",
+                                              "trainer_cores", "trainer_mem_GBps")))
     return _rate(trainers, e, h, step, dense_values(width), mode, k, consts, ITERATIONS, algorithm)
 
 
@@ -374,7 +419,7 @@ SETTING_THROUGHPUT = [
                 "not in stored material"),
     SettingItem("algorithm", "S-EASGD (shadow exchanges with a sync PS); S-MA/S-BMUF in a regime", "assumed",
                 "the paper's three; the headline projects S-EASGD, the regime 'S-MA / S-BMUF' the allreduce "
-                "(the same traffic for both)"),
+                "(the same traffic for both; BMUF's update on the trainer's host is longer)"),
     SettingItem("model", f"DLRM-like: {TABLES} tables dim {DIM}, bottom 13-{'-'.join(map(str, BOTTOM))}-{DIM}, "
                 f"top {'-'.join(map(str, TOP))}-1", "assumed",
                 "the public DLRM benchmark's Criteo-Kaggle command (facebookresearch/dlrm, dlrm_s_pytorch.py "
@@ -420,6 +465,9 @@ PAPER = Paper(
                 Regime("S-MA / S-BMUF (allreduce over the shadows): trainers at a fixed PS count", "trainers",
                        TRAINERS, [2, 5, 10, 20, 40, 80],
                        lambda v: project_efficiency({}, trainers=int(v), algorithm="ma"), log_x=True),
+                Regime("trainer cores (the shadow shares its trainer's host; 4 Hogwild workers)", "cores",
+                       TRAINER_CORES.nominal, [2, 4, 5, 8, 40],
+                       lambda v: project_efficiency({"trainer_cores": v}), log_x=True),
                 Regime("embedding PSs (fixed while trainers grow)", "servers", EMB_PS.nominal,
                        [2, 4, 8, 13, 26], _emb_regime, log_x=True),
                 Regime("dense model size (tower widths x)", "x", 1.0, [0.25, 0.5, 1, 2, 4, 8],
@@ -430,8 +478,11 @@ PAPER = Paper(
                  "shadows sharing their trainer's NIC and PS service time from per-request and per-row costs "
                  "(module docstring; the range of the request cost reaches the project's Python PS as measured "
                  "here). S-MA/S-BMUF (allreduce over the shadows, on the trainers' NIC links) are the regime of "
-                 "that name; their traffic is the same, so they project alike. Still by construction or "
-                 "approximated: the shadow's CPU cost is not charged to its trainer; a PS's threads are one queue "
+                 "that name; their traffic is the same, their update on the trainer's host differs. Each sync's "
+                 "update (5 / 6 / 11 passes over the dense vector, EASGD / MA / BMUF, at trainer_mem_GBps) runs on "
+                 "the trainer's trainer_cores cores beside its Hogwild workers (processor sharing: the workers "
+                 "slow only when no core is free); FR-EASGD pays it in the foreground. Still by construction or "
+                 "approximated: only cores are shared, not memory bandwidth; a PS's threads are one queue "
                  "min(threads, requesters) times as fast; the one sync PS is N endpoints, each a 1/N fluid share "
                  "of its threads and NIC. Efficiency above 100 % is possible: at one "
                  "trainer the lone shadow syncs fastest and takes most of its trainer's NIC. The emulated value is "
