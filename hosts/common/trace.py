@@ -90,12 +90,16 @@ class TraceRecorder:
         self._seq.clear()
 
     def compute(self, t0: float, t1: float, hw_s: float, real_s: float,
-                work: dict[str, Any] | None = None) -> int:
+                work: dict[str, Any] | None = None, idle: bool = False) -> int:
+        """A step of hw_s hardware seconds. idle: time the process lets pass without
+        using its device or a core (a deliberate pause): the projector waits it out."""
         deps = ([self._last_compute] if self._last_compute is not None else []) + self._waited
         node = {"id": len(self.nodes), "kind": "compute", "deps": deps, "t0": t0, "t1": t1,
                 "hw_s": hw_s, "real_s": real_s}
         if work:
             node["work"] = work
+        if idle:
+            node["idle"] = True
         self.nodes.append(node)
         self._last_compute = node["id"]
         self._waited = []

@@ -321,7 +321,7 @@ def shadow_main(cfg, s, flat, iters, done, shared: Shared, results) -> None:
         syncer = Syncer(cfg, s, flat, trace, me, shared)
         measured = not s.calibrated
         last, gaps, times = sum(iters), [], []
-        pause = s.shadow_pause_ms / 1e3
+        pause_hw_s = s.shadow_pause_ms / 1e3      # hardware time, dilated like every modeled time
         while True:
             finished = done.value >= s.hogwild_workers
             t0 = time.perf_counter()
@@ -347,8 +347,14 @@ def shadow_main(cfg, s, flat, iters, done, shared: Shared, results) -> None:
                 gaps, times, syncer.count, syncer.paced_s = [], [], 0, 0.0
             if all_done:
                 break
-            if pause:
-                time.sleep(pause)
+            if pause_hw_s:
+                t_p = time.perf_counter()
+                time.sleep(pause_hw_s * shared.tdf.value)
+                if syncer.trace is not None:
+                    # the shadow's own time before its next sync: the projector waits it out
+                    # on the shadow's rank, using no core of the trainer's host
+                    syncer.trace.compute(t_p, time.perf_counter(), pause_hw_s, 0.0, {"step": "pause"},
+                                         idle=True)
         out.update(ok=True, syncs=syncer.count, gaps=gaps, sync_s=times, paced_s=syncer.paced_s)
     except Exception as e:  # noqa: BLE001
         out["error"] = failure("shadow", e, shared)

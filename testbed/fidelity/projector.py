@@ -36,6 +36,8 @@ Each rank's program is one SimPy process that walks its nodes in program order:
   parallel, server_model.py) is K programs, one per core, each walking the nodes
   of its `core` in order (a node may depend only on nodes of its own core); the
   rank finishes with its last core.
+  A compute node marked `idle` (a deliberate pause, e.g. ShadowSync's shadow
+  between syncs) only waits its hw_s: it uses no device time and no core.
   A trace whose host has cores of its own (header `host_cores: C` on a trace of
   that host, `threads: T` per trace; host_cpu.py) computes on them: processes
   of one host (e.g. a trainer's Hogwild workers and its shadow) share the C
@@ -180,7 +182,9 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
                 d = float(compute_time(header, node, world))
                 if not d >= 0:
                     raise ValueError(f"compute_time gave {d!r} for rank {rank} node {node['id']}")
-                if cpu is None:
+                if node.get("idle"):     # a pause: time passes, no device or core is used
+                    yield env.timeout(d)
+                elif cpu is None:
                     yield env.timeout(d)
                     device_s += d
                 else:                    # on its host's shared cores (host_cpu.py)

@@ -103,7 +103,8 @@ class ShadowSyncWorkload(CalibratedWorkloadParams):
     bmuf_eta: float = Field(0.5, ge=0, lt=1, description="BMUF block momentum [I].")
     bmuf_zeta: float = Field(1.0, gt=0, description="BMUF block learning rate [I].")
     nesterov: bool = Field(False, description="BMUF Nesterov variant (w_k <- w_g + eta v).")
-    shadow_pause_ms: float = Field(0.0, ge=0, description="The shadow's pause between two syncs.")
+    shadow_pause_ms: float = Field(0.0, ge=0, description="The shadow's pause between two syncs, in "
+                                   "hardware milliseconds (dilated by the TDF, traced as a step of the shadow).")
     eval_examples: int = Field(4000, ge=2, description="Eval set size (eval NE).")
     model: ModelParams = Field(default_factory=ModelParams)
     dataset: dict[str, Any] = Field(default_factory=lambda: {"source": "synthetic"},

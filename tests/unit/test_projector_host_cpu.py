@@ -50,3 +50,19 @@ def test_a_host_whose_traces_disagree_on_its_cores_is_refused():
     tr[1] = ({**tr[1][0], "host_cores": 8}, tr[1][1])
     with pytest.raises(ValueError, match="disagree"):
         project(tr, TOFINO)
+
+
+def test_an_idle_pause_takes_time_but_no_core():
+    # 4 workers on 4 cores and a shadow that only pauses (idle steps): the trainer keeps
+    # its modeled time, the shadow finishes after its pauses, with no device time
+    w = TraceRecorder(None, host="t1", rank=0, world=2, tdf=1.0, threads=4, host_cores=4)
+    s = TraceRecorder(None, host="t1-shadow", rank=1, world=2, tdf=1.0, nic="t1", role="shadow")
+    for _ in range(10):
+        w.compute(0, 0, hw_s=1e-3, real_s=0)
+    for _ in range(5):
+        s.compute(0, 0, hw_s=1e-3, real_s=0, idle=True)
+    assert all(n["idle"] for n in s.nodes) and not any("idle" in n for n in w.nodes)
+    pr = project([(w.header, w.nodes), (s.header, s.nodes)], TOFINO)
+    assert pr.finish_s[0] == pytest.approx(10e-3, rel=1e-12)
+    assert pr.finish_s[1] == pytest.approx(5e-3, rel=1e-12)
+    assert pr.compute_s[1] == 0.0
