@@ -250,7 +250,10 @@ class Tuned:
 
 
 def tune(method: str, momentum: bool, grid: Grid, target: float = TARGET,
-         run: Callable[..., float | None] = steps_to_target) -> Tuned:
+         run: Callable[..., float | None] | None = None) -> Tuned:
+    """The tuning rule over `grid` (module docstring); run(method, lr, momentum, seed,
+    steps, target) gives one run's steps to the target (steps_to_target unless given)."""
+    run = run or steps_to_target
     results = {pt: tuple(run(method, pt[0], pt[1], seed, grid.steps, target) for seed in grid.seeds)
                for pt in grid.points(momentum)}
     best = best_point(results)
