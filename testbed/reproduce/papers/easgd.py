@@ -39,6 +39,14 @@ paper's 5.3x is time to accuracy]. Weak scaling (per-worker batch fixed):
 T(1) / T(n) of Sync EASGD = (tau t_step + u) / C_sync(n) [A: the paper's
 definition not read].
 
+The variant comparisons ("Async EASGD, Async MEASGD and Hogwild EASGD are faster
+than Async SGD, Async momentum SGD and Hogwild SGD in all comparisons", seeds.md
+§4.1 [V], no margin) are claims of direction (Headline.direction "above"): per
+seed, the counterpart's local steps to 0.85 accuracy over the variant's, each
+method at its best point of the same grid, trained in this process on the
+variants scenario's task (easgd_tuning.py: the grid, the rule, the schedules).
+Equal steps, not time: the time per step is what the projected rows model.
+
 The emulated values come from the shipped weak-scaling scenario (LeNet on
 digits, KNL device, 100 GbE profile, 1 and 4 workers): a check of the same
 models at a small setting, never the paper's (emulated_applies False).
