@@ -116,7 +116,9 @@ def markdown(d: dict[str, Any], figures: list[Path], report_dir: Path) -> str:
             L.append(f"- Computed in process: {_computed_cell(c, u)}; {c['what']}.")
             L += [f"- {k[0].upper() + k[1:]}: {v}" for k, v in c["detail"].items() if isinstance(v, str)]
         e = h["emulated"]
-        if e["n_points"] or e["mean"] is not None:
+        if c is not None and not e["n_points"]:
+            pass                               # computed in process; nothing emulated to say
+        elif e["n_points"] or e["mean"] is not None:
             L.append(f"- Emulated: {_emulated_cell(e, u)}; {e['what']}"
                      + ("" if e["applies_at_paper_setting"] else " (not at the paper's setting: a check of the "
                         "model, not a condition of the verdict)") + ".")

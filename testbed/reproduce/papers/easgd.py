@@ -444,7 +444,7 @@ def _variant_headlines() -> list[Headline]:
         note="Equal-steps comparison computed in this process (testbed/reproduce/papers/easgd_tuning.py, the rules of "
              "hosts/easgd/rules.py): the ratio is the counterpart's steps to the target over the variant's, each "
              "method at its own best point of the same grid; time to accuracy additionally depends on the time per "
-             "step, which the other rows project (communication is under 13 % of a step at 4 workers on LeNet).")
+             "step, which the other rows project.")
         for pair_id, claim in VARIANT_CLAIMS]
 
 
