@@ -464,7 +464,7 @@ def headline_table(name: str) -> list[dict[str, Any]]:
     """`testbed reproduce --list`: each paper's headlines, without running anything."""
     paper = load_paper(name)
     return [{"id": h.id, "claim": h.claim, "paper_value": h.paper_value, "unit": h.unit,
-             "source": h.paper_source} for h in paper.headlines]
+             "source": h.paper_source, "direction": h.direction} for h in paper.headlines]
 
 
 def read_report(report_dir: Path) -> dict[str, Any]:
