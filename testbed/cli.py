@@ -433,7 +433,8 @@ def reproduce(paper: str | None, list_papers: bool, quick: bool, out_dir: Path |
             click.echo(f"{name}:")
             for r in rows:
                 unit = "×" if r["unit"] == "x" else f" {r['unit']}"
-                click.echo(f"  {r['id']:<22} {r['paper_value']:g}{unit}  {r['claim']}  [{r['source']}]")
+                above = "> " if r["direction"] == "above" else ""      # a claim of direction: above this value
+                click.echo(f"  {r['id']:<22} {above}{r['paper_value']:g}{unit}  {r['claim']}  [{r['source']}]")
         return
     if from_dir is not None and (quick or no_emulation):
         _fail("--from rewrites an earlier report as it ran; it takes no --quick or --no-emulation")

@@ -36,8 +36,8 @@ from typing import Any, Callable, Iterator
 
 from testbed import results as res
 from testbed.manifest import git_state, machine
-from testbed.reproduce.model import Baselines, EmulatedValues, Headline, Paper, Regime
-from testbed.reproduce.verdict import TOLERANCE, Envelope, pct, decide, envelope, within
+from testbed.reproduce.model import Baselines, ComputedValues, EmulatedValues, Headline, Paper, Regime
+from testbed.reproduce.verdict import TOLERANCE, Envelope, pct, decide, decide_above, envelope, within
 from testbed.stats import mean_ci95
 
 PAPERS = ("p4sgd", "lhc", "easgd", "shadowsync", "phub")
@@ -286,6 +286,7 @@ class HeadlineResult:
     regimes: list[RegimeResult] = field(default_factory=list)
     flagged_profiles: list[str] = field(default_factory=list)
     baselines: dict[str, Any] | None = None
+    computed: ComputedValues | None = None       # a direction headline's per-seed values
 
     def to_dict(self) -> dict[str, Any]:
         h = self.headline
@@ -304,10 +305,21 @@ class HeadlineResult:
                 "constants": [c.to_dict() for c in h.constants], "emulated": emulated,
                 "verdict": self.verdict, "reason": self.reason, "note": h.note,
                 "what_moves": [r.to_dict() for r in self.regimes], "profiles": h.profiles,
-                "flagged_profiles": self.flagged_profiles, "baselines": self.baselines}
+                "flagged_profiles": self.flagged_profiles, "baselines": self.baselines,
+                "direction": h.direction, "computed": self._computed_dict()}
+
+    def _computed_dict(self) -> dict[str, Any] | None:
+        c = self.computed
+        if c is None:
+            return None
+        iv = mean_ci95(c.values)
+        return {"values": c.values, "mean": iv.mean if iv else None, "ci95": [iv.lo, iv.hi] if iv else None,
+                "what": c.what, "lower_bounds": c.lower_bounds, "missing": c.missing, "detail": c.detail}
 
 
 def evaluate(h: Headline, runs: EmulatedRuns | None, flagged: dict[str, str]) -> HeadlineResult:
+    if h.direction == "above":
+        return _evaluate_direction(h, flagged)
     tol = h.tolerance
     env = envelope(h.project, h.constants, h.paper_value, tol)
     em = None
@@ -333,6 +345,21 @@ def evaluate(h: Headline, runs: EmulatedRuns | None, flagged: dict[str, str]) ->
     regimes = [what_moves(h, r, tol) for r in h.regimes] if v.verdict != "reproduced" else []
     table = baseline_table(h.baselines) if h.baselines is not None else None
     return HeadlineResult(h, env, em, v.verdict, reason, regimes, bad, table)
+
+
+def _evaluate_direction(h: Headline, flagged: dict[str, str]) -> HeadlineResult:
+    """A claim of direction (Headline.direction 'above'): the verdict on the interval of
+    the values computed in this process; `project` gives their mean (no constants)."""
+    c = h.computed()
+    iv = mean_ci95(c.values)
+    v = decide_above(h.paper_value, h.unit, iv, c.lower_bounds, c.missing)
+    env = envelope(h.project, h.constants, h.paper_value, h.tolerance)
+    reason = v.reason
+    assumed = sum(s.status == "assumed" for s in h.setting)
+    if assumed:
+        reason += f" (at a setting with {assumed} of {len(h.setting)} items assumed)"
+    bad = [p for p in h.profiles if p in flagged]
+    return HeadlineResult(h, env, None, v.verdict, reason, [], bad, None, c)
 
 
 # ---- the whole reproduction --------------------------------------------------------------
@@ -437,7 +464,7 @@ def headline_table(name: str) -> list[dict[str, Any]]:
     """`testbed reproduce --list`: each paper's headlines, without running anything."""
     paper = load_paper(name)
     return [{"id": h.id, "claim": h.claim, "paper_value": h.paper_value, "unit": h.unit,
-             "source": h.paper_source} for h in paper.headlines]
+             "source": h.paper_source, "direction": h.direction} for h in paper.headlines]
 
 
 def read_report(report_dir: Path) -> dict[str, Any]:

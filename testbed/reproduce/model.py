@@ -107,6 +107,17 @@ class EmulatedValues:
 
 
 @dataclass
+class ComputedValues:
+    """A direction headline's values, one per seed, computed in this process (training
+    run here, no emulation), with what the report records beside them."""
+    values: list[float]
+    what: str                            # what was computed, at which setting (one line)
+    lower_bounds: bool = False           # each value is only a lower bound (the baseline never got there)
+    missing: str = ""                    # why there are no values
+    detail: dict[str, Any] = field(default_factory=dict)   # e.g. the tuned points, kept in report.json
+
+
+@dataclass
 class Headline:
     id: str
     claim: str
@@ -133,6 +144,15 @@ class Headline:
     # The systems the paper compares with, projected at the headline's setting
     # (report.json's `baselines` block); the verdict stays on `project`.
     baselines: Baselines | None = None
+    # A claim of direction with no number ("faster in all the comparisons"): it holds when
+    # the value is above `paper_value` (1 for a ratio), and the verdict rests on the 95 %
+    # interval of `computed`'s per-seed values (verdict.decide_above), not on a projection.
+    direction: Literal["value", "above"] = "value"
+    computed: Callable[[], ComputedValues] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.direction == "above") != (self.computed is not None):
+            raise ValueError(f"headline {self.id}: a direction claim ('above') needs `computed`, and only it")
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,14 @@ def _emulated_cell(e: dict[str, Any], unit: str) -> str:
     return f"{fmt(e['mean'], unit)} [{fmt(lo, unit)}, {fmt(hi, unit)}] ({e['n_valid']}/{e['n_points']} valid)"
 
 
+def _computed_cell(c: dict[str, Any], unit: str) -> str:
+    if c["mean"] is None:
+        return "no value" + (f" ({c['missing']})" if c["missing"] else "")
+    lo, hi = c["ci95"]
+    bound = " (lower bounds)" if c["lower_bounds"] else ""
+    return f"{fmt(c['mean'], unit)} [{fmt(lo, unit)}, {fmt(hi, unit)}] (n={len(c['values'])}){bound}"
+
+
 def _seconds(s: float) -> str:
     for scale, unit in ((1.0, "s"), (1e-3, "ms")):
         if s >= scale:
@@ -80,6 +88,11 @@ def markdown(d: dict[str, Any], figures: list[Path], report_dir: Path) -> str:
           "| verdict |", "|---|---|---|---|---|---|"]
     for h in d["headlines"]:
         u = h["unit"]
+        if h.get("direction") == "above":      # no projection: per-seed values computed in process
+            L.append(f"| {h['claim']} | > {fmt(h['paper_value'], u)} | computed in process: "
+                     f"{_computed_cell(h['computed'], u)} | — | {_emulated_cell(h['emulated'], u)} | "
+                     f"**{h['verdict']}** |")
+            continue
         L.append(f"| {h['claim']} | {fmt(h['paper_value'], u)} | {fmt(h['projected'], u)} | "
                  f"{fmt(h['envelope'][0], u)}–{fmt(h['envelope'][1], u)} | {_emulated_cell(h['emulated'], u)} | "
                  f"**{h['verdict']}** |")
@@ -94,11 +107,18 @@ def markdown(d: dict[str, Any], figures: list[Path], report_dir: Path) -> str:
         u = h["unit"]
         L += [f"## {h['id']}: {h['claim']}", "",
               f"- **Verdict: {h['verdict']}.** {h['reason'][0].upper() + h['reason'][1:]}.",
-              f"- Paper: {fmt(h['paper_value'], u)} ({h['paper_source']})."]
+              f"- Paper: {'> ' if h.get('direction') == 'above' else ''}{fmt(h['paper_value'], u)} "
+              f"({h['paper_source']})."]
         if h["note"]:
             L.append(f"- Note: {h['note']}")
+        c = h.get("computed")
+        if c is not None:
+            L.append(f"- Computed in process: {_computed_cell(c, u)}; {c['what']}.")
+            L += [f"- {k[0].upper() + k[1:]}: {v}" for k, v in c["detail"].items() if isinstance(v, str)]
         e = h["emulated"]
-        if e["n_points"] or e["mean"] is not None:
+        if c is not None and not e["n_points"]:
+            pass                               # computed in process; nothing emulated to say
+        elif e["n_points"] or e["mean"] is not None:
             L.append(f"- Emulated: {_emulated_cell(e, u)}; {e['what']}"
                      + ("" if e["applies_at_paper_setting"] else " (not at the paper's setting: a check of the "
                         "model, not a condition of the verdict)") + ".")

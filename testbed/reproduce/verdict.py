@@ -12,6 +12,12 @@
                    paper's setting does not confirm it (no valid value, an interval
                    that excludes the paper's value or is too wide to decide).
 
+A claim of direction with no number ("A is faster than B": Headline.direction
+"above") is decided on the 95 % interval of its per-seed values (decide_above):
+reproduced when the whole interval lies above the threshold, not_reproduced when
+it does not (below it, or containing it: too few seeds to tell), or when there
+are fewer than two values.
+
 "Within 25 % of x" is |paper - x| <= 0.25 x throughout, so a value in the
 envelope [lo, hi] reaches the paper's number exactly when
 [lo, hi] meets [paper / 1.25, paper / 0.75].
@@ -199,3 +205,25 @@ def decide(paper: float, unit: str, env: Envelope, emulated: Interval | None, ap
                    f"within their ranges reaches it ({span}"
                    + (f"; the most decisive constant is {most}" if most else "; no assumed constant moves it")
                    + f"){em_text}")
+
+
+def decide_above(threshold: float, unit: str, interval: Interval | None, lower_bounds: bool = False,
+                 missing: str = "") -> Verdict:
+    """The verdict of a direction claim (module docstring): `interval` over the per-seed
+    values; `lower_bounds`: each value is only a lower bound (the baseline never reached the
+    target), so an interval above the threshold decides and one that is not cannot."""
+    t = fmt(threshold, unit)
+    if interval is None:
+        return Verdict("not_reproduced", f"no value to compare with {t}" + (f": {missing}" if missing else ""))
+    span = f"the 95 % interval {fmt(interval.lo, unit)}–{fmt(interval.hi, unit)} (mean {fmt(interval.mean, unit)}, " \
+           f"n={interval.n})" + (" of lower bounds" if lower_bounds else "")
+    if interval.n < 2:
+        return Verdict("not_reproduced", f"one value ({fmt(interval.mean, unit)}): no interval to decide with")
+    if interval.lo > threshold:
+        return Verdict("reproduced", f"{span} lies above {t}")
+    if lower_bounds:
+        return Verdict("not_reproduced", f"{span} reaches down to {t}, and lower bounds cannot show more")
+    if interval.hi < threshold:
+        return Verdict("not_reproduced", f"{span} lies below {t}: the opposite of the claim")
+    return Verdict("not_reproduced", f"{span} contains {t}: above and below it cannot be told apart "
+                                     f"at {interval.n} seeds")

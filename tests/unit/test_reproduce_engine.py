@@ -204,3 +204,47 @@ def test_from_keeps_what_ran_and_recomputes_the_verdicts(tmp_path, monkeypatch):
     assert d["ran"]["rewritten_at"] and d["ran"]["git"]["commit"] != "old"
     assert rep.headlines[0].verdict in ("within_envelope", "not_reproduced", "reproduced")
     assert "Verdicts recomputed from the kept results" in (tmp_path / "report.md").read_text()
+
+
+def _direction(values, lower_bounds=False) -> Headline:
+    from testbed.reproduce.model import ComputedValues
+    return Headline(
+        id="faster", claim="A is faster than B", paper_value=1.0, unit="x", paper_source="abstract",
+        setting=[SettingItem("workers", 4, "assumed", "a guess")], project=lambda over: sum(values) / len(values),
+        direction="above", computed=lambda: ComputedValues(list(values), "B's steps / A's", lower_bounds,
+                                                           detail={"tuned": "A: lr 0.1; B: lr 0.3"}))
+
+
+@pytest.mark.parametrize("values, verdict, word", [
+    ([1.3, 1.4, 1.35], "reproduced", "lies above"),
+    ([0.8, 0.82, 0.77], "not_reproduced", "lies below"),
+    ([0.9, 1.3, 1.1], "not_reproduced", "contains"),
+])
+def test_a_direction_claim_is_decided_on_the_interval_of_its_computed_values(values, verdict, word):
+    r = engine.evaluate(_direction(values), None, {})
+    assert r.verdict == verdict and word in r.reason
+    d = r.to_dict()
+    assert d["direction"] == "above" and d["computed"]["values"] == values
+    assert d["computed"]["ci95"][0] <= d["computed"]["mean"] <= d["computed"]["ci95"][1]
+
+
+def test_lower_bounds_decide_only_above_and_one_value_never_decides():
+    assert engine.evaluate(_direction([2.0, 2.1, 1.9], True), None, {}).verdict == "reproduced"
+    r = engine.evaluate(_direction([0.9, 1.3, 1.1], True), None, {})
+    assert r.verdict == "not_reproduced" and "lower bounds" in r.reason
+    assert engine.evaluate(_direction([3.0]), None, {}).verdict == "not_reproduced"
+
+
+def test_a_direction_claim_needs_its_computed_values():
+    with pytest.raises(ValueError, match="direction"):
+        Headline(id="x", claim="faster", paper_value=1.0, unit="x", paper_source="s", setting=[],
+                 project=lambda over: 1.0, direction="above")
+
+
+def test_the_report_shows_a_direction_claims_computed_values(tmp_path):
+    paper = Paper("toy", "A toy paper", "Doe et al. 2024", [_direction([1.3, 1.4, 1.35])])
+    rep = engine.ReproductionReport(paper, tmp_path, True, [engine.evaluate(paper.headlines[0], None, {})], None,
+                                    [], 0.0, 1.0)
+    report.write(rep)
+    md = (tmp_path / "report.md").read_text()
+    assert "| > 1× | computed in process: 1.35×" in md and "- Tuned: A: lr 0.1; B: lr 0.3" in md
