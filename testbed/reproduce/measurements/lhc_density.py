@@ -37,10 +37,11 @@ with NCF_NEGATIVES uniform negative items for the same user [A: the reference's 
 re-read here]; the sweep also gives 0 negatives. VGG19: 224 x 224 images of 1000
 classes, a class's mean colour + i.i.d. pixel noise (no image data offline). Such images
 are statistically alike, so a ReLU unit silent on one tends to be silent on all 32, and
-the exact zeros this gives the small VGG19 (a sixth of the convolutions', two fifths of the
-FC layers' gradient) are a property of this data as much as of VGG19: natural images vary
-more, and the full-size VGG19's dense layers may be denser, up to 1.0 [A]. Labels of the LSTM (next token) and BERT (masked token or a sentence label) come
-from the same draws.
+the exact zeros this gives the small VGG19 (15 % of the convolutions', 38 % of the
+FC layers' gradient) are a property of this data as much as of VGG19: natural images
+vary more, and the full-size VGG19's dense layers may be denser, up to 1.0 [A]. Labels
+of the LSTM (next token) and BERT (masked token or a sentence label) come from the same
+draws.
 
 Sparsification before compression [A]. The paper's body is not in the stored material
 (only its abstract and introduction); the public demo (lihy0529/lossless_homomorphic_
@@ -122,8 +123,7 @@ BERT_POSITIONS = 512
 
 # ---- ids -------------------------------------------------------------------------------
 def zipf_ids(g, vocab: int, count: int, s: float):
-    """`count` ids from 0..vocab-1, P(rank r) ~ 1/r^s over a ranking fixed by the generator's
-    first draw (so every worker of a run ranks the vocabulary alike: call with `ranking`)."""
+    """`count` ranks from 0..vocab-1, P(rank r) ~ 1/(r+1)^s (`draw` maps ranks to ids)."""
     import torch  # noqa: PLC0415
     probs = _zipf_probs(vocab, s)
     return torch.multinomial(probs, count, replacement=True, generator=g)
