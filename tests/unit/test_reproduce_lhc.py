@@ -165,8 +165,9 @@ def test_projections_at_the_papers_setting_move_with_every_constant():
         assert any(lo[m]["speedup"] != hi[m]["speedup"] for m in lhc.MODELS), c.name
     best = lhc.iteration_speedups({})
     assert _headline("iteration_speedup").project({}) == max(r["speedup"] for r in best.values())
-    # a dense gradient cannot gain: VGG19 sends the support bitmap on top of everything
-    assert best["vgg19"]["union_share"] == 1.0 and best["vgg19"]["speedup"] < 1.0
+    # a dense gradient cannot gain: VGG19 dense (its densities' upper end) sends the support bitmap on top
+    dense = lhc.iteration_speedups({lhc.VGG_CONV.name: 1.0, lhc.VGG_FC.name: 1.0})["vgg19"]
+    assert dense["union_share"] == 1.0 and dense["speedup"] < 1.0
 
 
 def test_density_and_compact_move_the_projection_the_right_way():
@@ -307,12 +308,16 @@ def test_launch_and_hbm_ranges_cover_the_h100_measurement():
 
 
 def _projection_rounds(case: str) -> tuple[int, int]:
-    """(union, peeling rounds) the projection gives the measured case's setting."""
+    """(union, peeling rounds) the projection gives the measured case's setting: the demo's from its own
+    density; a profile's at the case's n and union (the H100 ran the profiles' densities as assumed
+    before lhc_density.py measured them, so the profiles' present unions are another setting)."""
+    from testbed.reproduce.measurements import gpu_h100
     if case.startswith("demo"):
         n = lhc.DEMO_SIZE
         u = int(round(lhc.union_density(lhc.DEMO_DENSITY, lhc.DEMO_OVERLAP.nominal, lhc.WORKERS) * n))
     else:
-        n, u = lhc.model_union(case, lhc.WORKERS, {})
+        c = gpu_h100.codec_cases()[case]
+        n, u = c.n, c.union
     return u, lhc.lhc_plan(n, u)["rounds"]
 
 
@@ -325,9 +330,9 @@ def test_peel_pass_share_covers_the_measured_plans_alive_passes():
     for name, c in gpu_h100.codec_cases().items():
         u, r = _projection_rounds(name)
         rounds[name] = (r, c.rounds)
-        if abs(u / c.union - 1) < 0.01:          # the same union (the LSTM's projection counts its softmax dense)
+        if abs(u / c.union - 1) < 0.01:          # the same union
             equiv[name] = c.alive_passes / r
-    assert set(equiv) == {"ncf", "bert", "vgg19", "demo_2^27"}
+    assert set(equiv) == {"ncf", "lstm", "bert", "vgg19", "demo_2^27"}
     assert lhc.PEEL_PASSES.lo <= min(equiv.values()) < lhc.PEEL_PASSES.lo + 0.01
     assert max(equiv.values()) <= lhc.PEEL_PASSES.hi
     # the round counts the constant's text quotes are these

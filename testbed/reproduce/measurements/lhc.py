@@ -152,7 +152,9 @@ _CASE_LABEL = {"demo_2^27": "the public demo (2^27 values, 5 %, one mask for all
 
 
 def _case_setting(c: gpu_h100.CodecCase) -> str:
-    label = _CASE_LABEL.get(c.name, f"the {c.name} profile at full size (hosts/lhc/profiles.py, overlap 0.5)")
+    label = _CASE_LABEL.get(c.name, f"the {c.name} profile at full size with the densities it assumed on "
+                                    "2026-11-26, before lhc_density.py measured them (hosts/lhc/profiles.py, "
+                                    "overlap 0.5)")
     return (f"H100, {label}: n = {c.n:,}, union {c.union:,} of 4 workers, {c.lanes} lanes x {c.rows:,} rows, "
             f"{c.rounds} peeling rounds; {_PORT}")
 

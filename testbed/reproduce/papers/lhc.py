@@ -17,7 +17,8 @@ re-implemented here:
     hosts.lhc.codec.make_plan run on a sample of lanes at the full-size lane
     load (cached);
   * gradients: hosts.lhc.profiles (the models' parameter counts [V], per-layer
-    densities [A]); the union support at W workers is the expectation of
+    densities measured from training, testbed/reproduce/measurements/lhc_density.py,
+    with Zipf ids [A]); the union support at W workers is the expectation of
     hosts.lhc.gradients' generator (a share `overlap` of each layer's runs
     common to all workers, the rest drawn independently);
   * compute: hosts.dnn.device.DnnDevice (modeled V100) profiling the
@@ -47,6 +48,7 @@ from typing import Any, Callable
 
 from testbed.reproduce.measurements import gpu_h100
 from testbed.reproduce.measurements import lhc as codec_rows
+from testbed.reproduce.measurements import lhc_density
 from testbed.reproduce.model import (AssumedConstant, Baseline, Baselines, EmulatedValues, Headline, Paper, Regime,
                                      ScenarioRun, SettingItem)
 from testbed.workloads.lhc import LhcWorkload
@@ -59,6 +61,40 @@ WORKERS = 4                             # [A] the demo's comment: "run this prog
 # The public demo (lihy0529/lossless_homomorphic_compression, benchmark.py) [V]
 DEMO_SIZE = 2 ** 27                     # data_size = 2**27 float32
 DEMO_DENSITY = 0.05                     # sparsity = 0.95 per worker
+
+def union_density(density: float, overlap: float, workers: int) -> float:
+    """Expected union support share of one layer at `workers` workers under
+    hosts/lhc/gradients.py's generator: a share `overlap` of each worker's runs
+    common to all, the rest drawn from the remaining slots independently."""
+    if density >= 1.0:
+        return 1.0
+    shared = overlap * density
+    own = density - shared
+    free = 1.0 - shared
+    return shared + free * (1.0 - (1.0 - own / free) ** workers) if free > 0 else 1.0
+
+
+def implied_overlap(density: float, union: float, workers: int) -> float:
+    """The overlap at which union_density gives a measured union (bisection; union falls as overlap grows)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if union_density(density, mid, workers) > union else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _measured_unions_text(overlap: float) -> str:
+    from hosts.lhc.profiles import PROFILES  # noqa: PLC0415
+    parts = []
+    for prof in PROFILES.values():
+        for layer in prof.layers:
+            if layer.density < 1.0 and layer.union and not layer.name.startswith(("item_mlp", "user_mlp")):
+                u = layer.union_at(WORKERS)
+                parts.append(f"{prof.name} {layer.name} {layer.density:.3g} -> {u:.3g} (the model at {overlap:g}: "
+                             f"{union_density(layer.density, overlap, WORKERS):.3g}; implied overlap "
+                             f"{implied_overlap(layer.density, u, WORKERS):.2f})")
+    return "; ".join(parts)
+
 
 # ---- assumed constants --------------------------------------------------------------------
 # Ranges cover what this project measured on an H100 (testbed/reproduce/measurements/gpu_h100.py,
@@ -95,9 +131,10 @@ PEEL_PASSES = AssumedConstant(
     f"of U per round in the codec's plans at the profiles' full sizes "
     f"({min(c.rounds for c in _PROFILE_PLANS)}-{max(c.rounds for c in _PROFILE_PLANS)} rounds), "
     f"{_H100_PLANS['demo_2^27'].peel_pass_share:.0%} at the demo's ({_H100_PLANS['demo_2^27'].rounds} rounds): "
-    f"the plans of {_H100}, make_plan's bit for bit, which do not depend on the device. The projection's "
-    "simulated round count differs from those plans' (NCF 93 against 43, BERT 62/47, VGG19 28/45, demo "
-    "109/162; LSTM 59/48 at a larger union: the projection counts its softmax dense), so the range covers "
+    f"the plans of {_H100}, make_plan's bit for bit, which do not depend on the device (they ran the "
+    "profiles' densities as assumed before the measured ones of lhc_density.py, so each is compared at its own "
+    "n and union). The projection's simulated round count at a plan's n and union differs from the plan's "
+    "(NCF 93 against 43, BERT 62/47, VGG19 28/45, demo 109/162, LSTM 127/48), so the range covers "
     "the plans' alive passes over the projection's rounds: 0.10 (demo) to 0.55 (VGG19) "
     "(tests/unit/test_reproduce_lhc.py recomputes both)")
 DNN_HBM_EFF = AssumedConstant(
@@ -137,25 +174,54 @@ COMPUTE_SCALE = AssumedConstant(
 PROFILE_OVERLAP = AssumedConstant(
     "profile_overlap", 0.5, 0.0, 0.9, "share",
     "share of a layer's touched rows common to all workers' batches (hosts/lhc/gradients.py ProfileSource "
-    "default 0.5 [A]); popular items / frequent tokens push it up")
-NCF_USER = AssumedConstant("ncf_user_touch", 0.30, 0.05, 0.6, "share",
-                           "hosts/lhc/profiles.py: users a 65,536-sample batch touches [A]")
-NCF_ITEM = AssumedConstant("ncf_item_touch", 0.70, 0.3, 1.0, "share",
-                           "hosts/lhc/profiles.py: items a 65,536-sample batch touches [A]")
-MEASURED = ("hosts/dnn/lstm.py LSTMLM(vocab=10000, emb=32, hidden=32, layers=2), one backward of a 20x35 batch "
-            "of uniform tokens: pytest tests/unit/test_reproduce_lhc.py -k lstm_gradient_densities")
-LSTM_TOUCH = AssumedConstant("lstm_vocab_touch", 0.07, 0.02, 0.2, "share",
-                             "input-embedding rows a 20x35 batch touches: hosts/lhc/profiles.py ~700 of 10k [A]; "
-                             "6.7 % with uniform tokens (measured: " + MEASURED + "), fewer with a Zipf vocabulary")
-LSTM_SOFTMAX = AssumedConstant("lstm_softmax_density", 1.0, 0.07, 1.0, "share",
-                               "output (softmax) layer's gradient density: 1.0 measured for a full softmax "
-                               "(every vocabulary row gets p - y; measured: " + MEASURED + "), "
-                               "where hosts/lhc/profiles.py assumes the embedding's touch rate; 0.07: a sampled "
-                               "softmax over the batch's tokens")
-BERT_TOUCH = AssumedConstant("bert_vocab_touch", 2500 / 30522, 0.03, 1.0, "share",
-                             "hosts/lhc/profiles.py: ~2,500 of 30,522 word-embedding rows in a 32x128 batch [A] "
-                             "(fine-tuning); up to 1.0 in pre-training, where the MLM decoder tied to the word "
-                             "embedding makes its gradient dense")
+    "default 0.5 [A]); popular items / frequent tokens push it up. The projection derives each layer's union "
+    f"from its density with this share; measured per-worker -> union at {WORKERS} workers "
+    "(hosts/lhc/profiles.py, lhc_density.py, Zipf ids [A]): " + _measured_unions_text(0.5))
+# Touch rates: the nominal is hosts/lhc/profiles.py's measured density (lhc_density.py, Zipf ids with s = 1 [A]);
+# the range is the file's touch_sweep over the id distribution (Zipf 1.2 to uniform ids, at the same batch).
+_DENS = lhc_density.source()
+
+
+def _sweep(table: str, s: str) -> float:
+    return lhc_density.load()["touch_sweep"][table]["by_s"][s]["per_worker"]["mean"]
+
+
+def _measured(model: str, layer: str) -> float:
+    from hosts.lhc.profiles import get_profile  # noqa: PLC0415
+    return next(x.density for x in get_profile(model).layers if x.name == layer)
+
+
+_SWEEP_TEXT = "range: Zipf s = 1.2 to uniform ids (the file's touch_sweep, ids alone at the same batch)"
+NCF_USER = AssumedConstant("ncf_user_touch", _measured("ncf", "user_gmf"), _sweep("ncf_users", "1.2"),
+                           _sweep("ncf_users", "0.0"), "share",
+                           "users a 65,536-sample batch (13,107 positives) touches: hosts/lhc/profiles.py, measured "
+                           f"with Zipf(1) users [A] ({_DENS}); {_SWEEP_TEXT}")
+NCF_ITEM = AssumedConstant("ncf_item_touch", _measured("ncf", "item_gmf"), _sweep("ncf_items_no_negatives", "1.2"),
+                           _sweep("ncf_items", "0.0"), "share",
+                           "items a 65,536-sample batch touches: hosts/lhc/profiles.py, measured with Zipf(1) positives "
+                           f"and 4 uniform negatives each [A: MLPerf NCF's] ({_DENS}); {_SWEEP_TEXT}, down to no "
+                           "negatives at s = 1.2")
+LSTM_TOUCH = AssumedConstant("lstm_vocab_touch", _measured("lstm", "embedding"), _sweep("lstm", "1.2"),
+                             _sweep("lstm", "0.0"), "share",
+                             "input-embedding rows a 20x35 batch touches: hosts/lhc/profiles.py, measured with Zipf(1) "
+                             f"tokens [A] ({_DENS}); {_SWEEP_TEXT}")
+LSTM_SOFTMAX = AssumedConstant("lstm_softmax_density", _measured("lstm", "softmax"), _sweep("lstm", "1.2"), 1.0,
+                               "share",
+                               "output (softmax) layer's gradient density: 1.0 measured for a full softmax (every "
+                               f"vocabulary row gets p - y; {_DENS}); the low end: a sampled softmax over the batch's "
+                               "tokens, as sparse as the input embedding")
+BERT_TOUCH = AssumedConstant("bert_vocab_touch", _measured("bert", "word_embedding"), _sweep("bert", "1.2"), 1.0,
+                             "share",
+                             "word-embedding rows a 32x128 batch touches in fine-tuning: hosts/lhc/profiles.py, "
+                             f"measured with Zipf(1) tokens [A] ({_DENS}); down to Zipf s = 1.2; up to 1.0 measured "
+                             "in pre-training (bert_mlm: the MLM decoder tied to the word embedding makes its "
+                             "gradient dense); the paper's task is not in the stored material")
+VGG_CONV = AssumedConstant("vgg19_conv_density", _measured("vgg19", "conv"), _measured("vgg19", "conv"), 1.0, "share",
+                           "VGG19 convolutions' exact-nonzero gradient share: hosts/lhc/profiles.py, measured on a "
+                           f"width/16 VGG19 with synthetic 224x224 images ({_DENS}); the zeros are ReLU units silent "
+                           "over the batch, which alike synthetic images favour: up to 1.0 (dense) [A]")
+VGG_FC = AssumedConstant("vgg19_fc_density", _measured("vgg19", "fc"), _measured("vgg19", "fc"), 1.0, "share",
+                         "VGG19 FC layers' exact-nonzero gradient share: as vgg19_conv_density")
 NCF_BATCH = AssumedConstant("ncf_batch", 65536, 16384, 262144, "samples/GPU",
                             "NCF samples per GPU per iteration (hosts/lhc/profiles.py [A]; MLPerf's 1M global "
                             "batch over 4-16 GPUs is the range)")
@@ -172,7 +238,7 @@ TOPK_RATIO = AssumedConstant(
     "paper's top-k setting is not in the stored material; only the top-k baseline moves with it")
 
 ITER_CONSTANTS = [LAUNCH, HBM_EFF, PEEL_PASSES, FLOPS_EFF, DNN_HBM_EFF, COMPUTE_SCALE, PROFILE_OVERLAP, NCF_USER,
-                  NCF_ITEM, LSTM_TOUCH, LSTM_SOFTMAX, BERT_TOUCH, NCF_BATCH]
+                  NCF_ITEM, LSTM_TOUCH, LSTM_SOFTMAX, BERT_TOUCH, VGG_CONV, VGG_FC, NCF_BATCH]
 AGG_CONSTANTS = [LAUNCH, HBM_EFF, PEEL_PASSES, DEMO_OVERLAP]
 
 
@@ -186,18 +252,6 @@ def _network(link_gbps: float | None = None) -> Any:
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
     p = load_profile(NETWORK)
     return p if link_gbps is None else p.with_overrides({"link_rate": link_gbps})
-
-
-def union_density(density: float, overlap: float, workers: int) -> float:
-    """Expected union support share of one layer at `workers` workers under
-    hosts/lhc/gradients.py's generator: a share `overlap` of each worker's runs
-    common to all, the rest drawn from the remaining slots independently."""
-    if density >= 1.0:
-        return 1.0
-    shared = overlap * density
-    own = density - shared
-    free = 1.0 - shared
-    return shared + free * (1.0 - (1.0 - own / free) ** workers) if free > 0 else 1.0
 
 
 @lru_cache(maxsize=None)
@@ -384,7 +438,8 @@ def compute_s(model: str, over: dict[str, float]) -> float:
 def _layer_density(model: str, layer: Any, over: dict[str, float]) -> float:
     touch = {("ncf", "user_gmf"): NCF_USER, ("ncf", "user_mlp"): NCF_USER, ("ncf", "item_gmf"): NCF_ITEM,
              ("ncf", "item_mlp"): NCF_ITEM, ("lstm", "embedding"): LSTM_TOUCH, ("lstm", "softmax"): LSTM_SOFTMAX,
-             ("bert", "word_embedding"): BERT_TOUCH}.get((model, layer.name))
+             ("bert", "word_embedding"): BERT_TOUCH, ("vgg19", "conv"): VGG_CONV,
+             ("vgg19", "fc"): VGG_FC}.get((model, layer.name))
     return layer.density if touch is None else _c(over, touch)
 
 
@@ -530,9 +585,11 @@ ITER_SETTING = [
                 "hosts/lhc/profiles.py: MovieLens-20M sizes with MLPerf NeuMF dims, Zaremba et al. 2014 large "
                 "LSTM, torchvision vgg19, Devlin et al. 2019 (the PyTorch NCF and LSTM built at these sizes "
                 "agree, tests/unit/test_reproduce_lhc.py)"),
-    SettingItem("gradient densities", "per layer, hosts/lhc/profiles.py", "assumed",
-                "touched embedding rows per batch [A], dense layers dense; no sparsification before "
-                "compression (none is described in the stored material); each touch rate an assumed constant"),
+    SettingItem("gradient densities", "per layer, hosts/lhc/profiles.py, measured", "assumed",
+                f"measured from training steps ({_DENS}) with an assumed id distribution (Zipf, s = 1) and task "
+                "(BERT fine-tuning); no sparsification before compression (none is described in the stored "
+                "material; the abstract says lossless); each touch rate and VGG19's densities an assumed "
+                "constant whose range is the measurement's sweep"),
     SettingItem("workers", WORKERS, "assumed", "not in the stored material; regime 'workers'"),
     SettingItem("baseline", "uncompressed in-network aggregation (dense in-switch allreduce)", "assumed",
                 "not in the stored material"),
@@ -661,9 +718,12 @@ PAPER = Paper(
     notes=[
         "Only the abstract of the paper and its public demo were in the stored material: the evaluation's "
         "workers, GPUs, network and baselines are assumptions (setting items marked assumed).",
-        "Gradient densities are the profiles' assumptions (hosts/lhc/profiles.py), each an assumed constant "
-        "with a range; none was measured from full-size training here (a small CPU NCF's density does not "
-        "transfer to MovieLens-20M's tables).",
+        "Gradient densities are measured (hosts/lhc/profiles.py from testbed/reproduce/measurements/"
+        "lhc_density.py): embedding tables at their real vocabularies and the profiles' batches, dense layers "
+        "in small networks, ids from a Zipf law (assumed; no MovieLens/PTB/Wikipedia data offline); each "
+        "touch rate an assumed constant with the measured sweep as its range. The projection derives unions "
+        "from densities with one overlap share (profile_overlap), which the measured unions do not fit layer "
+        "by layer (its text gives both).",
         "The codec's time model (hosts/lhc/timing.py, modeled V100) is checked against published V100 "
         "streaming bandwidths and a launch time, and against the project's own H100 run of a torch port of the "
         "codec at full size (testbed/reproduce/measurements/lhc.py): no published timing of a GPU count sketch "
