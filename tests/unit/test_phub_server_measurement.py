@@ -62,3 +62,22 @@ def test_the_fit_recovers_known_costs():
     assert p["value_ns"] == pytest.approx(2, rel=1e-6) and p["optimizer_value_ns"] == pytest.approx(3, rel=1e-6)
     assert w["message_us"] == pytest.approx(20, rel=1e-6) and w["value_ns"] == pytest.approx(1, rel=1e-6)
     assert p["max_rel_residual"] < 1e-9
+
+
+def test_the_projections_server_constants_reach_the_measured_values():
+    from testbed.reproduce.papers import phub
+    if not m.data_files():
+        pytest.skip("no phub_server_*.json measured yet (the projection's notes say so)")
+    got = phub.measured_values()
+    assert set(got) == {"phub_message_us", "baseline_message_us", "reduce_gbs", "baseline_copies"}
+    consts = {c.name: c for c in phub.SPEED_CONSTANTS}
+    for name, v in got.items():
+        c = consts[name]
+        if name == "baseline_copies" and v < 0:       # the model cannot go below no copy
+            assert c.lo == 0.0
+            continue
+        assert c.lo <= round(v, 2) <= c.hi, (name, v, c)
+        assert phub.MEASURED.source in c.source
+    note = phub.PAPER.notes[-1]
+    assert "measured on this machine" in note and "not PHub" not in note and "C++" in note
+    assert f"{phub.MEASURED.relative['per_message']:.2f}x per message" in note

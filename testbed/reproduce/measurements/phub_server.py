@@ -95,6 +95,7 @@ class ServerCosts:
     phub_optimizer_value_s: float  # per weight stepped (once per round)
     wide_message_s: float          # per push with its reply
     wide_value_s: float            # per pushed value summed
+    relative: dict[str, Any]       # wide_ps / phub (the file's `relative`)
     source: str
 
     @property
@@ -136,7 +137,7 @@ def server_costs(path: Path | None = None) -> ServerCosts:
     p, w = data["fits"]["phub"], data["fits"]["wide_ps"]
     return ServerCosts(p["message_us"] * 1e-6, p["chunk_us"] * 1e-6, p["value_ns"] * 1e-9,
                        p["optimizer_value_ns"] * 1e-9, w["message_us"] * 1e-6, w["value_ns"] * 1e-9,
-                       f"{Path(path).name} ({data['date']}, {data['machine']}; `{data['command']}`)")
+                       data["relative"], f"{Path(path).name} ({data['date']}, {data['machine']}; `{data['command']}`)")
 
 
 # ---- the two servers and their client ----------------------------------------------------
