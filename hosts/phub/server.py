@@ -343,8 +343,31 @@ def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
     nodes: list[dict[str, Any]] = []
     tr = _CoreTrace(nodes, cfg.host, core, cfg.trace_from) if trace_on else None
     dev = CoreDevice(cfg.tdf, cfg.trace_from)
-    stall = P.Stall(cfg.timeout_s)
     t_start = time.perf_counter()
+    try:
+        serve_links(links, states, st, tr, dev, cfg.timeout_s)
+    finally:
+        for ln in links.values():
+            ln.conn.close()
+    wall = time.perf_counter() - t_start
+    values = sum(s.values for s in states.values())
+    worlds = max(s.spec.world for s in states.values())
+    return {"type": "core", "core": core, "wall_s": wall, **st.__dict__,
+            "idle_s": max(0.0, wall - st.recv_s - st.agg_s - st.opt_s - st.send_s),
+            "bytes_in": sum(ln.bytes_in for ln in links.values()),
+            "bytes_out": sum(ln.bytes_out for ln in links.values()),
+            "agg_gbps": st.agg_bytes / st.agg_s / 1e9 if st.agg_s else None, "tdf": dev.time_scale,
+            "aggregation_order": cfg.aggregation_order, "copies_held": sum(s.copies_held for s in states.values()),
+            "device": dev.validity(), **numpy_sum_reference(values, worlds), "nodes": nodes}
+
+
+def serve_links(links: dict[tuple[int, int], P.Link], states: dict[int, JobState], st: Stages,
+                tr: "_CoreTrace | None", dev: CoreDevice, timeout_s: float) -> None:
+    """A core's event loop over its connected links (one per worker (job, rank)) until
+    every worker sent END and the last updates left. The links stay open (the caller
+    closes them); testbed/reproduce/measurements/phub_server.py runs this loop on
+    socket pairs to measure the core's CPU cost."""
+    stall = P.Stall(timeout_s)
     by_link = list(links.items())
     work = Backlog()
     rx_done: set[tuple[int, int]] = set()      # links whose END is in: the worker may close them
@@ -367,19 +390,6 @@ def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
     except NetError as e:
         detail = "; ".join(f"job {j}: {s.incomplete()}" for j, s in states.items())
         raise NetError(f"{e} [{detail}]") from None
-    finally:
-        for ln in links.values():
-            ln.conn.close()
-    wall = time.perf_counter() - t_start
-    values = sum(s.values for s in states.values())
-    worlds = max(s.spec.world for s in states.values())
-    return {"type": "core", "core": core, "wall_s": wall, **st.__dict__,
-            "idle_s": max(0.0, wall - st.recv_s - st.agg_s - st.opt_s - st.send_s),
-            "bytes_in": sum(ln.bytes_in for ln in links.values()),
-            "bytes_out": sum(ln.bytes_out for ln in links.values()),
-            "agg_gbps": st.agg_bytes / st.agg_s / 1e9 if st.agg_s else None, "tdf": dev.time_scale,
-            "aggregation_order": cfg.aggregation_order, "copies_held": sum(s.copies_held for s in states.values()),
-            "device": dev.validity(), **numpy_sum_reference(values, worlds), "nodes": nodes}
 
 
 def _handle(s: JobState, links, job: int, rank: int, hdr, payload, m0: float, m1: float, st: Stages,

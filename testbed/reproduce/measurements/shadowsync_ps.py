@@ -117,7 +117,7 @@ def _settings(dim: int, tower: str):
                     dataset={"source": "synthetic"})
 
 
-def _conn(sock: socket.socket, peer: str):
+def socketpair_conn(sock: socket.socket, peer: str):
     """hosts.common.tcp.Conn over a socket-pair end: Conn's constructor sets TCP_NODELAY,
     which an AF_UNIX socket refuses; every other field is set as it sets it."""
     from hosts.common.tcp import Conn  # noqa: PLC0415
@@ -133,7 +133,7 @@ def _client(sock: socket.socket, op: str, n: int, width: int, values: int, count
 
     from hosts.common.tcp import recv_array, send_array  # noqa: PLC0415
     from hosts.shadowsync import protocol as P  # noqa: PLC0415
-    conn = _conn(sock, "server")
+    conn = socketpair_conn(sock, "server")
     rng = np.random.default_rng(0)
     ids = rng.integers(0, TABLE_ROWS, size=n * TABLES, dtype=np.int64)
     for _ in range(count):
@@ -173,7 +173,7 @@ def _run(op: str, size: int, dim: int, tower: str, count: int) -> float:
     b.close()
     st = Served("w1", 0)
     try:
-        srv.serve(_conn(a, "client"), st)
+        srv.serve(socketpair_conn(a, "client"), st)
     finally:
         a.close()
         child.join(30)
