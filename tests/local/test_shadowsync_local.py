@@ -5,6 +5,7 @@ process does not slow the workers (their iteration rate measured with and
 without it)."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +20,9 @@ pytestmark = pytest.mark.local
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_cli(tmp: Path, *sets: str) -> object:
+def run_cli(tmp: Path, *sets: str, plot: bool = True) -> object:
     argv = [sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / "shadowsync" / "throughput.yaml"),
-            "--net", "local", "--quick", "--out", str(tmp)]
+            "--net", "local", "--quick", "--out", str(tmp)] + ([] if plot else ["--no-plot"])
     for s in sets:
         argv += ["--set", s]
     p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -166,3 +167,27 @@ def test_collective_ps_averages_through_the_parameter_server(tmp_path):
     for label in ("S-MA", "FR-MA"):
         ne = s[label]["eval_ne_per_trainer"]
         assert len(ne) == 2 and ne[0] == ne[1], label
+
+
+def test_the_shadows_pause_is_hardware_time_and_traced(tmp_path):
+    # S-EASGD, 2 trainers, a fixed TDF: a 2-ms (hardware) pause between syncs is slept
+    # TDF x 2 ms and recorded as the shadow's own step, so syncs get rarer and the gap wider
+    run = run_cli(tmp_path, "workload.device={type: v100, time_scale: 200}", "workload.iterations=20",
+                  "workload.project_trainers=[]",
+                  "sweep.quick.grid={topology.workers: [2], workload.algorithm: [easgd], "
+                  "workload.shadow_pause_ms: [0, 2]}", "sweep.quick.cases=[shadow]",
+                  plot=False)                                   # no S-/FR- pair: no NE figure
+    for p in run.points:
+        assert p["status"] == "ok", p.get("error")
+    by_pause = {s["workload.shadow_pause_ms"]: s for s in run.metrics_of("shadowsync_summary")}
+    assert sorted(by_pause) == [0, 2]
+    s0, s2 = by_pause[0], by_pause[2]
+    assert sum(s2["syncs"]) < sum(s0["syncs"]) and s2["avg_sync_gap"] > s0["avg_sync_gap"]
+    p2 = run.point(s2["point"])["label"]
+    traces = sorted(run.path.glob(f"points/{p2}/*-shadow.trace.jsonl"))
+    assert len(traces) == 2
+    for t in traces:
+        pauses = [n for n in map(json.loads, t.read_text().splitlines()[1:])
+                  if n.get("kind") == "compute" and n.get("work", {}).get("step") == "pause"]
+        assert pauses and all(n["hw_s"] == 0.002 for n in pauses)
+        assert all(n["t1"] - n["t0"] >= 0.002 * 200 * 0.9 for n in pauses)
