@@ -378,6 +378,9 @@ class ReproductionReport:
     net_mode: str = "mininet"
     # What ran, as the report of the run this one is rewritten from (--from) said it.
     previous_ran: dict[str, Any] | None = None
+    # The code that ran: the checkout as the run started (a long run may outlive commits
+    # made beside it; the report is that code's, not the checkout's at its end).
+    git: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         p = self.paper
@@ -399,7 +402,7 @@ class ReproductionReport:
             "notes": p.notes,
             "ran": {
                 "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
-                "wall_s": round(self.wall_s, 1), "git": git_state(), "machine": machine(),
+                "wall_s": round(self.wall_s, 1), "git": self.git or git_state(), "machine": machine(),
                 "net": self.net_mode if self.runs is not None else None,
                 "seeds": p.quick_seeds if self.quick else p.seeds,
                 "scenarios": [{"key": r.key, "path": r.scenario, "run_dir": r.run_dir,
@@ -427,7 +430,7 @@ def reproduce(name: str, *, quick: bool = False, out: Path | None = None, net_mo
     paper = load_paper(name)
     if from_dir is None and emulate:
         check_scenarios(paper, quick)
-    started = time.time()
+    started, git_at_start = time.time(), git_state()
     t0 = time.monotonic()
     previous = None
     if from_dir is not None:
@@ -453,7 +456,7 @@ def reproduce(name: str, *, quick: bool = False, out: Path | None = None, net_mo
     results = [evaluate(h, runs, flagged) for h in paper.headlines]
     rep = ReproductionReport(paper, report_dir, quick, results, runs, validation, started,
                              time.monotonic() - t0, status, net_mode,
-                             previous_ran=previous.get("ran") if previous else None)
+                             previous_ran=previous.get("ran") if previous else None, git=git_at_start)
     writer.write(rep)
     if status == "interrupted":
         raise KeyboardInterrupt(str(report_dir))

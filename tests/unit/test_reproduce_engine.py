@@ -206,6 +206,20 @@ def test_from_keeps_what_ran_and_recomputes_the_verdicts(tmp_path, monkeypatch):
     assert "Verdicts recomputed from the kept results" in (tmp_path / "report.md").read_text()
 
 
+def test_the_report_names_the_code_that_ran_not_the_checkout_at_its_end(tmp_path, monkeypatch):
+    # a full run lasts hours: commits made beside it must not be reported as what ran
+    paper = Paper("toy", "A toy paper", "Doe", [headline(13.0, True, [7.0, 9.0, 8.0])])
+    monkeypatch.setattr(engine, "load_paper", lambda name: paper)
+    evaluated = []                    # the checkout changes once the run is past its start
+    real_evaluate = engine.evaluate
+    monkeypatch.setattr(engine, "evaluate", lambda *a, **k: evaluated.append(1) or real_evaluate(*a, **k))
+    monkeypatch.setattr(engine, "git_state", lambda: {"commit": "later", "dirty": True} if evaluated
+                        else {"commit": "at-start", "dirty": False})
+    engine.reproduce("toy", emulate=False, out=tmp_path)
+    d = json.loads(next(tmp_path.rglob("report.json")).read_text())
+    assert d["ran"]["git"] == {"commit": "at-start", "dirty": False}
+
+
 def _direction(values, lower_bounds=False) -> Headline:
     from testbed.reproduce.model import ComputedValues
     return Headline(
