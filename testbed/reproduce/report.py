@@ -34,7 +34,10 @@ def _emulated_cell(e: dict[str, Any], unit: str) -> str:
     if e["mean"] is None:
         return f"none valid ({e['n_valid']}/{e['n_points']})" if e["n_points"] else "not run"
     lo, hi = e["ci95"]
-    return f"{fmt(e['mean'], unit)} [{fmt(lo, unit)}, {fmt(hi, unit)}] ({e['n_valid']}/{e['n_points']} valid)"
+    # values, not points: a paired headline (a ratio of two points per seed) takes two
+    # valid points per value, so "5/10 valid" would read as half the points failing
+    return (f"{fmt(e['mean'], unit)} [{fmt(lo, unit)}, {fmt(hi, unit)}] "
+            f"(n = {e['n_valid']} from {e['n_points']} points)")
 
 
 def _computed_cell(c: dict[str, Any], unit: str) -> str:
@@ -84,7 +87,7 @@ def markdown(d: dict[str, Any], figures: list[Path], report_dir: Path) -> str:
     flag = " --no-emulation" if d["ran"]["net"] is None else " --quick" if d["quick"] else ""
     L += [f"# Reproduction report: {d['title']}", "",
           f"`testbed reproduce {d['paper']}{flag}` ({mode}, status **{d['status']}**). {d['citation']}", "",
-          "| claim | paper | projected (paper's setting) | envelope | emulated mean [95 % CI] (valid/points) "
+          "| claim | paper | projected (paper's setting) | envelope | emulated mean [95 % CI] (values from points) "
           "| verdict |", "|---|---|---|---|---|---|"]
     for h in d["headlines"]:
         u = h["unit"]
