@@ -107,6 +107,8 @@ RUNS: dict[str, QuickRun] = {
     "phub/workers.yaml": QuickRun(sets=("sweep.quick.grid.topology.workers=[2]",
                                         "workload.model.size_scale=0.002")),
     # ------------------------------------------------------------------ shadowsync
+    # 16 iterations (quick: 30): both pauses' sync gaps and throughputs remain (the DLRM tower kept).
+    "shadowsync/dlrm_pause.yaml": QuickRun(net="local", sets=("workload.iterations=16",)),
     "shadowsync/loss.yaml": QuickRun(sets=("workload.iterations=24",)),   # shared: test_shadowsync_mininet.py
     # 24 iterations, a 500-example eval set, one repeat (quick: 250, 4000, 2): eval NE of
     # every S-*/FR-* pair and every throughput point remain.
