@@ -173,6 +173,19 @@ def time_plain(model: torch.nn.Module, make_inputs, loss_fn, dev: torch.device, 
     return {"fwd_ms": statistics.median(fwd), "bwd_ms": statistics.median(bwd)}
 
 
+def time_batch(name: str, model: torch.nn.Module, inputs, loss_fn, batch: int, dev, reps, warmup) -> dict:
+    """One batch size of one model: hooked per-layer times and the same mini-batches
+    without hooks; an error is recorded and the run goes on."""
+    try:
+        run = time_layers(model, inputs, loss_fn, dev, reps, warmup)
+        run["no_hooks"] = time_plain(model, inputs, loss_fn, dev, reps, warmup)
+    except Exception as exc:
+        run = error_record(exc)
+    run["batch"] = batch
+    log(f"{name} b{batch}: fwd {run.get('fwd_ms')} bwd {run.get('bwd_ms')} ms; without hooks {run.get('no_hooks')}")
+    return run
+
+
 def image_case(name: str, ctor: str, side: int, kw: dict, batches, dev, reps, warmup, smoke: bool) -> dict:
     tv = importlib.import_module("torchvision.models")
     side = 75 if smoke else side          # Inception-v3's smallest input
@@ -180,17 +193,10 @@ def image_case(name: str, ctor: str, side: int, kw: dict, batches, dev, reps, wa
     rec: dict[str, Any] = {"input_side": side, "params": sum(p.numel() for p in model.parameters()), "runs": []}
     for b in batches:
         log(f"{name} b{b} ...")
-        try:
-            def inputs(b=b):
-                return (torch.randn(b, 3, side, side, device=dev),), torch.randint(0, 1000, (b,), device=dev)
-            run = time_layers(model, inputs, _ce, dev, reps, warmup)
-            run["no_hooks"] = time_plain(model, inputs, _ce, dev, reps, warmup)
-        except Exception as exc:
-            run = error_record(exc)
-        run["batch"] = b
-        rec["runs"].append(run)
-        log(f"{name} b{b}: fwd {run.get('fwd_ms')} bwd {run.get('bwd_ms')} ms; "
-            f"without hooks {run.get('no_hooks')}")
+
+        def inputs(b=b):
+            return (torch.randn(b, 3, side, side, device=dev),), torch.randint(0, 1000, (b,), device=dev)
+        rec["runs"].append(time_batch(name, model, inputs, _ce, b, dev, reps, warmup))
         free_memory(dev)
     return rec
 
@@ -206,16 +212,8 @@ def dlrm_case(batches, dev, reps, warmup) -> dict:
         def inputs(b=b):
             return ((torch.randn(b, 13, device=dev), torch.randn(b, tables, dim, device=dev)),
                     (torch.rand(b, device=dev) < 0.5).float())
-        try:
-            loss = torch.nn.functional.binary_cross_entropy_with_logits
-            run = time_layers(tower, inputs, loss, dev, reps, warmup)
-            run["no_hooks"] = time_plain(tower, inputs, loss, dev, reps, warmup)
-        except Exception as exc:
-            run = error_record(exc)
-        run["batch"] = b
-        rec["runs"].append(run)
-        log(f"dlrm_tower b{b}: fwd {run.get('fwd_ms')} bwd {run.get('bwd_ms')} ms; "
-            f"without hooks {run.get('no_hooks')}")
+        rec["runs"].append(time_batch("dlrm_tower", tower, inputs,
+                                      torch.nn.functional.binary_cross_entropy_with_logits, b, dev, reps, warmup))
     return rec
 
 

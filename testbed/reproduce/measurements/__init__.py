@@ -28,6 +28,20 @@ class Measurement:
     predict: Callable[[], float]
 
 
+def read_measurement_file(path, error: type[Exception]) -> dict:
+    """A measurement file's JSON, or `error` naming the file: the one reader every
+    loader of data/ uses before checking its own schema."""
+    import json  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise error(f"{path}: no such measurement file") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: not JSON ({e})") from None
+
+
 def _all() -> list[Measurement]:
     import importlib  # noqa: PLC0415
     import pkgutil  # noqa: PLC0415

@@ -18,13 +18,12 @@ V100 value.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from testbed.reproduce.measurements import Measurement
+from testbed.reproduce.measurements import Measurement, read_measurement_file
 
 DATA = Path(__file__).with_name("data") / "gpu_h100_2026-11-26.json"
 SCHEMA = "bench.gpu_constants/1"
@@ -52,12 +51,7 @@ def load(path: Path = DATA) -> dict[str, Any]:
     """The measurement file, checked: the schema bench/gpu_constants.py writes, a full
     (not --smoke) run on CUDA, every part done without an error."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise H100DataError(f"{path}: no such measurement file") from None
-    except json.JSONDecodeError as e:
-        raise H100DataError(f"{path}: not JSON ({e})") from None
+    data = read_measurement_file(path, H100DataError)
     if data.get("schema") != SCHEMA:
         raise H100DataError(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA!r}")
     if data.get("smoke") is not False:

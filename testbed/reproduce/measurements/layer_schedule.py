@@ -20,12 +20,11 @@ runs the same code no faster (the host's launch cost is the caveat).
 """
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from testbed.reproduce.measurements import Measurement
+from testbed.reproduce.measurements import Measurement, read_measurement_file
 
 DATA = Path(__file__).with_name("data") / "gpu_h200_layer_times_2026-11-27.json"
 SCHEMA = "bench.gpu_layer_times/1"
@@ -43,10 +42,7 @@ class LayerTimesDataError(ValueError):
 @lru_cache(maxsize=None)
 def load(path: Path = DATA) -> dict[str, Any]:
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise LayerTimesDataError(f"{path}: no such measurement file") from None
+    data = read_measurement_file(path, LayerTimesDataError)
     if data.get("schema") != SCHEMA:
         raise LayerTimesDataError(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA!r}")
     if data.get("smoke") is not False or data.get("env", {}).get("cuda") is None:

@@ -78,7 +78,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from testbed.reproduce.measurements import Measurement
+from testbed.reproduce.measurements import Measurement, read_measurement_file
 
 DATA = Path(__file__).with_name("data") / "lhc_density_2026-11-27.json"
 SCHEMA = "lhc_density/1"
@@ -470,12 +470,7 @@ def measure(smoke: bool = False, models: tuple[str, ...] = tuple(CONFIGS),
 @lru_cache(maxsize=None)
 def load(path: Path = DATA) -> dict[str, Any]:
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DensityDataError(f"{path}: no such measurement file") from None
-    except json.JSONDecodeError as e:
-        raise DensityDataError(f"{path}: not JSON ({e})") from None
+    data = read_measurement_file(path, DensityDataError)
     if data.get("schema") != SCHEMA or set(data.get("models", {})) != set(CONFIGS) or data.get("smoke"):
         raise DensityDataError(f"{path}: not a full {SCHEMA} run (models {', '.join(CONFIGS)})")
     return data

@@ -61,7 +61,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from testbed.reproduce.measurements import Measurement
+from testbed.reproduce.measurements import Measurement, read_measurement_file
 from testbed.reproduce.measurements.shadowsync_ps import socketpair_conn
 
 DATA_DIR = Path(__file__).with_name("data")
@@ -112,12 +112,7 @@ def data_files() -> list[Path]:
 @lru_cache(maxsize=None)
 def load(path: Path) -> dict[str, Any]:
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ServerCostError(f"{path}: no such measurement file") from None
-    except json.JSONDecodeError as e:
-        raise ServerCostError(f"{path}: not JSON ({e})") from None
+    data = read_measurement_file(path, ServerCostError)
     if data.get("schema") != SCHEMA or set(data.get("fits", {})) != set(SERVERS):
         raise ServerCostError(f"{path}: not a full {SCHEMA} run (fits for {', '.join(SERVERS)})")
     if data.get("smoke"):

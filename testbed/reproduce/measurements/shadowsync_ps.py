@@ -41,7 +41,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from testbed.reproduce.measurements import Measurement
+from testbed.reproduce.measurements import Measurement, read_measurement_file
 
 DATA = Path(__file__).with_name("data") / "shadowsync_ps_2026-11-26.json"
 SCHEMA = "shadowsync_ps/1"
@@ -79,12 +79,7 @@ class PsCost:
 @lru_cache(maxsize=None)
 def load(path: Path = DATA) -> dict[str, Any]:
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PsCostError(f"{path}: no such measurement file") from None
-    except json.JSONDecodeError as e:
-        raise PsCostError(f"{path}: not JSON ({e})") from None
+    data = read_measurement_file(path, PsCostError)
     if data.get("schema") != SCHEMA or set(data.get("fits", {})) != set(OPS):
         raise PsCostError(f"{path}: not a full {SCHEMA} run (fits for {', '.join(OPS)})")
     return data
