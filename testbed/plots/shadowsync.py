@@ -7,7 +7,7 @@ foreground dashed) and the scenario's other cases after it. Points whose
 emulation is not valid (the fidelity monitor or the device model) are hollow.
 Throughput is in examples per second of the modeled hardware (emulated / TDF:
 calibrated points run at different TDFs); each S-*/FR-* series' projection from
-the traces of its largest emulated point (testbed/workloads/shadowsync.py
+the traces of its largest emulated point (testbed/workloads/shadowsync_projection.py,
 project_trainers) is the thin line with crosses: every count on it, the emulated one
 included, charges each PS the measured cost of the project's Python PS, whereas an
 emulated point's PS time is divided by its TDF like everything else.
