@@ -73,6 +73,9 @@ def fidelity_and_projection(source: str | Path | Sequence[Trace], profile_name: 
            "reasons": device + list(report.reasons)}
     summary.update(valid=fid["valid"], invalid_reasons=device + ([] if report.valid else list(report.reasons)),
                    net_slowdown_p50=report.net_slowdown_p50, net_ratio_p50=report.ratio_p50)
+    # what a retry needs (WorkloadRuntime.retune): whether the network was dilated
+    # (its rule differs) and, below, the hardware iteration (its deadline)
+    fid.setdefault("network_dilated", bool(summary.get("network_dilated")))
     out = PointFidelity(fid, traces=traces, profile=profile)
     try:
         proj = project(traces, profile, compute_time, max_nodes=max_nodes)
@@ -87,6 +90,7 @@ def fidelity_and_projection(source: str | Path | Sequence[Trace], profile_name: 
                       "profile": profile.label(), "hw_run_s": proj.makespan_s, "hw_iter_ms": iter_ms,
                       "truncated": bool(proj.truncated), **(extra or {})}
     summary["projected_hw_iter_ms"] = iter_ms
+    fid["hw_iter_s"] = iter_ms / 1e3 if iter_ms else None
     emulated_hw_ms = summary.get("hw_iter_ms") or (summary["iter_ms"] / tdf if summary.get("iter_ms") and tdf
                                                    else None)
     if iter_ms and emulated_hw_ms:

@@ -108,7 +108,8 @@ def _device_text(run: Run, sums: list[dict[str, Any]]) -> str:
     cal = [s["calibrated"] for s in sums if "calibrated" in s]
     if cal:
         dev_txt += ("; dilation calibrated on this machine" if all(cal) else
-                    f"; dilation NOT calibrated (assumed) on {cal.count(False)} of {len(cal)} point(s)")
+                    f"; dilation NOT calibrated on {cal.count(False)} of {len(cal)} point(s) (a fixed TDF: "
+                    "the scenario's, or a retry's from its first attempt's measured slowdown)")
     nd = [bool(s.get("network_dilated")) for s in sums if s.get("device") != "cpu"]
     if nd:
         dev_txt += ("; network slowed to each point's TDF by the soft switch" if all(nd) else

@@ -49,3 +49,18 @@ class CalibratedWorkloadParams(BaseModel):
     def _figures(cls, data: Any) -> Any:
         register_figures_if_loaded(*cls.FIGURES)
         return data
+
+    # What a retry of a calibrated point runs at (WorkloadRuntime.retune) ------------------
+    def at_fixed_tdf(self, tdf: float) -> "CalibratedWorkloadParams | None":
+        """This workload with calibration replaced by the fixed TDF `tdf`, its network
+        dilated to it as calibration would have dilated it; None where the workload's
+        hosts cannot dilate the network at a fixed TDF (then no retry is made)."""
+        return None
+
+    def retry_fits(self, tdf: float, fidelity: dict[str, Any]) -> bool:
+        """Whether a retry at `tdf` keeps within the point's deadline: as calibration
+        refuses a TDF that would make one iteration on the modeled hardware outrun
+        ITERATION_WALL_S, so is a retry (the projection's hardware iteration,
+        `hw_iter_s`, times the TDF). Unknown iteration time: no retry."""
+        hw_iter_s = fidelity.get("hw_iter_s")
+        return bool(hw_iter_s) and tdf * float(hw_iter_s) <= ITERATION_WALL_S

@@ -181,6 +181,9 @@ class EasgdWorkload(CalibratedWorkloadParams):
     def calibrated(self) -> bool:
         return self.device.get("type", "cpu") != "cpu" and self.device.get("time_scale") == "auto"
 
+    def at_fixed_tdf(self, tdf: float) -> "EasgdWorkload":
+        return self.model_copy(update={"device": {**self.device, "time_scale": tdf}})
+
     @property
     def time_scale(self) -> float:
         """The fixed TDF, or calibration's starting one."""

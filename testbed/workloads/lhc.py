@@ -130,6 +130,13 @@ class LhcWorkload(CalibratedWorkloadParams):
     calibration_iterations: int = Field(2, ge=1, le=20, description="time_scale auto: aggregations per "
                                         "calibration round (unchecked; measured iterations follow).")
 
+    @property
+    def calibrated(self) -> bool:
+        return self.device.calibrated
+
+    def at_fixed_tdf(self, tdf: float) -> "LhcWorkload":
+        return self.model_copy(update={"device": self.device.model_copy(update={"time_scale": tdf})})
+
     @field_validator("gradient")
     @classmethod
     def _check_gradient(cls, spec: dict[str, Any]) -> dict[str, Any]:

@@ -247,6 +247,15 @@ class P4sgdWorkload(CalibratedWorkloadParams):
         """Dilation set by calibration on the built network (modeled devices only)."""
         return self.time_scale == "auto" and not self.measured
 
+    def at_fixed_tdf(self, tdf: float) -> "P4sgdWorkload":
+        return self.model_copy(update={"time_scale": tdf})
+
+    def retry_fits(self, tdf: float, fidelity: dict[str, Any]) -> bool:
+        """P4SGD's deadline is timeout_s over the run's hardware time (hw_train_s), as
+        calibration's (run_wall_s = timeout_s)."""
+        hw_s = fidelity.get("hw_train_s")
+        return not hw_s or tdf * float(hw_s) <= self.timeout_s
+
     @property
     def dilation(self) -> float:
         """The fixed dilation, or calibration's starting point."""
@@ -394,30 +403,6 @@ class P4sgdRuntime(WorkloadRuntime):
 
     def summarize(self, ctx: PointContext, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [summary_row(r) for r in records if r.get("type") == "p4sgd_summary"]
-
-    def retune(self, point: Any, fidelity: dict[str, Any] | None) -> Any | None:
-        """Calibrated points whose run-long network slowdown left the band: once more at
-        a fixed TDF (not re-calibrated) from what the monitor measured over the run, by
-        calibration's own rule (hosts.common.calibration.retune_tdf: on a dilated network
-        headroom x the emulator's own slowdown; undilated, the slowdown itself)."""
-        import dataclasses  # noqa: PLC0415
-
-        from hosts.common.calibration import retune_tdf  # noqa: PLC0415
-
-        wl: P4sgdWorkload = point.scenario.workload
-        if (not wl.calibrated or not fidelity or "dilation_mismatch" not in (fidelity.get("flags") or [])
-                or not fidelity.get("net_slowdown_p50") or not fidelity.get("tdf")):
-            return None
-        tdf = retune_tdf(float(fidelity["tdf"]), float(fidelity["net_slowdown_p50"]),
-                         wl.network_headroom if fidelity.get("network_dilated") else None,
-                         fidelity.get("net_slowdown_p99"))
-        # As calibration refuses a TDF the run would not finish at (run_wall_s = timeout_s):
-        # a retry that would outrun the point's deadline is not made; the first verdict stays.
-        hw_s = fidelity.get("hw_train_s")
-        if tdf is None or (hw_s and tdf * hw_s > wl.timeout_s):
-            return None
-        scn = point.scenario.model_copy(update={"workload": wl.model_copy(update={"time_scale": tdf})})
-        return dataclasses.replace(point, scenario=scn)
 
 
 def _write_xrt_plans(wl: P4sgdWorkload, workers: list[str], work_dir: Path) -> None:

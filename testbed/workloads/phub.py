@@ -155,6 +155,9 @@ class PhubWorkload(CalibratedWorkloadParams):
         """time_scale auto on a modeled device (the CNN is measured: TDF 1, nothing to calibrate)."""
         return self.model.kind == "profile" and self.device.calibrated
 
+    def at_fixed_tdf(self, tdf: float) -> "PhubWorkload":
+        return self.model_copy(update={"device": self.device.model_copy(update={"time_scale": tdf})})
+
     def tdf_start(self) -> float:
         return self.device.start_tdf() if self.model.kind == "profile" else 1.0
 

@@ -183,6 +183,9 @@ class ShadowSyncWorkload(CalibratedWorkloadParams):
     def calibrated(self) -> bool:
         return self.device.get("time_scale") == "auto"
 
+    # at_fixed_tdf stays None (no retry): the shadowsync hosts dilate the network only
+    # while calibrating (network_dilation below), so a fixed-TDF retry would run undilated.
+
     @property
     def time_scale(self) -> float:
         """The fixed TDF, or (calibrated) the first round's."""

@@ -142,6 +142,9 @@ class TorchWorkload(CalibratedWorkloadParams):
     def calibrated(self) -> bool:
         return self.modeled and self.device.get("time_scale", "auto") == "auto"
 
+    def at_fixed_tdf(self, tdf: float) -> "TorchWorkload":
+        return self.model_copy(update={"device": {**self.device, "time_scale": tdf}})
+
     def device_spec(self) -> dict[str, Any]:
         """The hosts' device block: auto starts at CALIBRATION_START (round 0)."""
         if not self.modeled:

@@ -89,3 +89,52 @@ def test_no_retry_where_it_cannot_help_or_would_outrun_the_deadline():
     assert rt.retune(p, {**fidelity(3000.0, 4000.0), "flags": []}) is None
     fixed = point("time_scale: 500.0")
     assert not fixed.scenario.workload.calibrated and rt.retune(fixed, fidelity(500.0, 900.0)) is None
+
+
+def first_calibrated_point(path: str):
+    from testbed.scenario import load_scenario  # noqa: PLC0415
+    pts = [p for p in expand_points(load_scenario(path)) if p.scenario.workload.calibrated]
+    assert pts, f"{path}: no calibrated point"
+    return pts[0]
+
+
+def fixed_tdf_of(wl) -> float:
+    """Where each workload keeps its time scale (a field, a device model or a device dict)."""
+    dev = wl.device
+    return dev["time_scale"] if isinstance(dev, dict) else dev.time_scale
+
+
+@pytest.mark.parametrize("path", ["scenarios/phub/workers.yaml", "scenarios/lhc/throughput.yaml",
+                                  "scenarios/easgd/weak_scaling.yaml", "scenarios/torch/lenet.yaml"])
+def test_every_calibrated_workload_that_dilates_at_a_fixed_tdf_is_retried(path):
+    """The retry (one rule for every workload, WorkloadRuntime.retune) runs the point at a
+    fixed TDF where the workload keeps it, and only within the deadline: one iteration
+    on the modeled hardware x the TDF within ITERATION_WALL_S, as calibration refuses."""
+    from testbed.workloads.base import get_runtime  # noqa: PLC0415
+    from testbed.workloads.calibrated import ITERATION_WALL_S  # noqa: PLC0415
+
+    p = first_calibrated_point(path)
+    rt = get_runtime(p.scenario.workload.kind)
+    fid = {**fidelity(3000.0, 4000.0), "hw_iter_s": 1e-3}
+    retry = rt.retune(p, fid)
+    assert retry is not None, path
+    wl = retry.scenario.workload
+    assert not wl.calibrated
+    h = p.scenario.workload.network_headroom
+    want = retune_tdf(3000.0, 4000.0, h, None)
+    assert fixed_tdf_of(wl) == want
+    # everything else is the point's own
+    assert retry.scenario.workload.model_copy(update={"device": p.scenario.workload.device}) == p.scenario.workload
+    # the deadline: 30 s per hardware iteration
+    assert rt.retune(p, {**fid, "hw_iter_s": 1.01 * ITERATION_WALL_S / want}) is None
+    assert rt.retune(p, {**fid, "hw_iter_s": None}) is None
+    # a failure a TDF does not fix (agreement, device model) is not retried
+    assert rt.retune(p, {**fid, "flags": ["projection_disagrees"]}) is None
+
+
+def test_shadowsync_is_not_retried_at_a_fixed_tdf():
+    """Its hosts dilate the network only while calibrating: a fixed-TDF retry would run
+    undilated, so none is made."""
+    from testbed.workloads.base import get_runtime  # noqa: PLC0415
+    p = first_calibrated_point("scenarios/shadowsync/throughput.yaml")
+    assert get_runtime("shadowsync").retune(p, {**fidelity(3000.0, 4000.0), "hw_iter_s": 1e-4}) is None
