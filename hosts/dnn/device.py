@@ -95,7 +95,8 @@ def layer_phase_s(phase: str, batch: float, flops_per_sample: float, activation_
     the uncounted element-wise ops), and the measured per-layer backward times on an
     H200 (testbed/reproduce/measurements/data/gpu_h200_layer_times_2026-11-27.json,
     AlexNet's fully connected layers, strict fp32, at this formula with the H200's
-    data-sheet 67 TFLOP/s fp32 and 4.8 TB/s and the default efficiencies) sit nearer
+    data-sheet 67 TFLOP/s fp32 and 4.8 TB/s [D, not re-read here] and the default
+    efficiencies) sit nearer
     the sum: fc6/fc7/fc8 at batch 32 took 275/159/101 us, the sum gives 281/131/40 and
     the max 190/90/30; at batch 64 283/140/63 us against 463/212/60 (sum) and
     371/170/49 (max); over the six, mean |ln(model / measured)| is 0.35 for the sum

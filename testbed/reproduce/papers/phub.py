@@ -133,8 +133,8 @@ GPU_MEM = AssumedConstant(
     "gpu_mem_gbs", 630.0, 290.0, 750.0, "GB/s",
     "effective memory bandwidth per worker GPU (weights, weight gradients and activations of each layer): "
     "nominal hosts/dnn/device.py's V100 HBM2 (900 GB/s peak [D]) x its hbm_efficiency 0.7 [A]; range from a "
-    "GTX 1080 Ti (484 GB/s peak [D]) at 60 % to the 750 GB/s a V100 streaming microbenchmark reached (Jia et "
-    "al., arXiv 1804.06826; the device:glm-gpu validation row)")
+    "GTX 1080 Ti (484 GB/s peak [D, not re-read here]) at 60 % [A] to the 750 GB/s a V100 streaming "
+    "microbenchmark reached (Jia et al., arXiv 1804.06826; the device:glm-gpu validation row)")
 BATCH = AssumedConstant("batch_per_worker", 32, 16, 64, "images",
                         "per-GPU batch: not in the stored material; 32 is the phub workload's default, "
                         "16-64 the usual ImageNet per-GPU range")
