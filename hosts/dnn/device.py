@@ -26,6 +26,15 @@ Per phase:  sum over layers of flops / (peak * efficiency)
 The optimizer step is not charged [A: an element-wise pass over the parameters,
 small next to the forward/backward of a batch].
 
+Per layer, for profiles that know each layer's weights and activations
+(hosts/phub/profiles.py: PHub's projection and its emulated workers),
+`layer_phase_s` adds the weight traffic (read once per batch in forward; read and
+the weight gradient written in backward) and the activations read and written to
+the same three terms; its docstring says why a sum and not a max. DnnDevice.hw_time
+does not use it yet: `profile` records no weight or activation bytes of a torch
+model, and the LHC, EASGD and ShadowSync projections and their validation rows
+(device:dnn-*, device:knl) rest on hw_time as it is; moving them is its own change.
+
 Numbers and where they come from. [V] = checked in a source here (the project's
 research/time-fidelity.md §5.4), [D] = vendor data-sheet figure quoted, not
 re-read here, [A] = our assumption.
@@ -63,6 +72,49 @@ HBM_BPS: dict[str, float] = {"v100": 900e9, "a100": 1.555e12, "h100": 3.35e12,
 DEFAULT_EFFICIENCY = 0.4       # [A]
 DEFAULT_HBM_EFFICIENCY = 0.7   # [A]
 DEFAULT_LAUNCH_S = 5e-6        # [A]
+
+
+def layer_phase_s(phase: str, batch: float, flops_per_sample: float, activation_bytes_per_sample: float,
+                  weight_bytes: float, flops_rate: float, mem_rate: float, launch_s: float) -> float:
+    """One layer's forward or backward seconds for a per-layer profile that knows the
+    layer's weights and activations (PHub's projection, papers/phub.py compute_times, and
+    its emulated workers, hosts/phub/model.py): compute + memory + kernel launches.
+
+      forward   flops x batch;      reads its input, writes its output (activation bytes
+                x batch), reads the weights once per batch; 1 kernel
+      backward  2 x flops x batch;  the data-gradient kernel reads the output gradient and
+                the weights and writes the input gradient, the weight-gradient kernel reads
+                the output gradient and the input and writes the weight gradient: 2 x the
+                activation bytes x batch + 2 x the weight bytes; 2 kernels
+    flops_rate and mem_rate are effective rates (peak x efficiency). Weights are per
+    batch, not per sample: at small batches a fully connected layer's time is its
+    weight traffic as much as its FLOPs.
+
+    Sum, not max(compute, memory) (the roofline bound for one kernel that overlaps
+    both perfectly): a layer here is several kernels (data and weight gradients, bias,
+    the uncounted element-wise ops), and the measured per-layer backward times on an
+    H200 (testbed/reproduce/measurements/data/gpu_h200_layer_times_2026-11-27.json,
+    AlexNet's fully connected layers, strict fp32, at this formula with the H200's
+    data-sheet 67 TFLOP/s fp32 and 4.8 TB/s [D, not re-read here] and the default
+    efficiencies) sit nearer
+    the sum: fc6/fc7/fc8 at batch 32 took 275/159/101 us, the sum gives 281/131/40 and
+    the max 190/90/30; at batch 64 283/140/63 us against 463/212/60 (sum) and
+    371/170/49 (max); over the six, mean |ln(model / measured)| is 0.35 for the sum
+    and 0.48 for the max. Neither follows the measured flatness from batch 32 to 64 (a
+    skinny GEMM's efficiency rises with the batch, a constant efficiency cannot), and
+    the convolutions, compute-bound either way (sum and max within 8 %), conv2-conv5
+    run 1.1-4.5x faster than 40 % of the fp32 peak allows (cuDNN's Winograd/FFT
+    algorithms do fewer FLOPs)."""
+    if phase == "forward":
+        flops, moved, kernels = flops_per_sample * batch, activation_bytes_per_sample * batch + weight_bytes, 1
+    elif phase == "backward":
+        flops, moved, kernels = (2 * flops_per_sample * batch,
+                                 2 * activation_bytes_per_sample * batch + 2 * weight_bytes, 2)
+    else:
+        raise ValueError(f"phase must be forward or backward, got {phase!r}")
+    if flops_rate <= 0 or mem_rate <= 0:
+        raise ValueError(f"rates must be > 0, got flops_rate {flops_rate}, mem_rate {mem_rate}")
+    return flops / flops_rate + moved / mem_rate + kernels * launch_s
 
 
 @dataclass

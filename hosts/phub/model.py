@@ -37,11 +37,12 @@ class _Base:
 
 class ProfileModel(_Base):
     """Keys = the profile's layers at size_scale x their size; compute modeled per layer
-    on hosts/dnn/device.py's accelerator (FLOPs also x size_scale), slept x time_scale;
+    on hosts/dnn/device.py's accelerator (layer_phase_s: FLOPs and activation bytes also
+    x size_scale, weight bytes of the scaled key), slept x time_scale;
     gradients from hosts/phub/objective.py (they read the current weights)."""
 
     def __init__(self, cfg, spec: dict[str, Any]):
-        from hosts.dnn.device import make_device  # noqa: PLC0415
+        from hosts.dnn.device import layer_phase_s, make_device  # noqa: PLC0415
         unknown = sorted(set(spec) - {"kind", "name", "size_scale"})
         if unknown:
             raise ConfigError(f"model: unknown key(s) {unknown}")
@@ -49,10 +50,12 @@ class ProfileModel(_Base):
         self.scale = float(spec.get("size_scale", 1.0))
         self.sizes = [max(1, round(x.params * self.scale)) for x in self.profile.layers]
         self.flops = [x.flops * self.scale for x in self.profile.layers]
+        self.act_bytes = [4.0 * (x.in_values + x.out_values) * self.scale for x in self.profile.layers]  # fp32
         dev = dict(cfg.device or {"type": "v100"})
         if dev.get("type") == "cpu":
             raise ConfigError("model profile: compute is modeled only; device type must be an accelerator")
         self.device = make_device(dev)
+        self._layer_phase_s = layer_phase_s
         self.batch = cfg.batch_size
         self.weights = objective.initial_weights(cfg.seed, self.sizes)
         self._gbase = [objective.noise_base(cfg.seed, cfg.rank, k, n) for k, n in enumerate(self.sizes)]
@@ -65,9 +68,10 @@ class ProfileModel(_Base):
         return self.device.time_scale
 
     def layer_hw(self, k: int, phase: str) -> float:
-        """hosts/dnn/device.py DnnDevice.hw_time's formula for one layer (no HBM-bound layers here)."""
-        d, m = self.device, 1 if phase == "forward" else 2
-        hw = m * self.flops[k] * self.batch / (d.peak_flops * d.efficiency) + m * d.launch_s
+        """hosts/dnn/device.py layer_phase_s for layer k on this device (fp32 weights: the key's values)."""
+        d = self.device
+        hw = self._layer_phase_s(phase, self.batch, self.flops[k], self.act_bytes[k], 4.0 * self.sizes[k],
+                                 d.peak_flops * d.efficiency, d.hbm_Bps * d.hbm_efficiency, d.launch_s)
         s = self.straggler
         if s and time.perf_counter() - self.t_start >= s.get("start_s", 0.0):
             hw *= s.get("slowdown", 1.0)

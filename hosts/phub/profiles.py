@@ -19,7 +19,10 @@ tests/unit/test_phub_profiles.py checks the totals.
 FLOPs: 2 x multiply-accumulates of convolutions and fully connected layers (as
 hosts/dnn/device.py counts them); batch norm, pooling and activations are not
 counted (as there). A layer's key holds all its parameters (conv/fc weight, bias,
-batch-norm gamma and beta), so PHub's keys here are layers.
+batch-norm gamma and beta), so PHub's keys here are layers. Each layer also has
+its input and output activation values per sample (C x H x W of the tensor the
+convolution or fc reads and writes), which hosts/dnn/device.py layer_phase_s
+charges at the memory bandwidth with the weights.
 """
 from __future__ import annotations
 
@@ -31,6 +34,8 @@ class Layer:
     name: str
     params: int
     flops: float      # forward FLOPs per sample
+    in_values: int    # input activation values per sample (what the layer reads besides its weights)
+    out_values: int   # output activation values per sample
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ class _Net:
         h, w = hw or (self.h, self.w)
         oh, ow = (h + 2 * ph - kh) // stride + 1, (w + 2 * pw - kw) // stride + 1
         params = cin * cout * kh * kw + (cout if bias else 0) + (2 * cout if bn else 0)
-        self.layers.append(Layer(name, params, 2.0 * cin * kh * kw * cout * oh * ow))
+        self.layers.append(Layer(name, params, 2.0 * cin * kh * kw * cout * oh * ow, cin * h * w, cout * oh * ow))
         if commit:
             self.c, self.h, self.w = cout, oh, ow
         return oh, ow
@@ -72,7 +77,7 @@ class _Net:
         self.h, self.w = (self.h + 2 * pad - k) // stride + 1, (self.w + 2 * pad - k) // stride + 1
 
     def fc(self, name: str, fin: int, fout: int) -> None:
-        self.layers.append(Layer(name, fin * fout + fout, 2.0 * fin * fout))
+        self.layers.append(Layer(name, fin * fout + fout, 2.0 * fin * fout, fin, fout))
         self.c, self.h, self.w = fout, 1, 1
 
 

@@ -43,17 +43,65 @@ def test_the_paper_declares_its_abstract_numbers_with_sources():
 
 
 def test_without_communication_an_iteration_is_the_device_models_compute():
-    from hosts.dnn.device import DEFAULT_EFFICIENCY, DEFAULT_LAUNCH_S, PEAK_FLOPS
+    from hosts.dnn.device import DEFAULT_EFFICIENCY, DEFAULT_HBM_EFFICIENCY, DEFAULT_LAUNCH_S, HBM_BPS, PEAK_FLOPS
     from hosts.phub.profiles import get_profile
     prof = get_profile("resnet50")
     rate = PEAK_FLOPS["v100"]["fp32"] * DEFAULT_EFFICIENCY
-    expect = sum(3 * (x.flops * 32 / rate + DEFAULT_LAUNCH_S) for x in prof.layers)
+    mem = HBM_BPS["v100"] * DEFAULT_HBM_EFFICIENCY
+    # forward + backward: 3 x FLOPs, 3 x activations (in + out, fp32), 3 x weights (read; read + dW written)
+    expect = sum(3 * (x.flops * 32 / rate + 4 * (32 * (x.in_values + x.out_values) + x.params) / mem
+                      + DEFAULT_LAUNCH_S) for x in prof.layers)
     assert phub.GPU.nominal == pytest.approx(rate / 1e12, rel=1e-3)
-    over = {"gpu_tflops": rate / 1e12, "workers": 1}
+    assert phub.GPU_MEM.nominal == pytest.approx(mem / 1e9, rel=1e-3)
+    over = {"gpu_tflops": rate / 1e12, "gpu_mem_gbs": mem / 1e9, "workers": 1}
     for system in ("phub", "sharded_ps", "ring"):
         assert phub.iteration_s(system, "resnet50", over) == pytest.approx(expect, rel=1e-9)
     for system in ("phub", "sharded_ps", "ring"):     # communication only adds
         assert phub.iteration_s(system, "resnet50") > expect
+
+
+def test_a_fully_connected_layers_backward_pays_its_weight_traffic_per_batch():
+    """fc6 of AlexNet (37.8 M parameters): its backward reads the weights and writes the
+    weight gradient once per batch, so even at batch 1 it takes at least 2 x 4 B x params
+    over the memory bandwidth; and the weight traffic does not grow with the batch."""
+    fc6 = next(i for i, x in enumerate(phub._layers("alexnet")) if x.name == "fc6")
+    params = phub._layers("alexnet")[fc6].params
+    mem = phub.GPU_MEM.nominal * 1e9
+    fast = {"gpu_tflops": 1e6}                     # FLOPs free: what is left is memory and launches
+    one = phub.compute_times("alexnet", phub._c({**fast, "batch_per_worker": 1}))
+    assert one[1][fc6] >= 2 * 4 * params / mem
+    assert one[0][fc6] >= 4 * params / mem        # forward reads them
+    many = phub.compute_times("alexnet", phub._c({**fast, "batch_per_worker": 64}))
+    x = phub._layers("alexnet")[fc6]               # 63 more samples add their activations only (+2 %)
+    assert many[1][fc6] - one[1][fc6] == pytest.approx(2 * 4 * 63 * (x.in_values + x.out_values) / mem, rel=1e-3)
+    # at the nominal GPU and batch, the weight traffic is a large part of fc6's backward
+    nominal = phub.compute_times("alexnet", phub._c({}))[1][fc6]
+    flops_only = 2 * phub._layers("alexnet")[fc6].flops * phub.BATCH.nominal / (phub.GPU.nominal * 1e12)
+    assert nominal >= flops_only + 2 * 4 * params / mem
+
+
+def test_the_layer_formula_is_hosts_dnn_devices_and_the_emulated_workers_use_it():
+    from types import SimpleNamespace
+
+    from hosts.dnn.device import layer_phase_s
+    from hosts.phub.model import ProfileModel
+    assert layer_phase_s("backward", 8, 10.0, 100.0, 1000.0, 1.0, 1.0, 0.0) == 2 * 80 + 2 * 800 + 2 * 1000
+    assert layer_phase_s("forward", 8, 10.0, 100.0, 1000.0, 1.0, 1.0, 0.5) == 80 + 800 + 1000 + 0.5
+    with pytest.raises(ValueError, match="phase"):
+        layer_phase_s("step", 8, 10.0, 100.0, 1000.0, 1.0, 1.0, 0.0)
+    from hosts.dnn.device import DEFAULT_HBM_EFFICIENCY, HBM_BPS
+    scale = 0.001                                  # the emulated workers' keys at 0.1 % size
+    cfg = SimpleNamespace(device={"type": "v100", "time_scale": 1.0}, batch_size=32, seed=1, rank=0,
+                          straggler=None)
+    m = ProfileModel(cfg, {"kind": "profile", "name": "alexnet", "size_scale": scale})
+    mem = HBM_BPS["v100"] * DEFAULT_HBM_EFFICIENCY
+    for k, x in enumerate(phub._layers("alexnet")):
+        for phase in ("forward", "backward"):
+            assert m.layer_hw(k, phase) == layer_phase_s(
+                phase, 32, x.flops * scale, 4.0 * (x.in_values + x.out_values) * scale, 4.0 * m.sizes[k],
+                m.device.peak_flops * m.device.efficiency, mem, m.device.launch_s)
+        if x.name == "fc6":                        # the scaled key's weights are read and written
+            assert m.layer_hw(k, "backward") >= 2 * 4.0 * m.sizes[k] / mem
 
 
 def test_bandwidth_bound_speedup_is_the_link_load_ratio():
@@ -73,7 +121,7 @@ def test_phub_server_work_is_hosts_phub_server_model():
     from hosts.phub.server import modeled_key_s
     few = {"pbox_cores": 8, "reduce_gbs": 5.0, "gpu_tflops": 1e6, "link_gbps": 10_000.0}
     t = phub.iteration_s("phub", "alexnet", few)
-    cpu = sum(modeled_key_s(p, phub.WORKERS, 8, True, 5e9) for p, _ in phub._layers("alexnet"))
+    cpu = sum(modeled_key_s(x.params, phub.WORKERS, 8, True, 5e9) for x in phub._layers("alexnet"))
     assert t >= cpu
     assert t == pytest.approx(cpu, rel=0.25)       # compute free, links 10 Tbit/s: the cores decide
 

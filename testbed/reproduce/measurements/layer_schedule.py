@@ -2,7 +2,9 @@
 (data/gpu_h200_layer_times_2026-11-27.json, written by bench/gpu_layer_times.py;
 data/README.md names the device, the date and the command), against the per-layer
 model the PHub projection uses (testbed/reproduce/papers/phub.py compute_times:
-each layer's backward time in proportion to its FLOPs plus a kernel launch).
+hosts/dnn/device.py layer_phase_s, each layer's backward time its FLOPs at the
+effective rate plus its weights read, its weight gradient written and its
+activations at the effective memory bandwidth, plus two kernel launches).
 
 What PHub's and the MXNet-like PS's overlap of communication with backpropagation
 depends on is the SHAPE of that schedule (how early in the backward pass how much
@@ -11,7 +13,10 @@ share of the backward pass elapsed when a given share of the parameters' gradien
 is ready, a ratio of two times on one device. The measurement is an H200's
 (strict fp32, TF32 off); the projection's nominal GPU is a V100 model: a different
 device can change the shape where a layer is launch-bound rather than
-compute-bound (AlexNet's small convolutions), which is part of what the rows show.
+compute-bound (AlexNet's small convolutions), or where cuDNN picks an algorithm
+that does fewer FLOPs than the model counts (AlexNet's 5x5 and 3x3 convolutions run
+1.1-4.5x faster on the H200 than 40 % of its fp32 peak allows), which is part of
+what the rows show.
 
 Also the ShadowSync DLRM dense tower's forward + backward step (device:dnn-v100),
 as approximately a lower bound: eager PyTorch on an H200 has more compute and bandwidth
@@ -117,8 +122,9 @@ def _schedule_rows() -> list[Measurement]:
                 quantity=f"{model}: share of the backward pass elapsed when {share:.0%} of the parameters' "
                          "gradients are ready",
                 setting=f"batch {PHUB_BATCH}, strict fp32; the measurement is an H200's; the model is "
-                        "papers/phub.py compute_times at its nominal constants (per-layer FLOPs / effective rate "
-                        "+ one launch, backward = 2 x forward)",
+                        "papers/phub.py compute_times at its nominal constants (per layer: 2 x FLOPs / effective "
+                        "rate + (weights read + weight gradient written + 2 x activations) / effective memory "
+                        "bandwidth + 2 launches)",
                 published=100 * ready_share(measured_order(model), share), unit="% of backward",
                 source=source(f"models.{model} batch {PHUB_BATCH}: per-layer ready_ms / bwd_ms"),
                 predict=lambda m=model, s=share: 100 * ready_share(modeled_order(m), s)))

@@ -14,8 +14,12 @@ Headlines (abstracts only: the stored material has no evaluation section):
 
 The projection (`iteration_s`) at the paper's setting as far as it is known:
 8 workers, one GPU each, full-size ResNet-50 / Inception-v3 / AlexNet (their
-per-layer sizes and FLOPs: hosts/phub/profiles.py), per-layer forward and
-backward times from hosts/dnn/device.py's formula, on a cloud rack of 10 GbE
+per-layer sizes, FLOPs and activations: hosts/phub/profiles.py), per-layer forward
+and backward times from hosts/dnn/device.py layer_phase_s (FLOPs at the GPU's
+effective rate + weight and activation bytes at its effective memory bandwidth +
+kernel launches: a fully connected layer's weights are read and its weight
+gradient written once per batch, which at batch 32 adds about 60 % to AlexNet's
+fc layers' backward FLOP time), on a cloud rack of 10 GbE
 with the kernel TCP stack (testbed/fidelity/profiles/cloud-10g.yaml). One
 iteration: the backward pass from the last layer to the first, each layer's
 gradient handed to the exchange as it is produced; the next forward pass starts
@@ -125,6 +129,12 @@ GPU = AssumedConstant(
     "effective fp32 throughput per worker GPU: nominal hosts/dnn/device.py's V100 (15.7 peak [D]) x its "
     "efficiency 0.4 [A]; the paper's GPU is not in the stored material; range covers a GTX 1080 Ti "
     "(11.3 peak) to a V100 at 30-60 % of peak")
+GPU_MEM = AssumedConstant(
+    "gpu_mem_gbs", 630.0, 290.0, 750.0, "GB/s",
+    "effective memory bandwidth per worker GPU (weights, weight gradients and activations of each layer): "
+    "nominal hosts/dnn/device.py's V100 HBM2 (900 GB/s peak [D]) x its hbm_efficiency 0.7 [A]; range from a "
+    "GTX 1080 Ti (484 GB/s peak [D, not re-read here]) at 60 % [A] to the 750 GB/s a V100 streaming "
+    "microbenchmark reached (Jia et al., arXiv 1804.06826; the device:glm-gpu validation row)")
 BATCH = AssumedConstant("batch_per_worker", 32, 16, 64, "images",
                         "per-GPU batch: not in the stored material; 32 is the phub workload's default, "
                         "16-64 the usual ImageNet per-GPU range")
@@ -179,7 +189,7 @@ BOX_COST = AssumedConstant(
     "price of the PBox in worker machines: no price is sourced here (the SoCC'18 cost model is not in the "
     "stored material); 0.5-4 covers a CPU-only box with many NICs against a GPU worker")
 
-SPEED_CONSTANTS = [GPU, BATCH, NET_EFF, PHUB_NET_EFF, COPIES, THREADS, MSG, SERVERS, PHUB_MSG, PBOX_BW,
+SPEED_CONSTANTS = [GPU, GPU_MEM, BATCH, NET_EFF, PHUB_NET_EFF, COPIES, THREADS, MSG, SERVERS, PHUB_MSG, PBOX_BW,
                    PBOX_CORES, HOST_STACK, REDUCE, LINK]
 NOMINAL = {c.name: c.nominal for c in SPEED_CONSTANTS + [BOX_COST]}
 
@@ -187,9 +197,10 @@ NOMINAL = {c.name: c.nominal for c in SPEED_CONSTANTS + [BOX_COST]}
 # --- the models ------------------------------------------------------------------------------------
 
 @lru_cache(maxsize=None)
-def _layers(model: str) -> tuple[tuple[int, float], ...]:
+def _layers(model: str):
+    """The profile's layers (hosts/phub/profiles.py Layer: params, flops, in_values, out_values)."""
     from hosts.phub.profiles import get_profile  # noqa: PLC0415
-    return tuple((x.params, x.flops) for x in get_profile(model).layers)
+    return get_profile(model).layers
 
 
 @lru_cache(maxsize=256)
@@ -221,13 +232,17 @@ def _c(over: dict[str, float]) -> dict[str, float]:
 
 
 def compute_times(model: str, c: dict[str, float]) -> tuple[list[float], list[float]]:
-    """Per-layer forward and backward seconds: hosts/dnn/device.py's formula (FLOPs x
-    batch / effective FLOP/s + a kernel launch; backward twice both)."""
-    from hosts.dnn.device import DEFAULT_LAUNCH_S  # noqa: PLC0415
-    rate = c["gpu_tflops"] * 1e12
+    """Per-layer forward and backward seconds: hosts/dnn/device.py layer_phase_s (FLOPs x
+    batch at gpu_tflops, fp32 weight and activation bytes at gpu_mem_gbs, kernel launches)."""
+    from hosts.dnn.device import DEFAULT_LAUNCH_S, layer_phase_s  # noqa: PLC0415
+    rate, mem = c["gpu_tflops"] * 1e12, c["gpu_mem_gbs"] * 1e9
     b = c["batch_per_worker"]
-    fwd = [f * b / rate + DEFAULT_LAUNCH_S for _, f in _layers(model)]
-    return fwd, [2 * x for x in fwd]
+    out: tuple[list[float], list[float]] = ([], [])
+    for x in _layers(model):
+        for phase, times in zip(("forward", "backward"), out):
+            times.append(layer_phase_s(phase, b, x.flops, VALUE_BYTES * (x.in_values + x.out_values),
+                                       VALUE_BYTES * x.params, rate, mem, DEFAULT_LAUNCH_S))
+    return out
 
 
 def _iteration(fwd: list[float], bwd: list[float], done_after: list[float]) -> float:
@@ -255,7 +270,7 @@ def iteration_s(system: str, model: str, over: dict[str, float] | None = None) -
     fwd, bwd = compute_times(model, c)
     if n_workers == 1:
         return sum(fwd) + sum(bwd)
-    params = [p for p, _ in _layers(model)]
+    params = [x.params for x in _layers(model)]
     key = (c["link_gbps"], c["host_stack_us"], c["reduce_gbs"])
     per_byte, small_s, chunk_s = _wire(*key)
     done = [0.0] * len(params)
@@ -440,7 +455,8 @@ def _setting(extra: list[SettingItem]) -> list[SettingItem]:
                     "MXNet as the framework is research/seeds.md 5.3's reading [I]"),
         SettingItem("PHub server", "PBox: central, NICs balanced with the workers' links, optimizer in the PS",
                     "assumed", "v1 abstract names PBox 'balanced' [V]; its NIC count and cores are not verified"),
-        SettingItem("GPU", "V100-class fp32 at 40 % of peak (hosts/dnn/device.py)", "assumed",
+        SettingItem("GPU", "V100-class fp32 at 40 % of peak, HBM at 70 % of 900 GB/s (hosts/dnn/device.py)",
+                    "assumed",
                     "the GPU model is not in the stored material"),
         *extra,
     ]
