@@ -360,6 +360,8 @@ def aggregation_s(system: str, n: int, union: int, workers: int, over: dict[str,
     if system in ("lhc_switch", "lhc_ring"):
         return lhc_aggregation_s(n, union, workers, over, link_gbps=link_gbps,
                                  transport=system.removeprefix("lhc_"))["total"]
+    if system == "lhc_switch_compact":
+        return lhc_aggregation_s(n, union, workers, over, compact=True, link_gbps=link_gbps)["total"]
     if system == "dense_switch":
         return dense_switch_s(n, workers, link_gbps)
     if system in ("dense_ring", "dense_ps"):
@@ -594,10 +596,14 @@ ITER_SETTING = [
 
 
 # ---- the systems compared, on the same data ----------------------------------------------
-SYSTEMS = ("lhc_switch", "dense_switch", "lhc_ring", "dense_ring", "topk_ring", "dense_ps")
+SYSTEMS = ("lhc_switch", "lhc_switch_compact", "dense_switch", "lhc_ring", "dense_ring", "topk_ring", "dense_ps")
 _HOW = {
     "lhc_switch": "LHC in the switch: support kernel + support OR round + encode + sketch SUM round + decode "
                   "(LhcDevice, collective_time switch): the headline's own projection",
+    "lhc_switch_compact": "LHC in the switch with U's values listed in U's order instead of the sketch where "
+                          "fewer (hosts.lhc.codec.make_plan compact: no peeling, the decode a gather): the same "
+                          "support round, a smaller SUM round; not the paper's design (its demo sends the "
+                          "sketch), shown for what the sketch costs once U is known. {sent}",
     "dense_switch": "uncompressed in-network aggregation: the float gradient through the switch with its scale "
                     "round (collective_time switch, scale_round), no codec",
     "lhc_ring": "LHC over the host ring: the same codec, the support as 4-bit counts (n/8 int32 words) and the "
@@ -609,11 +615,22 @@ _HOW = {
                  "(collective_time allgather ring), scattered sum (LhcDevice topk_sum); lossy: k of n entries",
     "dense_ps": "one parameter server host with one NIC (collective_time ps), no codec",
 }
-_ALSO_VS = {"dense_ring": "lhc_ring", "topk_ring": "lhc_ring"}     # the same transport as LHC over the ring
+_ALSO_VS = {"dense_ring": "lhc_ring", "topk_ring": "lhc_ring",      # the same transport as LHC over the ring
+            "lhc_switch_compact": "lhc_switch"}                     # compact against the paper's sketch
+
+
+def _second_round_text() -> str:
+    """Values each worker sends in the SUM round, sketch against compact, at the demo's data
+    (the models' are in docs/lhc.md: computing their plans here would slow every import)."""
+    u = demo_union({})
+    sketch, compact = (lhc_plan(DEMO_SIZE, u, c)["sketch_values"] for c in (False, True))
+    return (f"Values sent in the SUM round at the demo's data (|U| = {u:,}): sketch {sketch:,} "
+            f"(rows x lanes + 2-core), compact {compact:,} ({compact / sketch:.0%} of the sketch's)")
 
 
 def _baseline_rows(seconds_of: Callable[[str, dict[str, float]], dict[str, float]]) -> tuple[Baseline, ...]:
-    return tuple(Baseline(system, _HOW[system], lambda over, system=system: seconds_of(system, over),
+    how = dict(_HOW, lhc_switch_compact=_HOW["lhc_switch_compact"].format(sent=_second_round_text()))
+    return tuple(Baseline(system, how[system], lambda over, system=system: seconds_of(system, over),
                           (TOPK_RATIO,) if system == "topk_ring" else (), _ALSO_VS.get(system))
                  for system in SYSTEMS)
 
