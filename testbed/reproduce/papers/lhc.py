@@ -584,6 +584,10 @@ ITER_SETTING = [
                 "(BERT fine-tuning); no sparsification before compression (none is described in the stored "
                 "material; the abstract says lossless); each touch rate and VGG19's densities an assumed "
                 "constant whose range is the measurement's sweep"),
+    SettingItem("union supports", f"per layer, the measured union at {WORKERS} workers", "assumed",
+                f"measured with the densities ({_DENS}: each worker its own mini-batch, OR-ed over 2/4/8 "
+                "workers); other worker counts and densities by testbed/reproduce/papers/lhc_union.py's rules; "
+                "the step spread is union_step_spread"),
     SettingItem("workers", WORKERS, "assumed", "not in the stored material; regime 'workers'"),
     SettingItem("baseline", "uncompressed in-network aggregation (dense in-switch allreduce)", "assumed",
                 "not in the stored material"),
