@@ -94,6 +94,7 @@ def test_worker_counts_between_and_beyond_the_measured_ones():
 
 def test_profile_overlap_only_where_no_union_was_measured():
     assert lhc_union.overlap_at("lstm", "lstm", 0.1, 4) is None           # measured dense: no union
+    assert lhc_union.overlap_at("bert", "encoder_and_rest", 0.1, 4) is None  # 0.99996 per worker: as dense
     assert lhc_union.layer_union("lstm", "lstm", 0.1, 4, 0.0, 0.0) != lhc_union.layer_union("lstm", "lstm", 0.1, 4,
                                                                                             0.0, 0.9)
     assert lhc_union.layer_union("lstm", "lstm", 1.0, 4, 0.0, 0.0) == 1.0

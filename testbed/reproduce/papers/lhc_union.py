@@ -22,9 +22,9 @@ own measurements:
     union at 16+ workers: against LHC.
   * spread: `spread` in [-1, 1] moves each measured point's union from its mean over the
     recorded training steps (0) to the largest (-1) or smallest (+1) recorded union.
-  * no measurement (a layer measured dense whose density the density-scale regime
-    lowers: NCF's MLP, the LSTM's recurrent weights, BERT's encoder): the union comes from
-    `fallback_overlap` (papers/lhc.py's profile_overlap, an assumption).
+  * no measurement (a layer measured dense, >= DENSE per worker, whose density the
+    density-scale regime lowers: NCF's MLP, the LSTM's recurrent weights, BERT's encoder):
+    the union comes from `fallback_overlap` (papers/lhc.py's profile_overlap, an assumption).
 """
 from __future__ import annotations
 
@@ -43,6 +43,9 @@ SWEEP_TABLES: dict[tuple[str, str], tuple[str, ...]] = {
     ("bert", "word_embedding"): ("bert",),
 }
 STATS = {0: "mean", -1: "max", 1: "min"}     # spread end -> the step statistic of the union
+# A layer measured this dense (BERT's encoder: 0.99996 per worker, union 1.0) says nothing
+# about how supports overlap (any share gives the union 1.0): it counts as unmeasured.
+DENSE = 0.999
 
 
 def union_density(density: float, overlap: float, workers: int) -> float:
@@ -83,7 +86,7 @@ def _points(model: str, layer: str, n: str | None, stat: str):
     found: dict[str, list[tuple[float, float]]] = {}
     summary = data["models"].get(model, {}).get("summary", {}).get(layer)
     sources = []
-    if summary is not None and summary["per_worker"]["mean"] < 1.0:
+    if summary is not None and summary["per_worker"]["mean"] < DENSE:
         sources.append(summary)
     sources += [by for t in SWEEP_TABLES.get((model, layer), ()) for by in data["touch_sweep"][t]["by_s"].values()]
     for src in sources:
