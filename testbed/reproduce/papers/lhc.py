@@ -33,7 +33,9 @@ encode + sketch round + decode). The baseline is uncompressed in-network
 aggregation (SwitchML-style dense in-switch allreduce), the same network model.
 
 Each headline also projects, on the same data and models, the systems the lhc
-workload runs beside it (`aggregation_s`): LHC over the host ring, the dense
+workload runs beside it (`aggregation_s`): LHC in the switch with `compact`
+(U's values instead of the sketch in the second round; the paper's design, two
+rounds with the sketch, stays the subject: hosts/lhc/sizing.py), LHC over the host ring, the dense
 float32 ring (the host ring; the demo's own baseline is NCCL allreduce), a
 parameter server and top-k with error feedback (a compression a switch cannot
 sum: indices and values allgathered over the ring, its selection and sum costed
