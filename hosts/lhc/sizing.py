@@ -19,10 +19,22 @@ before any value is sent (the peeling order depends only on U and the hashes)
 and carries those coordinates dense, so undersizing costs bytes, never
 exactness.
 
-Note: at >= 1.23 counters per union position the sketch is *larger* than U's
-values listed in U's order (every worker knows U after phase 1). With
-`compact` the plan sends those instead (fewer bytes, trivially exact); the
-default is the sketch, as the paper and its code do.
+The paper's design is two rounds, and the default here: the public code
+(lihy0529/lossless_homomorphic_compression, benchmark.py aggregate(), read in
+full) runs `dist.all_reduce(index)` on the 4-bit support counts (an OR), reads
+U back (`read_index_4_bit`), encodes the count sketch over U
+(`compress_float_32`, whose count_mapping needs U) and runs a second
+`dist.all_reduce(count_sketch)`; peeling then decodes with U. Its sketch has
+ceil(blocks / compression_ratio) rows of 1024 lanes (N/10 counters at the
+demo's ratio 10), fixed from N, not from |U|; this rule sizes it from |U| so
+the sum stays exact (research/seeds.md §2.2). The paper's body is not in the
+stored material; the abstract does not say one round or two.
+
+At >= 1.23 counters per union position the sketch is *larger* than U's
+values listed in U's order (every worker knows U after the first round). With
+`compact` the plan sends those instead (fewer bytes, no peeling, trivially
+exact), still two rounds; the workload runs it as `lhc_switch_compact`
+beside `lhc_switch`. The default is the sketch, as the paper's code does.
 """
 from __future__ import annotations
 

@@ -25,8 +25,10 @@ from testbed.workloads.lhc import FIGURES
 
 register_figure_names(*FIGURES)
 
-_SYSTEM = {"lhc_switch": "lhc", "dense_switch": "switch", "dense_ring": "ring", "dense_ps": "ps"}
-LABELS = {"lhc_switch": "LHC in-switch", "lhc_ring": "LHC over ring", "dense_switch": "dense in-switch",
+_SYSTEM = {"lhc_switch": "lhc", "lhc_switch_compact": "lhc_compact", "dense_switch": "switch", "dense_ring": "ring",
+           "dense_ps": "ps"}
+LABELS = {"lhc_switch": "LHC in-switch", "lhc_switch_compact": "LHC in-switch, compact (U's values)",
+          "lhc_ring": "LHC over ring", "dense_switch": "dense in-switch",
           "dense_ring": "dense ring", "dense_ps": "dense PS", "topk_ring": "top-k (EF) allgather"}
 
 

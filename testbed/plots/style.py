@@ -35,6 +35,7 @@ SYSTEM_COLORS = {
     "p4sgd": "#0072b2",       # P4SGD = model parallel over the in-switch collective
     "dp": "#d55e00",          # data-parallel baseline (vermillion)
     "lhc": "#009e73",
+    "lhc_compact": "#7fd4b4",   # LHC with U's values listed instead of the sketch (lighter green)
     "easgd": "#56b4e9",
     "shadowsync": "#f0e442",
     "phub": "#000000",

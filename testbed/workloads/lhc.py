@@ -31,8 +31,12 @@ from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, 
 from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams
 
 FIGURES = ("lhc_throughput", "lhc_decode", "lhc_iteration", "lhc_loss", "lhc_scaling", "lhc_straggler")
-ALGORITHMS = ("lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring", "dense_ps", "topk_ring")
-SWITCH_ALGOS = ("lhc_switch", "dense_switch")
+ALGORITHMS = ("lhc_switch", "lhc_switch_compact", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring",
+              "dense_ps", "topk_ring")
+SWITCH_ALGOS = ("lhc_switch", "lhc_switch_compact", "dense_switch")
+# lhc_switch_compact: lhc_switch with sketch.compact set (U's values listed instead of the sketch
+# where that is smaller), run as a system of its own so a sweep compares it beside the sketch.
+COMPACT_ALGOS = {"lhc_switch_compact": "lhc_switch"}
 LHC_TCP_PORT = 47800
 # time_scale auto: the first calibration round's TDF (as P4SGD's CALIBRATION_START).
 CALIBRATION_START = 500.0
@@ -105,9 +109,11 @@ class LhcWorkload(CalibratedWorkloadParams):
     FIGURES = FIGURES
 
     kind: Literal["lhc"] = Field("lhc", description="Workload type; selects which fields below apply.")
-    algorithm: Literal["lhc_switch", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring", "dense_ps",
-                       "topk_ring"] = Field(
-        "lhc_switch", description="lhc_switch: support OR + sketch SUM in the switch; lhc_ring: the same over "
+    algorithm: Literal["lhc_switch", "lhc_switch_compact", "lhc_ring", "dense_switch", "dense_ring",
+                       "dense_fixed_ring", "dense_ps", "topk_ring"] = Field(
+        "lhc_switch", description="lhc_switch: support OR + sketch SUM in the switch (the paper's design); "
+                                  "lhc_switch_compact: the same with sketch.compact (U's values in U's order "
+                                  "where fewer than the sketch's counters); lhc_ring: the same over "
                                   "a host ring; dense_switch/dense_ring/dense_ps: the float gradient; "
                                   "dense_fixed_ring: the dense gradient in LHC's fixed point over a ring "
                                   "(dense_switch's sum without a switch); topk_ring: top-k with error "
@@ -178,8 +184,14 @@ class LhcWorkload(CalibratedWorkloadParams):
 # ---------------------------------------------------------------------------
 def op_algo(wl: LhcWorkload) -> str:
     """The network model's algo of the traced ops."""
-    return {"lhc_switch": "switch", "dense_switch": "switch", "lhc_ring": "ring", "dense_ring": "ring",
+    return {"lhc_switch": "switch", "lhc_switch_compact": "switch", "dense_switch": "switch", "lhc_ring": "ring",
+            "dense_ring": "ring",
             "dense_fixed_ring": "ring", "dense_ps": "ps", "topk_ring": "ring"}[wl.algorithm]
+
+
+def sketch_spec(wl: LhcWorkload) -> dict[str, Any]:
+    """The hosts' sketch settings: the scenario's, compact set by lhc_switch_compact."""
+    return dict(wl.sketch.model_dump(), compact=True) if wl.algorithm in COMPACT_ALGOS else wl.sketch.model_dump()
 
 
 def op_kind(wl: LhcWorkload) -> str:
@@ -256,10 +268,11 @@ class LhcRuntime(WorkloadRuntime):
         peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in workers]
         ps = {"name": "ps", "ip": ctx.hosts["ps"].ip} if wl.algorithm == "dense_ps" else None
         common = {
-            "world": len(workers), "algorithm": wl.algorithm, "peers": peers, "ps": ps,
+            "world": len(workers), "algorithm": COMPACT_ALGOS.get(wl.algorithm, wl.algorithm), "peers": peers,
+            "ps": ps,
             "port": ctx.tcp_port_base(LHC_TCP_PORT), "gradient": gradient_spec(wl, len(workers)),
             "iterations": wl.iterations, "warmup": wl.warmup, "compute_ms": wl.modeled_compute_ms(),
-            "topk_ratio": wl.topk_ratio, "sketch": wl.sketch.model_dump(), "device": wl.device.spec(),
+            "topk_ratio": wl.topk_ratio, "sketch": sketch_spec(wl), "device": wl.device.spec(),
             "start_at": ctx.start_at, "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
             "calibration": ({"rounds": wl.calibration_rounds, "iterations": wl.calibration_iterations,
                              "hw_table": hw_table(wl, len(workers)), "iteration_wall_s": ITERATION_WALL_S}

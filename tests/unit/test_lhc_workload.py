@@ -97,3 +97,20 @@ def test_device_model_time_grows_with_work_and_dilation():
     assert 0 < small < big
     with pytest.raises(ValueError, match="unknown LHC device step"):
         d.hw_time("compress", {})
+
+
+def test_compact_is_a_system_of_its_own_run_as_lhc_switch_with_compact():
+    """lhc_switch_compact: the hosts run lhc_switch with sketch.compact set (through the
+    switch, the same network model), its rows keep their own name and colour."""
+    from hosts.lhc import worker
+    from testbed.plots import lhc as lhc_plots
+    from testbed.workloads.lhc import (COMPACT_ALGOS, SWITCH_ALGOS, LhcWorkload, op_algo, op_kind,
+                                       sketch_spec)
+    wl = LhcWorkload(algorithm="lhc_switch_compact")
+    assert sketch_spec(wl)["compact"] is True and wl.sketch.compact is False
+    assert sketch_spec(LhcWorkload(algorithm="lhc_switch"))["compact"] is False
+    assert COMPACT_ALGOS[wl.algorithm] in worker.ALGORITHMS and wl.algorithm in SWITCH_ALGOS
+    assert (op_algo(wl), op_kind(wl)) == ("switch", "allreduce")
+    assert lhc_plots.colour("lhc_switch_compact") not in {lhc_plots.colour(a) for a in
+                                                          ("lhc_switch", "dense_switch", "lhc_ring", "dense_ring",
+                                                           "dense_ps", "topk_ring")}

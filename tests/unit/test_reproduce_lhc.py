@@ -377,3 +377,20 @@ def test_compute_scale_states_the_h100_lower_bound():
                                                                                    ("bert", "bert_base")))
     assert lhc.COMPUTE_SCALE.lo < min(vgg, bert) and bf16 < lhc.COMPUTE_SCALE.nominal
 
+
+
+def test_compact_row_is_the_compact_plan_beside_the_papers_sketch():
+    """The baselines show LHC with compact (U's values) beside the paper's sketch: fewer
+    values in the SUM round, no peeling, its time the compact plan's; the headline stays
+    the sketch's."""
+    u = lhc.demo_union({})
+    sketch, compact = lhc.lhc_plan(lhc.DEMO_SIZE, u), lhc.lhc_plan(lhc.DEMO_SIZE, u, compact=True)
+    assert compact["sketch_values"] == u < sketch["sketch_values"] and compact["rounds"] == 0
+    got = lhc.aggregation_s("lhc_switch_compact", lhc.DEMO_SIZE, u, lhc.WORKERS, {})
+    assert got == lhc.lhc_aggregation_s(lhc.DEMO_SIZE, u, lhc.WORKERS, {}, compact=True)["total"]
+    assert got < lhc.aggregation_s("lhc_switch", lhc.DEMO_SIZE, u, lhc.WORKERS, {})
+    row = next(r for r in lhc.AGG_BASELINES.rows if r.system == "lhc_switch_compact")
+    assert row.also_vs == "lhc_switch" and f"{sketch['sketch_values']:,}" in row.how
+    assert _headline("aggregation_throughput").project({}) == pytest.approx(
+        lhc.dense_switch_s(lhc.DEMO_SIZE, lhc.WORKERS) / lhc.aggregation_s("lhc_switch", lhc.DEMO_SIZE, u,
+                                                                            lhc.WORKERS, {}))

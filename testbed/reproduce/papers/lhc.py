@@ -18,9 +18,9 @@ re-implemented here:
     load (cached);
   * gradients: hosts.lhc.profiles (the models' parameter counts [V], per-layer
     densities measured from training, testbed/reproduce/measurements/lhc_density.py,
-    with Zipf ids [A]); the union support at W workers is the expectation of
-    hosts.lhc.gradients' generator (a share `overlap` of each layer's runs
-    common to all workers, the rest drawn independently);
+    with Zipf ids [A]); each layer's union support at W workers is its measured
+    union (testbed/reproduce/papers/lhc_union.py: the measured union at a measured
+    worker count and density, its implied overlap interpolated between them);
   * compute: hosts.dnn.device.DnnDevice (modeled V100) profiling the
     project's own PyTorch NCF (hosts/dnn/ncf.py) and LSTM language model
     (hosts/dnn/lstm.py) built at the paper's sizes; VGG19 and BERT-base have no
@@ -33,7 +33,9 @@ encode + sketch round + decode). The baseline is uncompressed in-network
 aggregation (SwitchML-style dense in-switch allreduce), the same network model.
 
 Each headline also projects, on the same data and models, the systems the lhc
-workload runs beside it (`aggregation_s`): LHC over the host ring, the dense
+workload runs beside it (`aggregation_s`): LHC in the switch with `compact`
+(U's values instead of the sketch in the second round; the paper's design, two
+rounds with the sketch, stays the subject: hosts/lhc/sizing.py), LHC over the host ring, the dense
 float32 ring (the host ring; the demo's own baseline is NCCL allreduce), a
 parameter server and top-k with error feedback (a compression a switch cannot
 sum: indices and values allgathered over the ring, its selection and sum costed
@@ -49,6 +51,8 @@ from typing import Any, Callable
 from testbed.reproduce.measurements import gpu_h100
 from testbed.reproduce.measurements import lhc as codec_rows
 from testbed.reproduce.measurements import lhc_density
+from testbed.reproduce.papers import lhc_union
+from testbed.reproduce.papers.lhc_union import union_density
 from testbed.reproduce.model import (AssumedConstant, Baseline, Baselines, EmulatedValues, Headline, Paper, Regime,
                                      ScenarioRun, SettingItem)
 from testbed.workloads.lhc import LhcWorkload
@@ -62,37 +66,17 @@ WORKERS = 4                             # [A] the demo's comment: "run this prog
 DEMO_SIZE = 2 ** 27                     # data_size = 2**27 float32
 DEMO_DENSITY = 0.05                     # sparsity = 0.95 per worker
 
-def union_density(density: float, overlap: float, workers: int) -> float:
-    """Expected union support share of one layer at `workers` workers under
-    hosts/lhc/gradients.py's generator: a share `overlap` of each worker's runs
-    common to all, the rest drawn from the remaining slots independently."""
-    if density >= 1.0:
-        return 1.0
-    shared = overlap * density
-    own = density - shared
-    free = 1.0 - shared
-    return shared + free * (1.0 - (1.0 - own / free) ** workers) if free > 0 else 1.0
-
-
-def implied_overlap(density: float, union: float, workers: int) -> float:
-    """The overlap at which union_density gives a measured union (bisection; union falls as overlap grows)."""
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if union_density(density, mid, workers) > union else (lo, mid)
-    return (lo + hi) / 2
-
-
-def _measured_unions_text(overlap: float) -> str:
+def _measured_unions_text() -> str:
+    """Per sparse layer: the measured per-worker density -> union at WORKERS workers and
+    the overlap it implies at 2 / 4 / 8 workers (lhc_union's rules use these)."""
     from hosts.lhc.profiles import PROFILES  # noqa: PLC0415
     parts = []
     for prof in PROFILES.values():
         for layer in prof.layers:
             if layer.density < 1.0 and layer.union and not layer.name.startswith(("item_mlp", "user_mlp")):
-                u = layer.union_at(WORKERS)
-                parts.append(f"{prof.name} {layer.name} {layer.density:.3g} -> {u:.3g} (the model at {overlap:g}: "
-                             f"{union_density(layer.density, overlap, WORKERS):.3g}; implied overlap "
-                             f"{implied_overlap(layer.density, u, WORKERS):.2f})")
+                implied = "/".join(f"{lhc_union.implied_overlap(layer.density, u, n):.2f}" for n, u in layer.union)
+                parts.append(f"{prof.name} {layer.name} {layer.density:.3g} -> {layer.union_at(WORKERS):.3g} "
+                             f"(implied overlap {implied})")
     return "; ".join(parts)
 
 
@@ -171,12 +155,18 @@ COMPUTE_SCALE = AssumedConstant(
     f"{_H100_FB['vgg19', 'bf16'] / _PROFILE_MS['vgg19']:.2f} and {_H100_FB['bert', 'bf16'] / _PROFILE_MS['bert']:.2f} "
     "in mixed precision (a fine-tuning step without the MLM decoder does less). The paper's precision and "
     "batch are not known: the range stays 0.5-2, its lower end below the fp32 bounds (mixed precision only)")
+UNION_SPREAD = AssumedConstant(
+    "union_step_spread", 0.0, -1.0, 1.0, "of the step spread",
+    "each sparse layer's union at the projection's worker count comes from the measured unions "
+    f"(testbed/reproduce/papers/lhc_union.py; {lhc_density.source()}): 0 takes each measured point's mean "
+    "over the recorded training steps, -1 the largest union recorded, +1 the smallest. Measured per-worker -> "
+    f"union at {WORKERS} workers (implied overlap at 2/4/8 workers): " + _measured_unions_text())
 PROFILE_OVERLAP = AssumedConstant(
     "profile_overlap", 0.5, 0.0, 0.9, "share",
-    "share of a layer's touched rows common to all workers' batches (hosts/lhc/gradients.py ProfileSource "
-    "default 0.5 [A]); popular items / frequent tokens push it up. The projection derives each layer's union "
-    f"from its density with this share; measured per-worker -> union at {WORKERS} workers "
-    "(hosts/lhc/profiles.py, lhc_density.py, Zipf ids [A]): " + _measured_unions_text(0.5))
+    "share of a layer's nonzeros common to all workers where NO union was measured: only layers measured "
+    "dense whose density the density-scale regime lowers (NCF's MLP, the LSTM's recurrent weights, BERT's "
+    "encoder); hosts/lhc/gradients.py ProfileSource's default 0.5 [A]. It does not move the headlines at the "
+    "paper's setting (every such layer is dense there), so it is not among the envelope's constants")
 # Touch rates: the nominal is hosts/lhc/profiles.py's measured density (lhc_density.py, Zipf ids with s = 1 [A]);
 # the range is the file's touch_sweep over the id distribution (Zipf 1.2 to uniform ids, at the same batch).
 _DENS = lhc_density.source()
@@ -237,7 +227,7 @@ TOPK_RATIO = AssumedConstant(
     f"{DEMO_DENSITY:g}: the demo's per-worker density, where top-k keeps every nonzero of a demo worker. The "
     "paper's top-k setting is not in the stored material; only the top-k baseline moves with it")
 
-ITER_CONSTANTS = [LAUNCH, HBM_EFF, PEEL_PASSES, FLOPS_EFF, DNN_HBM_EFF, COMPUTE_SCALE, PROFILE_OVERLAP, NCF_USER,
+ITER_CONSTANTS = [LAUNCH, HBM_EFF, PEEL_PASSES, FLOPS_EFF, DNN_HBM_EFF, COMPUTE_SCALE, UNION_SPREAD, NCF_USER,
                   NCF_ITEM, LSTM_TOUCH, LSTM_SOFTMAX, BERT_TOUCH, VGG_CONV, VGG_FC, NCF_BATCH]
 AGG_CONSTANTS = [LAUNCH, HBM_EFF, PEEL_PASSES, DEMO_OVERLAP]
 
@@ -372,6 +362,8 @@ def aggregation_s(system: str, n: int, union: int, workers: int, over: dict[str,
     if system in ("lhc_switch", "lhc_ring"):
         return lhc_aggregation_s(n, union, workers, over, link_gbps=link_gbps,
                                  transport=system.removeprefix("lhc_"))["total"]
+    if system == "lhc_switch_compact":
+        return lhc_aggregation_s(n, union, workers, over, compact=True, link_gbps=link_gbps)["total"]
     if system == "dense_switch":
         return dense_switch_s(n, workers, link_gbps)
     if system in ("dense_ring", "dense_ps"):
@@ -444,12 +436,16 @@ def _layer_density(model: str, layer: Any, over: dict[str, float]) -> float:
 
 
 def model_union(model: str, workers: int, over: dict[str, float], density_scale: float = 1.0) -> tuple[int, int]:
-    """(parameters, expected union support) of the model's full-size gradient."""
+    """(parameters, union support) of the model's full-size gradient: each layer's union
+    from its measured unions (lhc_union.layer_union: the measured union at a measured
+    worker count and density, the stated rules between and beyond)."""
     from hosts.lhc.profiles import get_profile  # noqa: PLC0415
 
     prof = get_profile(model)
-    o = _c(over, PROFILE_OVERLAP)
-    u = sum(layer.params * union_density(min(1.0, _layer_density(model, layer, over) * density_scale), o, workers)
+    spread, fallback = _c(over, UNION_SPREAD), _c(over, PROFILE_OVERLAP)
+    u = sum(layer.params * lhc_union.layer_union(model, layer.name,
+                                                  min(1.0, _layer_density(model, layer, over) * density_scale),
+                                                  workers, spread, fallback)
             for layer in prof.layers)
     return prof.params, int(round(u))
 
@@ -590,6 +586,10 @@ ITER_SETTING = [
                 "(BERT fine-tuning); no sparsification before compression (none is described in the stored "
                 "material; the abstract says lossless); each touch rate and VGG19's densities an assumed "
                 "constant whose range is the measurement's sweep"),
+    SettingItem("union supports", f"per layer, the measured union at {WORKERS} workers", "assumed",
+                f"measured with the densities ({_DENS}: each worker its own mini-batch, OR-ed over 2/4/8 "
+                "workers); other worker counts and densities by testbed/reproduce/papers/lhc_union.py's rules; "
+                "the step spread is union_step_spread"),
     SettingItem("workers", WORKERS, "assumed", "not in the stored material; regime 'workers'"),
     SettingItem("baseline", "uncompressed in-network aggregation (dense in-switch allreduce)", "assumed",
                 "not in the stored material"),
@@ -602,10 +602,14 @@ ITER_SETTING = [
 
 
 # ---- the systems compared, on the same data ----------------------------------------------
-SYSTEMS = ("lhc_switch", "dense_switch", "lhc_ring", "dense_ring", "topk_ring", "dense_ps")
+SYSTEMS = ("lhc_switch", "lhc_switch_compact", "dense_switch", "lhc_ring", "dense_ring", "topk_ring", "dense_ps")
 _HOW = {
     "lhc_switch": "LHC in the switch: support kernel + support OR round + encode + sketch SUM round + decode "
                   "(LhcDevice, collective_time switch): the headline's own projection",
+    "lhc_switch_compact": "LHC in the switch with U's values listed in U's order instead of the sketch where "
+                          "fewer (hosts.lhc.codec.make_plan compact: no peeling, the decode a gather): the same "
+                          "support round, a smaller SUM round; not the paper's design (its demo sends the "
+                          "sketch), shown for what the sketch costs once U is known. {sent}",
     "dense_switch": "uncompressed in-network aggregation: the float gradient through the switch with its scale "
                     "round (collective_time switch, scale_round), no codec",
     "lhc_ring": "LHC over the host ring: the same codec, the support as 4-bit counts (n/8 int32 words) and the "
@@ -617,11 +621,22 @@ _HOW = {
                  "(collective_time allgather ring), scattered sum (LhcDevice topk_sum); lossy: k of n entries",
     "dense_ps": "one parameter server host with one NIC (collective_time ps), no codec",
 }
-_ALSO_VS = {"dense_ring": "lhc_ring", "topk_ring": "lhc_ring"}     # the same transport as LHC over the ring
+_ALSO_VS = {"dense_ring": "lhc_ring", "topk_ring": "lhc_ring",      # the same transport as LHC over the ring
+            "lhc_switch_compact": "lhc_switch"}                     # compact against the paper's sketch
+
+
+def _second_round_text() -> str:
+    """Values each worker sends in the SUM round, sketch against compact, at the demo's data
+    (the models' are in docs/lhc.md: computing their plans here would slow every import)."""
+    u = demo_union({})
+    sketch, compact = (lhc_plan(DEMO_SIZE, u, c)["sketch_values"] for c in (False, True))
+    return (f"Values sent in the SUM round at the demo's data (|U| = {u:,}): sketch {sketch:,} "
+            f"(rows x lanes + 2-core), compact {compact:,} ({compact / sketch:.0%} of the sketch's)")
 
 
 def _baseline_rows(seconds_of: Callable[[str, dict[str, float]], dict[str, float]]) -> tuple[Baseline, ...]:
-    return tuple(Baseline(system, _HOW[system], lambda over, system=system: seconds_of(system, over),
+    how = dict(_HOW, lhc_switch_compact=_HOW["lhc_switch_compact"].format(sent=_second_round_text()))
+    return tuple(Baseline(system, how[system], lambda over, system=system: seconds_of(system, over),
                           (TOPK_RATIO,) if system == "topk_ring" else (), _ALSO_VS.get(system))
                  for system in SYSTEMS)
 
@@ -721,9 +736,12 @@ PAPER = Paper(
         "Gradient densities are measured (hosts/lhc/profiles.py from testbed/reproduce/measurements/"
         "lhc_density.py): embedding tables at their real vocabularies and the profiles' batches, dense layers "
         "in small networks, ids from a Zipf law (assumed; no MovieLens/PTB/Wikipedia data offline); each "
-        "touch rate an assumed constant with the measured sweep as its range. The projection derives unions "
-        "from densities with one overlap share (profile_overlap), which the measured unions do not fit layer "
-        "by layer (its text gives both).",
+        "touch rate an assumed constant with the measured sweep as its range. Unions are the measured ones, "
+        "layer by layer (lhc_union.py): at 2/4/8 workers and the measured density the measured union; where a "
+        "touch rate moves, the overlap the touch sweep's unions imply at that density; between worker counts "
+        "interpolated, above 8 held at 8's (overstates the union: the implied overlap grows with n); the step "
+        "spread is union_step_spread. profile_overlap is used only where no union was measured (dense layers "
+        "under the density-scale regime).",
         "The codec's time model (hosts/lhc/timing.py, modeled V100) is checked against published V100 "
         "streaming bandwidths and a launch time, and against the project's own H100 run of a torch port of the "
         "codec at full size (testbed/reproduce/measurements/lhc.py): no published timing of a GPU count sketch "
