@@ -340,7 +340,7 @@ def test_peel_pass_share_covers_the_measured_plans_alive_passes():
     assert f"NCF {rounds['ncf'][0]} against {rounds['ncf'][1]}" in text
     for label, name in (("BERT", "bert"), ("VGG19", "vgg19"), ("demo", "demo_2^27"), ("LSTM", "lstm")):
         assert f"{label} {rounds[name][0]}/{rounds[name][1]}" in text, label
-    assert f"0.10 (demo) to {max(equiv.values()):.2f} (VGG19)" in text
+    assert f"{lhc.PEEL_PASSES.lo:.2f} (demo) to {max(equiv.values()):.2f} (VGG19)" in text
 
 
 def test_flops_efficiency_covers_the_h100_forward_backward():
