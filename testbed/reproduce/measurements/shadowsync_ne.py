@@ -24,14 +24,21 @@ for it; each emulated point is checked against the achievable NE itself.
                             relative change of that median from the third quarter's, so
                             a curve still falling shows (`converged` when below
                             MARGIN / 4);
-  iterations to the margin  the first evaluated iteration from which every later eval
-                            NE is within MARGIN (relative) of the achievable NE;
+  snapshot noise            the relative standard deviation of the eval NE over the last
+                            quarter: one evaluation of a trained model moves this much
+                            with the SGD noise of its last steps (an emulated point's eval
+                            NE is one such snapshot);
+  iterations to the margin  the first evaluated iteration from which the curve's running
+                            median over SMOOTH evaluations stays within MARGIN (relative)
+                            of the achievable NE (the median, so that one noisy snapshot
+                            neither ends nor restarts it);
   Bayes floor               the eval NE of the planted click model's own probabilities
                             (SyntheticClicks.eval_probability): no model does better.
 
-MARGIN is 1 % relative [A: an NE 1 % above what the model class reaches is taken as
-trained; the S-vs-FR comparison's own margin, 0.1 %, is ten times finer and is decided on
-the paired interval, not here].
+MARGIN is 2 % relative [A: twice the snapshot noise measured here (0.7-1.0 % over the
+five seeds), so that one evaluation of a trained model passes the check; an NE within 2 %
+of what the model class reaches is taken as trained. The S-vs-FR comparison's own margin,
+0.1 %, is decided on the paired interval, not here].
 
 Run it (writes the JSON the loader reads; ~3 min CPU per seed, 2 shared cores):
     nice -n 19 .venv/bin/python -m testbed.reproduce.measurements.shadowsync_ne --out \\
@@ -58,7 +65,8 @@ SCENARIO = "scenarios/shadowsync/quality.yaml"
 SEEDS = (1, 2, 3, 4, 5)        # the reproduction's quality seeds: workload.seed 1 + repeat 0..4
 ITERATIONS = 20000             # worker iterations per seed (x trainers x hogwild SGD steps)
 EVAL_EVERY = 200
-MARGIN = 0.01                  # relative; module docstring
+MARGIN = 0.02                  # relative; module docstring
+SMOOTH = 5                     # evaluations in the running median (1,000 iterations at EVAL_EVERY)
 
 # Nothing here checks a hardware model (the package's MEASUREMENTS are validations);
 # papers/shadowsync.py reads the achievable NE through `achievable`.
@@ -146,16 +154,25 @@ def first_within(curve: list[tuple[int, float]], target: float) -> int | None:
     return first
 
 
-def summarize(curve: list[tuple[int, float]], margin: float = MARGIN) -> dict[str, Any]:
-    """achievable NE, plateau change and iterations to the margin of one seed's curve."""
+def running_median(curve: list[tuple[int, float]], width: int = SMOOTH) -> list[tuple[int, float]]:
+    """Each evaluation replaced by the median of the `width` around it (fewer at the ends)."""
+    half = width // 2
+    nes = [ne for _, ne in curve]
+    return [(it, statistics.median(nes[max(0, i - half):i + half + 1])) for i, (it, _) in enumerate(curve)]
+
+
+def summarize(curve: list[tuple[int, float]], margin: float = MARGIN, smooth: int = SMOOTH) -> dict[str, Any]:
+    """achievable NE, plateau change, snapshot noise and iterations to the margin of one seed's curve."""
     n = len(curve)
     if n < 8:
         raise ValueError(f"a curve of {n} evaluations is too short to find a plateau (>= 8)")
-    last = statistics.median(ne for _, ne in curve[(3 * n) // 4:])
+    tail = [ne for _, ne in curve[(3 * n) // 4:]]
+    last = statistics.median(tail)
     third = statistics.median(ne for _, ne in curve[n // 2:(3 * n) // 4])
     change = (third - last) / last
     return {"achievable_ne": last, "plateau_change": change, "converged": abs(change) < margin / 4,
-            "iterations_to_margin": first_within(curve, last * (1 + margin))}
+            "snapshot_noise": statistics.pstdev(tail) / last,
+            "iterations_to_margin": first_within(running_median(curve, smooth), last * (1 + margin))}
 
 
 def train_curve(seed: int, iterations: int, eval_every: int, overrides: list[str] | None = None
@@ -243,7 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-every", type=int, default=EVAL_EVERY)
     p.add_argument("--jobs", type=int, default=1, help="seeds measured at once (processes)")
     p.add_argument("--smoke", action="store_true", help="a few iterations: a test of the measurement")
+    p.add_argument("--resummarize", type=Path, help="recompute FILE's summaries from its kept curves (no "
+                   "training) with this module's rules, and write them to --out")
     a = p.parse_args(argv)
+    if a.resummarize:
+        return resummarize(a.resummarize, a.out, argv)
     import torch  # noqa: PLC0415
     seeds = tuple(int(s) for s in a.seeds.split(","))
     iterations, every = (40, 5) if a.smoke else (a.iterations, a.eval_every)
@@ -261,10 +282,23 @@ def main(argv: list[str] | None = None) -> int:
                        "lr_dense": wl.lr_dense, "lr_embed": wl.lr_embed, "model": wl.model.resolved() | {
                            "table_sizes": sorted(set(wl.model.resolved()["table_sizes"]))},
                        "eval_examples": wl.eval_examples},
-           "iterations": iterations, "eval_every": every, "margin": MARGIN,
+           "iterations": iterations, "eval_every": every, "margin": MARGIN, "smooth": SMOOTH,
            "iterations_to_margin_max": None if None in its else max(its),
            "wall_s": time.time() - t0, "seeds": got}
     a.out.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+def resummarize(src: Path, out: Path, argv: list[str] | None) -> int:
+    """The summaries of `src`'s curves by this module's rules (MARGIN, SMOOTH), the curves kept."""
+    data = json.loads(Path(src).read_text())
+    for row in data["seeds"].values():
+        row.update(summarize([(int(it), float(ne)) for it, ne in row["curve"]]))
+    its = [r["iterations_to_margin"] for r in data["seeds"].values()]
+    data.update(margin=MARGIN, smooth=SMOOTH, iterations_to_margin_max=None if None in its else max(its),
+                summarized_by="python -m testbed.reproduce.measurements.shadowsync_ne "
+                              + " ".join(argv or sys.argv[1:]))
+    out.write_text(json.dumps(data, indent=1) + "\n")
     return 0
 
 
