@@ -60,8 +60,8 @@ the introduction only, so every number of the setting is `assumed`):
   No hardware model predicts NE: the projection is the null model 1.0 (the sync mode
   does not change NE), so the verdict is decided by the emulated 95 % interval
   (direction "neutral_or_better": neutral, better, worse or undecided, verdict.py),
-  and only between trained models: every valid point's eval NE must be within 1 %
-  of the NE the model reaches trained to convergence on its seed's data
+  and only between trained models: every valid point's eval NE must be within the
+  measurement's margin (2 %) of the NE the model reaches trained to convergence on its seed's data
   (measurements/shadowsync_ne.py), or the comparison is not tested.
 """
 from __future__ import annotations
@@ -544,9 +544,9 @@ PAPER = Paper(
                  "decide_neutral_or_better): neutral when it lies within 1 ± 0.1 %, better when wholly below 1, "
                  "worse when wholly above, undecided otherwise; reproduced when neutral or better. Margin 0.1 % "
                  "(seeds.md: ~0.1 % NE is significant in CTR work) [A]. Only trained models are compared: a valid "
-                 "point whose eval NE is more than 1 % above the NE its model reaches trained to convergence on "
-                 "its seed's data (testbed/reproduce/measurements/shadowsync_ne.py) makes the comparison 'not "
-                 "tested'. Limits: the emulation is not the paper's setting (2 trainers, synthetic data, a "
+                 "point whose eval NE is more than the measurement's margin (2 %) above the NE its model reaches "
+                 "trained to convergence on its seed's data (testbed/reproduce/measurements/shadowsync_ne.py) makes "
+                 "the comparison 'not tested'. Limits: the emulation is not the paper's setting (2 trainers, synthetic data, a "
                  "12k-parameter tower)."),
     ],
     scenarios=[THROUGHPUT, QUALITY],
