@@ -546,8 +546,8 @@ PAPER = Paper(
                  "(seeds.md: ~0.1 % NE is significant in CTR work) [A]. Only trained models are compared: a valid "
                  "point whose eval NE is more than the measurement's margin (2 %) above the NE its model reaches "
                  "trained to convergence on its seed's data (testbed/reproduce/measurements/shadowsync_ne.py) makes "
-                 "the comparison 'not tested'. Limits: the emulation is not the paper's setting (2 trainers, synthetic data, a "
-                 "12k-parameter tower)."),
+                 "the comparison 'not tested'. Limits: the emulation is not the paper's setting (2 trainers, "
+                 "synthetic data, a 12k-parameter tower)."),
     ],
     scenarios=[THROUGHPUT, QUALITY],
     seeds=5, quick_seeds=3,
