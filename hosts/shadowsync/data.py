@@ -71,19 +71,29 @@ class SyntheticClicks:
         self.dense_mu = rng.uniform(0.0, 2.5, N_DENSE)
         self.bias = base_ctr_logit
 
-    def sample(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(counts n x 13 int64, ids n x 26 int64, labels n int64)."""
+    def click_probability(self, counts: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """The planted click model's P(click) of each example (the labels are Bernoulli
+        of it; a model that predicts it scores the Bayes floor of NE)."""
+        xs = np.log1p(counts) - self.dense_mu   # ~ zero mean, unit spread: a fixed transform, no batch stats
+        logit = self.bias + xs @ self.w_dense + sum(self.row_w[t][ids[:, t]] for t in range(N_CAT))
+        logit = logit + self.pair_w[ids[:, 0]] * xs[:, 0]
+        return 1 / (1 + np.exp(-logit))
+
+    def sample_with_probability(self, rng: np.random.Generator, n: int
+                                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(counts n x 13 int64, ids n x 26 int64, labels n int64, P(click) n float64)."""
         counts = np.floor(rng.lognormal(self.dense_mu, 1.0, (n, N_DENSE))).astype(np.int64)
         ids = np.empty((n, N_CAT), np.int64)
         for t, size in enumerate(self.sizes):
             rank = np.searchsorted(self._cdf[size], rng.random(n), side="right")
             ids[:, t] = self.perm[t][np.minimum(rank, size - 1)]
-        x = np.log1p(counts)
-        xs = x - self.dense_mu          # ~ zero mean, unit spread: a fixed transform, no batch stats
-        logit = self.bias + xs @ self.w_dense + sum(self.row_w[t][ids[:, t]] for t in range(N_CAT))
-        logit = logit + self.pair_w[ids[:, 0]] * xs[:, 0]
-        labels = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.int64)
-        return counts, ids, labels
+        p = self.click_probability(counts, ids)
+        labels = (rng.random(n) < p).astype(np.int64)
+        return counts, ids, labels, p
+
+    def sample(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(counts n x 13 int64, ids n x 26 int64, labels n int64)."""
+        return self.sample_with_probability(rng, n)[:3]
 
     def batches(self, stream: int, batch_size: int) -> Iterator[Batch]:
         """An endless seeded stream of batches for worker `stream`."""
@@ -93,6 +103,10 @@ class SyntheticClicks:
 
     def eval_set(self, n: int) -> Batch:
         return to_batch(*self.sample(np.random.default_rng([self.truth_seed, 2]), n))
+
+    def eval_probability(self, n: int) -> torch.Tensor:
+        """The planted model's P(click) of each of eval_set(n)'s examples (the same draws)."""
+        return torch.from_numpy(self.sample_with_probability(np.random.default_rng([self.truth_seed, 2]), n)[3])
 
 
 def to_batch(counts: np.ndarray, ids: np.ndarray, labels: np.ndarray) -> Batch:

@@ -1,6 +1,7 @@
 """ShadowSync figures: examples/s vs trainers with linear scaling drawn, the
 eval NE difference of each background algorithm vs its foreground counterpart
-in %, and the average sync gap.
+in %, and the average sync gap (x = trainers, or the shadow's pause in hardware ms
+when the run sweeps workload.shadow_pause_ms).
 
 Colour = algorithm (EASGD, MA, BMUF, no sync); line style = mode (shadow solid,
 foreground dashed) and the scenario's other cases after it. Points whose
@@ -241,29 +242,51 @@ def ne_difference(run: Run, out_dir: Path) -> list[Path]:
         "time, not what the model learned"))
 
 
+def _pause_ms(res: Resolution, idx: int) -> float:
+    """The point's workload.shadow_pause_ms (hardware ms; 0 = syncs back to back)."""
+    return float(res.get(idx, "workload.shadow_pause_ms", 0.0) or 0.0)
+
+
 @figure("shadowsync_sync_gap")
 def sync_gap(run: Run, out_dir: Path) -> list[Path]:
+    """Average sync gap per series. x = trainers; x = the shadow's pause when the run's
+    points differ in workload.shadow_pause_ms (one series per trainer count then), so
+    that different pauses are never merged into one median as if they were repeats."""
     sums = _summaries(run)
+    res = Resolution(run)
     cases = sorted({_case(run, i) for i in sums} - {"base"})
-    series: dict[tuple[str, str, str, int], dict[float, list[tuple[float, bool]]]] = \
+    gaps = {i: s for i, s in sums.items() if s.get("avg_sync_gap") is not None}
+    by_pause = len({_pause_ms(res, i) for i in gaps}) > 1
+    trainer_counts = sorted({s["trainers"] for s in gaps.values()})
+    series: dict[tuple[str, str, str, int, int], dict[float, list[tuple[float, bool]]]] = \
         defaultdict(lambda: defaultdict(list))
-    for idx, s in sums.items():
-        if s.get("avg_sync_gap") is not None:
-            series[(s["algorithm"], s["mode"], _case(run, idx), s["embedding_servers"])][s["trainers"]].append(
-                (s["avg_sync_gap"], _bad(run, idx, s)))
+    for idx, s in gaps.items():
+        x, n = (_pause_ms(res, idx), s["trainers"]) if by_pause else (s["trainers"], 0)
+        series[(s["algorithm"], s["mode"], _case(run, idx), s["embedding_servers"], n)][x].append(
+            (s["avg_sync_gap"], _bad(run, idx, s)))
     fig, ax = plt.subplots(figsize=(7.2, 4.6))
     most = 0
     markers = ("o", "s", "^", "D")
     emb = sorted({k[3] for k in series})
-    for (alg, mode, case, e), data in sorted(series.items()):
+    for (alg, mode, case, e, n), data in sorted(series.items()):
         label = ("S-" if mode == "shadow" else "FR-") + NAMES[alg] + (f", {e} emb PS" if len(emb) > 1 else "")
+        label += f", {n} trainers" if by_pause and len(trainer_counts) > 1 else ""
         most = max(most, plot_repeats(ax, data, color=COLOURS[alg], ls=_style(mode, case, cases),
                                       marker=markers[emb.index(e) % len(markers)],
                                       label=label + ("" if case == "base" else f" ({case})")))
     if series:
         ax.legend(fontsize=7, handlelength=3.5)
-    ax.set_xticks(sorted({s["trainers"] for s in sums.values()}) or [1])
-    ax.set_xlabel("trainers")
     ax.set_ylabel("avg sync gap (worker iterations)")
-    ax.set_title("Sync gap: the shadow's staleness vs FR's fixed k x workers", fontsize=9)
-    return save(fig, run, out_dir, "shadowsync_sync_gap", _caption(run, sums, band_description(most)))
+    extra = band_description(most)
+    if by_pause:
+        pauses = sorted({_pause_ms(res, i) for i in gaps})
+        ax.set_xticks(pauses, [f"{p:g}" for p in pauses])
+        ax.set_xlabel("shadow's pause between two syncs (ms of modeled hardware)")
+        ax.set_title("Sync gap vs the shadow's pause", fontsize=9)
+        extra = (f"x = workload.shadow_pause_ms {'/'.join(f'{p:g}' for p in pauses)} ms of modeled hardware "
+                 f"(slept x the TDF); {'/'.join(map(str, trainer_counts))} trainers; {extra}")
+    else:
+        ax.set_xticks(sorted({s["trainers"] for s in sums.values()}) or [1])
+        ax.set_xlabel("trainers")
+        ax.set_title("Sync gap: the shadow's staleness vs FR's fixed k x workers", fontsize=9)
+    return save(fig, run, out_dir, "shadowsync_sync_gap", _caption(run, sums, extra))

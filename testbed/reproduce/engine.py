@@ -37,7 +37,8 @@ from typing import Any, Callable, Iterator
 from testbed import results as res
 from testbed.manifest import git_state, machine
 from testbed.reproduce.model import Baselines, ComputedValues, EmulatedValues, Headline, Paper, Regime
-from testbed.reproduce.verdict import TOLERANCE, Envelope, pct, decide, decide_above, envelope, within
+from testbed.reproduce.verdict import (TOLERANCE, Envelope, decide, decide_above, decide_neutral_or_better,
+                                       envelope, pct, within)
 from testbed.stats import mean_ci95
 
 PAPERS = ("p4sgd", "lhc", "easgd", "shadowsync", "phub")
@@ -287,6 +288,7 @@ class HeadlineResult:
     flagged_profiles: list[str] = field(default_factory=list)
     baselines: dict[str, Any] | None = None
     computed: ComputedValues | None = None       # a direction headline's per-seed values
+    outcome: str | None = None                   # a neutral-or-better headline's (verdict.OUTCOMES)
 
     def to_dict(self) -> dict[str, Any]:
         h = self.headline
@@ -306,7 +308,8 @@ class HeadlineResult:
                 "verdict": self.verdict, "reason": self.reason, "note": h.note,
                 "what_moves": [r.to_dict() for r in self.regimes], "profiles": h.profiles,
                 "flagged_profiles": self.flagged_profiles, "baselines": self.baselines,
-                "direction": h.direction, "computed": self._computed_dict()}
+                "direction": h.direction, "computed": self._computed_dict(), "outcome": self.outcome,
+                "not_tested": self.emulated.not_tested if self.emulated else ""}
 
     def _computed_dict(self) -> dict[str, Any] | None:
         c = self.computed
@@ -332,8 +335,12 @@ def evaluate(h: Headline, runs: EmulatedRuns | None, flagged: dict[str, str]) ->
     elif h.emulated is not None:
         note = " (emulation not run: --no-emulation)"
     iv = mean_ci95(em.values) if em else None
-    v = decide(h.paper_value, h.unit, env, iv, h.emulated_applies and (runs is not None), h.constants,
-               note, tol)
+    if h.direction == "neutral_or_better":
+        v = decide_neutral_or_better(h.paper_value, h.unit, iv, tol, h.lower_is_better,
+                                     em.not_tested if em else "the emulation did not run (--no-emulation)")
+    else:
+        v = decide(h.paper_value, h.unit, env, iv, h.emulated_applies and (runs is not None), h.constants,
+                   note, tol)
     reason = v.reason
     assumed = sum(s.status == "assumed" for s in h.setting)
     if assumed:
@@ -344,7 +351,7 @@ def evaluate(h: Headline, runs: EmulatedRuns | None, flagged: dict[str, str]) ->
         reason += "; " + "; ".join(f"hardware model {p} misses measurements ({flagged[p]})" for p in bad)
     regimes = [what_moves(h, r, tol) for r in h.regimes] if v.verdict != "reproduced" else []
     table = baseline_table(h.baselines) if h.baselines is not None else None
-    return HeadlineResult(h, env, em, v.verdict, reason, regimes, bad, table)
+    return HeadlineResult(h, env, em, v.verdict, reason, regimes, bad, table, outcome=v.details.get("outcome"))
 
 
 def _evaluate_direction(h: Headline, flagged: dict[str, str]) -> HeadlineResult:

@@ -104,6 +104,9 @@ class EmulatedValues:
     n_points: int
     what: str = ""                       # what was measured, at which setting (one line)
     invalid_reasons: list[str] = field(default_factory=list)   # why points were left out
+    # Why these values do not measure what the claim is about (e.g. models not trained to
+    # where the comparison means anything): a neutral-or-better headline is then not tested.
+    not_tested: str = ""
 
 
 @dataclass
@@ -147,12 +150,19 @@ class Headline:
     # A claim of direction with no number ("faster in all the comparisons"): it holds when
     # the value is above `paper_value` (1 for a ratio), and the verdict rests on the 95 %
     # interval of `computed`'s per-seed values (verdict.decide_above), not on a projection.
-    direction: Literal["value", "above"] = "value"
+    # A claim of "neutral to better" ("neutral_or_better": S-* vs FR-* model quality): decided on
+    # the 95 % interval of the emulated per-seed values against `paper_value` with the margin
+    # `tolerance` (verdict.decide_neutral_or_better); `lower_is_better` says which side is better.
+    direction: Literal["value", "above", "neutral_or_better"] = "value"
     computed: Callable[[], ComputedValues] | None = None
+    lower_is_better: bool = False
 
     def __post_init__(self) -> None:
         if (self.direction == "above") != (self.computed is not None):
             raise ValueError(f"headline {self.id}: a direction claim ('above') needs `computed`, and only it")
+        if self.direction == "neutral_or_better" and (self.emulated is None or not self.emulated_applies):
+            raise ValueError(f"headline {self.id}: a neutral-or-better claim is decided on emulated values "
+                             "measured at the claim's setting (emulated, emulated_applies)")
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,8 @@ def markdown(d: dict[str, Any], figures: list[Path], report_dir: Path) -> str:
         u = h["unit"]
         L += [f"## {h['id']}: {h['claim']}", "",
               f"- **Verdict: {h['verdict']}.** {h['reason'][0].upper() + h['reason'][1:]}.",
+              *([f"- Outcome (neutral / better / worse / undecided, from the interval and the "
+                 f"±{h['tolerance'] * 100:.3g} % margin): **{h['outcome']}**."] if h.get("outcome") else []),
               f"- Paper: {'> ' if h.get('direction') == 'above' else ''}{fmt(h['paper_value'], u)} "
               f"({h['paper_source']})."]
         if h["note"]:

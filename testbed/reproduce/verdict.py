@@ -18,6 +18,18 @@ reproduced when the whole interval lies above the threshold, not_reproduced when
 it does not (below it, or containing it: too few seeds to tell), or when there
 are fewer than two values.
 
+A claim of "neutral to better" (Headline.direction "neutral_or_better": S-* vs FR-*
+model quality) is decided on the 95 % interval of the per-seed ratio against its
+reference r (1.0) and the headline's margin m (decide_neutral_or_better): the outcome is
+  neutral    the whole interval within r (1 +- m): no difference the margin counts;
+  better     else the whole interval on the better side of r;
+  worse      else the whole interval on the worse side of r;
+  undecided  else (the interval holds r and reaches beyond the margin: too few seeds);
+reproduced when neutral or better, not_reproduced when worse or undecided, and
+not_reproduced, "not tested", without looking at the interval when the values do not
+measure what the claim is about (EmulatedValues.not_tested: e.g. models not trained to
+where the comparison means anything).
+
 "Within 25 % of x" is |paper - x| <= 0.25 x throughout, so a value in the
 envelope [lo, hi] reaches the paper's number exactly when
 [lo, hi] meets [paper / 1.25, paper / 0.75].
@@ -43,6 +55,7 @@ from testbed.stats import Interval
 
 TOLERANCE = 0.25
 VERDICTS = ("reproduced", "within_envelope", "not_reproduced")
+OUTCOMES = ("neutral", "better", "worse", "undecided")     # of a neutral-or-better claim
 
 
 def within(paper: float, x: float, tol: float = TOLERANCE) -> bool:
@@ -227,3 +240,39 @@ def decide_above(threshold: float, unit: str, interval: Interval | None, lower_b
         return Verdict("not_reproduced", f"{span} lies below {t}: the opposite of the claim")
     return Verdict("not_reproduced", f"{span} contains {t}: above and below it cannot be told apart "
                                      f"at {interval.n} seeds")
+
+
+def outcome_of(interval: Interval, ref: float, margin: float, lower_is_better: bool) -> str:
+    """neutral, better, worse or undecided (module docstring) of `interval` against `ref`."""
+    if ref * (1 - margin) <= interval.lo and interval.hi <= ref * (1 + margin):
+        return "neutral"
+    below, above = interval.hi < ref, interval.lo > ref
+    if below or above:
+        return "better" if below == lower_is_better else "worse"
+    return "undecided"
+
+
+def decide_neutral_or_better(ref: float, unit: str, interval: Interval | None, margin: float,
+                             lower_is_better: bool, not_tested: str = "") -> Verdict:
+    """The verdict of a neutral-or-better claim (module docstring); details["outcome"]
+    is one of OUTCOMES (undecided where nothing was tested)."""
+    r, band = fmt(ref, unit), f"{fmt(ref * (1 - margin), unit)}–{fmt(ref * (1 + margin), unit)}"
+    span = "" if interval is None else (f"the 95 % interval {fmt(interval.lo, unit)}–{fmt(interval.hi, unit)} "
+                                        f"(mean {fmt(interval.mean, unit)}, n={interval.n})")
+    if not_tested:
+        return Verdict("not_reproduced", f"not tested: {not_tested}" + (
+            f" ({span} is not used)" if span else ""), {"outcome": "undecided"})
+    if interval is None:
+        return Verdict("not_reproduced", f"no valid value to compare with {r}", {"outcome": "undecided"})
+    if interval.n < 2:
+        return Verdict("not_reproduced", f"one value ({fmt(interval.mean, unit)}): no interval to decide with",
+                       {"outcome": "undecided"})
+    out = outcome_of(interval, ref, margin, lower_is_better)
+    side = "lower" if lower_is_better else "higher"
+    reason = {"neutral": f"neutral: {span} lies within ±{pct(margin)} of {r} ({band})",
+              "better": f"better: {span} lies wholly on the better ({side}) side of {r} and reaches beyond "
+                        f"±{pct(margin)}",
+              "worse": f"worse: {span} lies wholly on the worse side of {r} and reaches beyond ±{pct(margin)}",
+              "undecided": f"undecided: {span} holds {r} and reaches beyond ±{pct(margin)} ({band}): too few "
+                           f"seeds to tell neutral from better or worse"}[out]
+    return Verdict("reproduced" if out in ("neutral", "better") else "not_reproduced", reason, {"outcome": out})

@@ -446,6 +446,8 @@ def point_summary(wl: ShadowSyncWorkload, trainers: list[str], recs: list[dict[s
         "type": "shadowsync_summary", "algorithm": wl.algorithm, "mode": wl.mode,
         "label": label_of(wl.algorithm, wl.mode), "trainers": len(trainers),
         "hogwild_workers": wl.hogwild_workers, "embedding_servers": wl.embedding_servers, "k": wl.k,
+        # the point's own seed (workload.seed + repeat) and length: what its eval NE is measured at
+        "seed": wl.seed, "iterations": wl.iterations,
         "collective": wl.collective if wl.algorithm in ("ma", "bmuf") else ("syncps" if wl.algorithm == "easgd"
                                                                              else None),
         "time_scale": wl.device.get("time_scale"), "tdf": tdf, "calibrated": wl.calibrated, "ok": ok,
@@ -483,7 +485,8 @@ def summary_row(r: dict[str, Any]) -> dict[str, Any]:
             "projected_hw_iter_ms": rnd(r.get("projected_hw_iter_ms")),
             "emu_ex_per_s": rnd(r["examples_per_s"], 1), "tdf": rnd(r.get("tdf"), 1),
             "emu/proj": rnd(r.get("emulated_over_projected"), 2),
-            "eval_ne": rnd(r["eval_ne"]), "train_ne": rnd(r["train_ne"]), "sync_gap": rnd(r["avg_sync_gap"], 1),
+            "eval_ne": rnd(r["eval_ne"]), "train_ne": rnd(r["train_ne"]),
+            "seed": r.get("seed"), "iterations": r.get("iterations"), "sync_gap": rnd(r["avg_sync_gap"], 1),
             "pushes": f"{r['pushes_applied']}/{r['pushes_sent']}", "pushes_match": r["pushes_match"],
             "device_valid": r["device_valid"], "valid": r.get("valid"), "ok": r["ok"],
             "invalid_reasons": list(r.get("invalid_reasons") or [])}

@@ -89,3 +89,58 @@ def test_figures_draw_with_captions_and_the_ne_difference(tmp_path):
     # the shadow's gap grows with trainers here (0.5 n); FR's is k x workers
     lines = [(list(np.ravel(x)), list(np.ravel(y))) for x, y in gap[1]]
     assert ([1.0, 2.0], [0.5, 1.0]) in lines and ([1.0, 2.0], [10.0, 10.0]) in lines
+
+
+def pause_run(tmp_path):
+    """dlrm_pause.yaml's shape: 2 trainers, S-EASGD, the shadow's pause swept, 2 repeats.
+    The gap falls with the pause (4, 2, 1 iterations); repeats differ by 0.2."""
+    run_dir = res.new_run_dir("shadowsync-dlrm-pause", tmp_path)
+    scenario = {"name": "shadowsync-dlrm-pause", "topology": {"workers": 2, "kind": "star"},
+                "switch": {"backend": "soft"},
+                "workload": {"kind": "shadowsync", "algorithm": "easgd", "mode": "shadow", "iterations": 60,
+                             "device": {"type": "v100", "time_scale": "auto"}},
+                "sweep": {"grid": {"workload.shadow_pause_ms": [0, 5, 20]}, "repeats": 2, "seed": 1},
+                "figures": ["shadowsync_sync_gap"]}
+    points, sums = [], []
+    for idx, (pause, r) in enumerate((p, r) for p in (0, 5, 20) for r in range(2)):
+        points.append({"index": idx, "label": f"{idx:03d}-shadow_pause_ms={pause}-r{r}",
+                       "params": {"workload.shadow_pause_ms": pause}, "repeat": r, "seed": idx})
+        sums.append({"point": idx, "type": "shadowsync_summary", "algorithm": "easgd", "mode": "shadow",
+                     "label": "S-EASGD", "trainers": 2, "embedding_servers": 1, "tdf": 1800.0, "calibrated": True,
+                     "hw_examples_per_s": 8e5, "eval_ne": 0.8, "valid": True, "device_valid": True,
+                     "avg_sync_gap": {0: 4.0, 5: 2.0, 20: 1.0}[pause] + 0.2 * r})
+    res.write_json(run_dir / "manifest.json", {
+        "status": "ok", "net": "local", "scenario": scenario, "points": points,
+        "cli": {"scenario": "x.yaml", "overrides": [], "net": "local", "quick": False},
+        "machine": {"cpus": 2}, "git": {"commit": "abc"}})
+    for p in points:
+        res.append_jsonl(run_dir / "points.jsonl", dict(p, status="ok", impairments=[]))
+    for s in sums:
+        res.append_jsonl(run_dir / "metrics.jsonl", s)
+    return run_dir
+
+
+def test_sync_gap_takes_the_pause_as_its_axis_when_the_run_sweeps_it(tmp_path):
+    """Pauses are a parameter, not repeats: one point per pause on the x axis (ms of
+    modeled hardware), the band from the real repeats, the caption names both."""
+    from testbed.plots import shadowsync, style  # noqa: PLC0415
+    run = res.load_run(pause_run(tmp_path))
+    drawn: list = []
+    orig = style._close
+
+    def grab(fig):
+        ax = fig.axes[0]
+        drawn.append((style.caption_of(fig), ax.get_xlabel(),
+                      [(list(np.ravel(line.get_xdata())), list(np.ravel(line.get_ydata()))) for line in ax.lines]))
+        orig(fig)
+    style._close = grab
+    try:
+        (tmp_path / "figs").mkdir()
+        shadowsync.sync_gap(run, tmp_path / "figs")
+    finally:
+        style._close = orig
+    caption, xlabel, lines = drawn[0]
+    assert ([0.0, 5.0, 20.0], [pytest.approx(4.1), pytest.approx(2.1), pytest.approx(1.1)]) in lines
+    assert "pause" in xlabel and "ms of modeled hardware" in xlabel
+    assert "x = workload.shadow_pause_ms 0/5/20 ms" in caption and "2 trainers" in caption
+    assert "2 repeats: line = median" in caption
