@@ -672,5 +672,7 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
             "vs_plain_ps": str(s.get("weights_check") or "")[:16],
             "vs_ps_rel": (None if s.get("weights_max_rel_diff") is None
                           else float(f"{s.get('weights_max_rel_diff'):.3g}")),
+            "vs_ps_max_ulp": s.get("weights_max_ulp_diff"),
+            "vs_ps_differ": r(s.get("weights_differing_share"), 4),
             "ok": s["ok"],
             "valid": s["valid"], "fidelity": (s.get("fidelity") or "")[:60]}

@@ -137,9 +137,24 @@ def test_arrival_order_differs_from_the_plain_ps_only_by_rounding(world):
     chk = compare(ref, {f"w{r}": f for r, f in enumerate(finals)}, "rounding")
     assert not chk.match                     # really summed in arrival order, not rank order
     assert chk.ok and 0 < chk.max_rel_diff < ARRIVAL_REL_TOL / 10, chk
+    assert chk.max_ulp_diff >= 1 and 0 < chk.differing_share < 1, chk       # some values, a few steps
     # two copies: float addition commutes, so arrival order is the plain PS's bit for bit
     two = phub_in_process(SIZES, 2, 4, NESTEROV, "arrival", shuffle=3)
     assert two[0].tobytes() == np.concatenate(plain_ps_weights(SIZES, 1, 2, 4, NESTEROV)).tobytes()
+
+
+def test_ulp_distance_counts_float32_steps_across_zero():
+    from hosts.phub.reference import ulp_distance
+    one = np.float32(1.0)
+    a = np.array([one, one, 0.0, -0.0, 2.0], np.float32)
+    tiny = np.float32(1e-45)                                 # the smallest subnormal
+    b = np.array([one, np.nextafter(one, np.float32(2)), tiny, -tiny, np.nextafter(np.nextafter(
+        np.float32(2.0), np.float32(0)), np.float32(0))], np.float32)
+    assert ulp_distance(a, b).tolist() == [0, 1, 1, 1, 2]
+    assert ulp_distance(np.array([-tiny], np.float32), np.array([tiny], np.float32)).tolist() == [2]
+    assert ulp_distance(np.array([0.0], np.float32), np.array([-0.0], np.float32)).tolist() == [0]
+    chk = compare(a, {"w0": a, "w1": b}, "rounding")
+    assert chk.max_ulp_diff == 2 and chk.differing_share == 0.8
 
 
 def test_arrival_order_sums_every_copy_as_it_comes_and_holds_none():
