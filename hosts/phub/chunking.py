@@ -92,6 +92,14 @@ def owner(chunk_id: int, cores: int) -> int:
     return chunk_id % cores
 
 
+def kvstore_servers(workers: int, servers_per_worker: float) -> int:
+    """How many kvstore servers `servers_per_worker` gives N workers: ceil(x N), 1 to N
+    (the sharded_ps workload and the reproduction's projection alike)."""
+    if workers < 1 or not 0 < servers_per_worker <= 1:
+        raise ValueError(f"need workers >= 1 and 0 < servers_per_worker <= 1, got {workers}, {servers_per_worker}")
+    return max(1, min(workers, math.ceil(servers_per_worker * workers - 1e-9)))
+
+
 def kvstore_plan(sizes: Sequence[int], servers: int, bigarray_bound: int = MXNET_BIGARRAY_BOUND) -> ChunkPlan:
     """MXNet kvstore's placement of keys on `servers` servers (kvstore_dist.h
     EncodeDefaultKey, dist_sync): a key of fewer than `bigarray_bound` values is one
@@ -103,7 +111,8 @@ def kvstore_plan(sizes: Sequence[int], servers: int, bigarray_bound: int = MXNET
         raise ValueError(f"servers must be >= 1, got {servers}")
     if bigarray_bound < 1:
         raise ValueError(f"bigarray_bound must be >= 1 value, got {bigarray_bound}")
-    plan = ChunkPlan(sizes, VALUE_BYTES)            # validates the sizes; its chunks are replaced
+    # validates the sizes; one chunk per key (chunk_bytes past the largest), then replaced by the parts
+    plan = ChunkPlan(sizes, VALUE_BYTES * max(max(int(x) for x in sizes) if sizes else 1, 1))
     plan.chunk_bytes, plan.chunk_values = 0, 0      # no fixed chunk size: parts are as large as they come
     plan.chunks, plan.key_chunks, owners = [], [], []
 

@@ -29,7 +29,6 @@ of a chunk is in: reply_after "all").
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -101,7 +100,7 @@ class DeviceParams(BaseModel):
 
 @register_workload
 class PhubWorkload(CalibratedWorkloadParams):
-    """PHub vs wide-aggregation PS, ring and in-switch aggregation."""
+    """PHub vs wide-aggregation PS, MXNet-kvstore-like sharded PS, ring and in-switch aggregation."""
 
     FIGURES = FIGURES
 
@@ -199,8 +198,8 @@ def roles(scenario: Any) -> tuple[list[str], list[str]]:
 def kv_servers(wl: PhubWorkload, workers: list[str]) -> list[tuple[str, str]]:
     """sharded_ps: (host, server name) of each kvstore server in shard order: one on
     each of the first ceil(servers_per_worker x workers) workers' hosts."""
-    k = max(1, math.ceil(wl.servers_per_worker * len(workers) - 1e-9))
-    return [(h, h + KV_SERVER_SUFFIX) for h in workers[:k]]
+    from hosts.phub.chunking import kvstore_servers  # noqa: PLC0415
+    return [(h, h + KV_SERVER_SUFFIX) for h in workers[:kvstore_servers(len(workers), wl.servers_per_worker)]]
 
 
 def kvstore_bound(wl: PhubWorkload) -> int:
@@ -268,7 +267,8 @@ def hw_table(wl: PhubWorkload, workers: int, agreed_scale: bool = False) -> dict
 
     def server_s(x: int) -> float:
         if wl.algorithm == "sharded_ps" and x:          # a big key's parts on every server at once
-            k = max(1, math.ceil(wl.servers_per_worker * workers - 1e-9))
+            from hosts.phub.chunking import kvstore_servers  # noqa: PLC0415
+            k = kvstore_servers(workers, wl.servers_per_worker)
             return modeled_key_s(x, workers, k if x >= kvstore_bound(wl) else 1, momentum, prof["reduce_rate"])
         return (modeled_key_s(x, workers, wl.server_cores, momentum, prof["reduce_rate"])
                 if wl.algorithm == "phub" and x else 0.0)
