@@ -92,7 +92,7 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
     n_cal = cfg.calibration["rounds"] * cfg.calibration["iterations"] if cfg.calibration else 0
     if cfg.algorithm in ("phub", "sharded_ps"):
         from hosts.phub.client import PHubClient  # noqa: PLC0415
-        shards = [HostAddr(f"{s['name']}", s["ip"]) for s in cfg.shards] if cfg.shards else None
+        shards = [HostAddr(s["name"], s["ip"]) for s in cfg.shards] if cfg.shards else None
         client = PHubClient.connect(server=None if shards else cfg.server, shards=shards, port=cfg.port,
                                     cores=len(shards) if shards else cfg.cores, job=cfg.job,
                                     host=cfg.host, my_ip=cfg.ip, rank=cfg.rank, weights=model.weights,
