@@ -96,6 +96,8 @@ RUNS: dict[str, QuickRun] = {
     # ------------------------------------------------------------------ phub
     # chunk_size, models, reproduce, shared: no switch, no impairment. Model profiles at a
     # fifth of the quick size (size_scale 0.002): every stage is still traced and timed.
+    # shared: tests/local/test_phub_arrival_local.py
+    "phub/arrival.yaml": QuickRun(net="local", sets=("workload.model.size_scale=0.002",)),
     "phub/chunk_size.yaml": QuickRun(net="local", sets=("workload.model.size_scale=0.002",)),
     "phub/loss.yaml": QuickRun(),                       # shared: tests/mininet/test_phub_mininet.py
     "phub/models.yaml": QuickRun(net="local", sets=("workload.model.size_scale=0.002",)),

@@ -26,18 +26,21 @@ from hosts.collectives import check_hello, make_hello
 from hosts.common.config import HostAddr
 from hosts.common.tcp import NetError, connect_with_retry, recv_json, send_json
 from hosts.phub import protocol as P
-from hosts.phub.chunking import ChunkPlan, owner
 from hosts.phub.config import JobSpec
 
 
 class PHubClient:
     def __init__(self, links: list[P.Link], job: JobSpec, cores: int, rank: int,
-                 weights: Sequence[np.ndarray], server_name: str, trace: Any = None, timeout_s: float = 60.0,
+                 weights: Sequence[np.ndarray], server_name: str | list[str], trace: Any = None,
+                 timeout_s: float = 60.0,
                  trace_from: int = 0):
         self.links, self.job, self.cores, self.rank = links, job, cores, rank
-        self.plan = ChunkPlan(job.sizes, job.chunk_bytes)
+        self.plan = job.plan(cores)
         self.weights = list(weights)
-        self.server_name, self.trace, self.timeout_s = server_name, trace, timeout_s
+        # the peer each core's messages name in the trace: the server, or (shards) each server
+        self.peers = list(server_name) if isinstance(server_name, list) else [server_name] * cores
+        self.server_name = server_name if isinstance(server_name, str) else "kvstore servers " + ", ".join(server_name)
+        self.trace, self.timeout_s = trace, timeout_s
         self.trace_from = trace_from
         # calibration's measurements: (iteration, key) -> push time, last update's arrival
         self._pushed_at: dict[tuple[int, int], float] = {}
@@ -56,15 +59,21 @@ class PHubClient:
         self._thread = threading.Thread(target=self._loop, name="phub-io", daemon=True)
 
     @classmethod
-    def connect(cls, *, server: HostAddr, port: int, cores: int, job: JobSpec, host: str, my_ip: str,
+    def connect(cls, *, server: HostAddr | None, port: int, cores: int, job: JobSpec, host: str, my_ip: str,
                 rank: int, weights, trace=None, connect_timeout_s: float, timeout_s: float,
-                trace_from: int = 0) -> "PHubClient":
+                trace_from: int = 0, shards: Sequence[HostAddr] | None = None) -> "PHubClient":
+        """Core c of `server` listens on port + c; with `shards` (sharded_ps: one
+        single-core server per host, MXNet kvstore's servers) server c is shards[c],
+        listening on port + c."""
+        if (server is None) == (shards is None) or (shards is not None and len(shards) != cores):
+            raise ValueError(f"give one server or {cores} shards, got server {server} and shards {shards}")
         hello = make_hello(host, rank, job.identity(cores))
         links: list[P.Link] = []
         try:
             for c in range(cores):
-                name = f"PHub server {server.name} core {c}"
-                conn = connect_with_retry(server.ip, port + c, peer=name, connect_timeout_s=connect_timeout_s,
+                at = server if shards is None else shards[c]
+                name = f"PHub server {at.name} core {c}" if shards is None else f"kvstore server {at.name}"
+                conn = connect_with_retry(at.ip, port + c, peer=name, connect_timeout_s=connect_timeout_s,
                                           io_timeout_s=timeout_s, src_ip=my_ip)
                 links.append(P.Link(conn))
                 send_json(conn, hello)
@@ -73,7 +82,8 @@ class PHubClient:
             for ln in links:
                 ln.conn.close()
             raise
-        cl = cls(links, job, cores, rank, weights, server.name, trace, timeout_s, trace_from)
+        cl = cls(links, job, cores, rank, weights, server.name if shards is None else [s.name for s in shards],
+                 trace, timeout_s, trace_from)
         cl._thread.start()
         return cl
 
@@ -106,7 +116,7 @@ class PHubClient:
     def push(self, key: int, grad: np.ndarray, it: int) -> None:
         parts: dict[int, list[tuple[int, np.ndarray]]] = {}
         for cid, view in self.plan.split(key, np.ascontiguousarray(grad, np.float32).reshape(-1)):
-            parts.setdefault(owner(cid, self.cores), []).append((cid, view))
+            parts.setdefault(self.plan.owner_of(cid, self.cores), []).append((cid, view))
         t0 = time.perf_counter()
         with self._cond:
             self._pushed_at[(it, key)] = t0
@@ -115,7 +125,7 @@ class PHubClient:
             node = None
             if self.trace is not None and it >= self.trace_from:
                 with self._lock:
-                    node = self.trace.send(t0, None, peer=self.server_name, values=payload.size,
+                    node = self.trace.send(t0, None, peer=self.peers[c], values=payload.size,
                                            tag=P.message_tag("push", self.job.job, c), iteration=it, key=key)
             self._post(c, P.header(P.PUSH, self.job.job, it, [cid for cid, _ in items]), payload, node)
 
@@ -223,7 +233,7 @@ class PHubClient:
         if self.trace is not None and it >= self.trace_from:
             core = self.links.index(ln)
             with self._lock:
-                node = self.trace.recv(t0, t1, peer=self.server_name, values=payload.size,
+                node = self.trace.recv(t0, t1, peer=self.peers[core], values=payload.size,
                                        tag=P.message_tag("update", self.job.job, core), iteration=it)
         with self._cond:
             for k, n in keys.items():

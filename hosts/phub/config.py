@@ -9,9 +9,11 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from hosts.common.config import ConfigError, HostAddr
+from hosts.phub.chunking import MXNET_BIGARRAY_BOUND, ChunkPlan, kvstore_plan
 from hosts.phub.optimizer import OptimizerSpec
 
-ALGORITHMS = ("phub", "wide_ps", "ring", "switch")
+ALGORITHMS = ("phub", "wide_ps", "ring", "switch", "sharded_ps")
+PLACEMENTS = ("chunks", "kvstore")          # hosts/phub/chunking.py: PHub's chunks, MXNet kvstore's keys
 AGGREGATION_ORDERS = ("rank", "arrival")    # a PHub core's sum order (hosts/phub/server.py)
 
 
@@ -59,12 +61,26 @@ class JobSpec:
     chunk_bytes: int
     optimizer: OptimizerSpec
     workers: list[str]
+    placement: str = "chunks"            # chunks: PHub's; kvstore: MXNet's (sharded_ps), over `cores` servers
+    bigarray_bound: int = MXNET_BIGARRAY_BOUND   # kvstore: keys of at least this many values are split
+
+    def __post_init__(self):
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
+
+    def plan(self, cores: int) -> ChunkPlan:
+        """The job's chunks and their owners among `cores` cores (kvstore: servers)."""
+        if self.placement == "kvstore":
+            return kvstore_plan(self.sizes, cores, self.bigarray_bound)
+        return ChunkPlan(self.sizes, self.chunk_bytes)
 
     def identity(self, cores: int) -> dict[str, Any]:
         """What a worker and the server must agree on (checked in HELLO)."""
         digest = hashlib.sha1(json.dumps(self.sizes).encode()).hexdigest()[:12]
         return {"job": self.job, "world": self.world, "keys": len(self.sizes), "sizes_sha1": digest,
-                "chunk_bytes": self.chunk_bytes, "cores": cores, "optimizer": self.optimizer.__dict__}
+                "chunk_bytes": self.chunk_bytes, "cores": cores, "optimizer": self.optimizer.__dict__,
+                **({"placement": self.placement, "bigarray_bound": self.bigarray_bound}
+                   if self.placement != "chunks" else {})}
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,9 @@ class ServerConfig:
     trace_from: int = 0                  # first traced iteration (after calibration's)
     reduce_bytes_per_s: float = 50e9     # a modeled core's summation rate (the profile's reduce_rate)
     aggregation_order: str = "rank"      # rank | arrival (hosts/phub/server.py's docstring)
+    shards: int = 0                      # > 0: this is server `shard` of `shards` (sharded_ps), one core
+    shard: int = 0
+    nic: str | None = None               # the host whose NIC the server uses (sharded_ps: its worker's)
     tdf: float = 1.0
     start_at: float | None = None
     connect_timeout_s: float = 30.0
@@ -90,6 +109,18 @@ class ServerConfig:
         if self.aggregation_order not in AGGREGATION_ORDERS:
             raise ConfigError(f"aggregation_order must be one of {AGGREGATION_ORDERS}, "
                               f"got {self.aggregation_order!r}")
+        if self.shards and (self.cores != 1 or not 0 <= self.shard < self.shards):
+            raise ConfigError(f"a sharded server is one core, shard 0..shards-1: got cores {self.cores}, "
+                              f"shard {self.shard} of {self.shards}")
+
+    @property
+    def total_cores(self) -> int:
+        """The cores (sharded: servers) the job's chunks are placed on."""
+        return self.shards or self.cores
+
+    def core_index(self, core: int) -> int:
+        """Local core `core`'s index among total_cores (its chunks, its port offset)."""
+        return self.shard if self.shards else core
 
 
 def load_server(path: str) -> ServerConfig:
@@ -161,6 +192,8 @@ class WorkerConfig:
     device: dict[str, Any]
     out: str
     server: HostAddr | None = None       # phub: the PHub server; wide_ps: the PS host
+    shards: list[dict[str, str]] | None = None   # sharded_ps: every server {name, ip}, by shard index
+    serve: str | None = None             # sharded_ps: the config of the server this host runs beside
     port: int = 47900                    # phub: core c listens on port + c; wide_ps: the PS port
     cores: int = 1
     peers: list[dict[str, str]] | None = None    # ring: every worker of the job, by rank

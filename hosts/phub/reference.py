@@ -116,11 +116,23 @@ class WeightsCheck:
     max_rel_diff: float          # max |w - ref| / max |ref|
     ok: bool | None              # None: not judged (expect none)
     reason: str | None
+    max_ulp_diff: int = 0        # the largest distance in float32 steps (units in the last place)
+    differing_share: float = 0.0     # the worst worker's share of values not equal bit for bit
 
     def record(self) -> dict:
         return {"weights_match_plain_ps": self.match, "weights_expected": self.expect,
                 "weights_max_abs_diff": self.max_abs_diff, "weights_max_rel_diff": self.max_rel_diff,
+                "weights_max_ulp_diff": self.max_ulp_diff, "weights_differing_share": self.differing_share,
                 "weights_check_ok": self.ok, "weights_check_error": self.reason}
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per value, how many float32 steps apart a and b are (0: the same bits or +-0): the
+    floats' bit patterns mapped onto one monotonic integer line."""
+    def line(x: np.ndarray) -> np.ndarray:
+        i = np.ascontiguousarray(x, np.float32).view(np.int32).astype(np.int64)
+        return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+    return np.abs(line(a) - line(b))
 
 
 def compare(ref: np.ndarray, finals: dict[str, np.ndarray], expect: str) -> WeightsCheck:
@@ -135,6 +147,9 @@ def compare(ref: np.ndarray, finals: dict[str, np.ndarray], expect: str) -> Weig
         return WeightsCheck(expect, False, float("inf"), float("inf"), False,
                             f"final weights of {bad_size} values, the replay has {ref.size}")
     match = all(a.tobytes() == ref.tobytes() for a in finals.values())
+    ulps = {h: ulp_distance(a, ref) for h, a in finals.items()}
+    max_ulp = max((int(u.max()) if u.size else 0) for u in ulps.values())
+    differing = max((float(np.count_nonzero(u)) / u.size if u.size else 0.0) for u in ulps.values())
     diffs = {h: float(np.max(np.abs(a.astype(np.float64) - ref))) if a.size else 0.0 for h, a in finals.items()}
     worst = max(diffs, key=lambda h: (np.isnan(diffs[h]), diffs[h]))
     max_abs = diffs[worst]
@@ -147,4 +162,5 @@ def compare(ref: np.ndarray, finals: dict[str, np.ndarray], expect: str) -> Weig
     elif expect == "rounding" and not max_rel <= ARRIVAL_REL_TOL:        # NaN fails too
         reason = (f"final weights differ from the plain PS's on the same gradients by more than float "
                   f"rounding: {worst} by up to {max_abs:.3g} (relative {max_rel:.3g} > {ARRIVAL_REL_TOL:g})")
-    return WeightsCheck(expect, match, max_abs, max_rel, None if expect == "none" else reason is None, reason)
+    return WeightsCheck(expect, match, max_abs, max_rel, None if expect == "none" else reason is None, reason,
+                        max_ulp, differing)

@@ -18,6 +18,13 @@ When the chunk has all N copies its optimizer step runs at once (optimizer.step)
 and the new weights go to every worker of the job (UPDATE; no pull requests).
 Several jobs share the server: each message carries its job id.
 
+Sharded (config `shards` > 0: the sharded_ps baseline, MXNet kvstore's servers):
+this process is server `shard` of `shards`, one core, on a worker's host; the
+job's placement is MXNet's (chunking.kvstore_plan); its port is port + shard, its
+messages' tags and chunk ownership use the shard index, its trace names the
+worker's host as its NIC (`nic`). Same sum (either order), optimizer
+(update_on_kvstore) and updates: the updates answer the workers' pulls.
+
 Time: a core's work per PUSH is modeled (`modeled_work_s`: a per-message cost
 and the bytes it sums and optimizes at a modeled core's memory rate, [A] below)
 and paced like a device (hosts/common/device.py PacedDevice): the core sleeps
@@ -195,7 +202,7 @@ class JobState:
         if order not in AGGREGATION_ORDERS:
             raise ValueError(f"aggregation order must be one of {AGGREGATION_ORDERS}, got {order!r}")
         self.spec, self.reduce_bytes_per_s, self.order = spec, reduce_bytes_per_s, order
-        self.plan = ChunkPlan(spec.sizes, spec.chunk_bytes)
+        self.plan = spec.plan(cores)
         ids = self.plan.owned(core, cores)
         self.local: dict[int, slice] = {}
         off = 0
@@ -320,12 +327,12 @@ def accept_links(cfg: ServerConfig, core: int, ranks: range | None = None) -> di
         job = jobs.get(run.get("job")) if isinstance(run, dict) else None
         if job is None:
             raise ProtocolError(f"a worker sent HELLO for an unknown job: {theirs!r}")
-        mine = make_hello(cfg.host, -1, job.identity(cfg.cores))
+        mine = make_hello(cfg.host, -1, job.identity(cfg.total_cores))
         conn.peer = f"worker {theirs.get('host')} (job {job.job}, rank {theirs.get('rank')})"
         check_hello(theirs, mine=mine, peer=conn.peer)
         return (job.job, theirs["rank"]), mine
 
-    server = listen(cfg.ip, cfg.port + core)
+    server = listen(cfg.ip, cfg.port + cfg.core_index(core))
     try:
         conns = accept_until(server, expected, handshake, what="workers (job, rank)",
                              connect_timeout_s=cfg.connect_timeout_s, io_timeout_s=cfg.timeout_s)
@@ -337,11 +344,11 @@ def accept_links(cfg: ServerConfig, core: int, ranks: range | None = None) -> di
 def serve_core(core: int, cfg: ServerConfig, trace_on: bool) -> dict[str, Any]:
     """Serve every job's chunks this core owns until every worker sent END."""
     links = accept_links(cfg, core)
-    states = {j.job: JobState(j, core, cfg.cores, cfg.reduce_bytes_per_s, cfg.aggregation_order)
+    states = {j.job: JobState(j, cfg.core_index(core), cfg.total_cores, cfg.reduce_bytes_per_s, cfg.aggregation_order)
               for j in cfg.jobs}
     st = Stages()
     nodes: list[dict[str, Any]] = []
-    tr = _CoreTrace(nodes, cfg.host, core, cfg.trace_from) if trace_on else None
+    tr = _CoreTrace(nodes, cfg.host, core, cfg.trace_from, cfg.core_index(core)) if trace_on else None
     dev = CoreDevice(cfg.tdf, cfg.trace_from)
     t_start = time.perf_counter()
     try:
@@ -446,10 +453,13 @@ class _CoreTrace:
     """One core's trace nodes (merged into the server's trace by the parent); nodes of
     iterations before `trace_from` (calibration) are not recorded."""
 
-    def __init__(self, nodes: list[dict[str, Any]], host: str, core: int, trace_from: int = 0):
+    def __init__(self, nodes: list[dict[str, Any]], host: str, core: int, trace_from: int = 0,
+                 tag_core: int | None = None):
         self.rec = TraceRecorder(None, host=host, rank=0, world=1, tdf=1.0)
         self.rec.nodes = nodes
         self.core, self.trace_from = core, trace_from
+        # the messages' tags name the core the workers address (a shard: its index)
+        self.tag_core = core if tag_core is None else tag_core
 
     def _peer(self, job_rank: tuple[int, int]) -> str:
         return _worker_names[job_rank]
@@ -458,7 +468,7 @@ class _CoreTrace:
         if it < self.trace_from:
             return
         n = self.rec.recv(t0, t1, peer=self._peer(peer_rank), values=values,
-                          tag=P.message_tag("push", peer_rank[0], self.core), iteration=it, core=self.core)
+                          tag=P.message_tag("push", peer_rank[0], self.tag_core), iteration=it, core=self.core)
         self.rec.waited(n)
 
     def compute(self, t0, t1, hw_s, real_s, it, work) -> int | None:
@@ -472,7 +482,7 @@ class _CoreTrace:
         if it < self.trace_from:
             return None
         n = self.rec.send(t0, None, peer=self._peer(peer_rank), values=values,
-                          tag=P.message_tag("update", peer_rank[0], self.core), iteration=it, core=self.core)
+                          tag=P.message_tag("update", peer_rank[0], self.tag_core), iteration=it, core=self.core)
         return lambda t1: self.rec.done(n, t1)
 
 
@@ -559,6 +569,7 @@ def write_trace(cfg: ServerConfig, cores: list[dict[str, Any]]) -> None:
     tdf = cores[0].get("tdf") or cfg.tdf          # the TDF rank 0 sent last (every core got each one)
     rec = TraceRecorder(cfg.trace, host=cfg.host, rank=cfg.trace_rank, world=cfg.trace_world, tdf=tdf,
                         workload="phub", role="server", reply_after="all", cores=cfg.cores,
+                        **({"nic": cfg.nic} if cfg.nic else {}),
                         device={"kind": "phub server core", "bytes_per_s": cfg.reduce_bytes_per_s,
                                 "message_s": CORE_MESSAGE_S})
     rec.nodes = merge_cores({c["core"]: c.pop("nodes") for c in cores})
@@ -602,6 +613,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         writer.write({"type": "summary", "host": cfg.host, "role": "server", "ok": error is None, "error": error,
                       "cores": cfg.cores, "jobs": [j.job for j in cfg.jobs],
+                      **({"shard": cfg.shard, "shards": cfg.shards} if cfg.shards else {}),
                       "aggregation_order": cfg.aggregation_order})
         writer.close()
 

@@ -13,6 +13,13 @@ Algorithms (config `algorithm`):
            pushed, the PS waits for it from every worker, sums, and every worker
            receives the sum (its pull), then applies the same optimizer itself.
   ring     the same with a host ring allreduce; switch: in-switch aggregation.
+  sharded_ps  MXNet kvstore's dist_sync with update_on_kvstore: PHub's client
+           and schedule (per-layer pushes as backward produces them, forward
+           waiting per layer), but the keys placed over k servers colocated with
+           the first k workers (chunking.kvstore_plan); a worker whose config
+           names `serve` runs its host's server (hosts/phub/server.py, sharded)
+           as a child process beside training, as MXNet launches a server process
+           on a worker's machine.
 Models (config `model`): {kind: profile, name, size_scale} - a layer profile
 (hosts/phub/profiles.py) with real float32 tensors of size_scale x each layer's
 size and compute modeled only (hosts/dnn/device.py's FLOPs model, also scaled);
@@ -83,9 +90,11 @@ def train(cfg: WorkerConfig, writer) -> dict[str, Any]:
     spec, world = cfg.job.optimizer, cfg.job.world
     client = coll = agreement = None
     n_cal = cfg.calibration["rounds"] * cfg.calibration["iterations"] if cfg.calibration else 0
-    if cfg.algorithm == "phub":
+    if cfg.algorithm in ("phub", "sharded_ps"):
         from hosts.phub.client import PHubClient  # noqa: PLC0415
-        client = PHubClient.connect(server=cfg.server, port=cfg.port, cores=cfg.cores, job=cfg.job,
+        shards = [HostAddr(s["name"], s["ip"]) for s in cfg.shards] if cfg.shards else None
+        client = PHubClient.connect(server=None if shards else cfg.server, shards=shards, port=cfg.port,
+                                    cores=len(shards) if shards else cfg.cores, job=cfg.job,
                                     host=cfg.host, my_ip=cfg.ip, rank=cfg.rank, weights=model.weights,
                                     trace=rec if cfg.trace else None, trace_from=n_cal,
                                     connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
@@ -207,8 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.start_at is not None and cfg.start_at > time.time():
         time.sleep(cfg.start_at - time.time())
     error, info = None, {}
+    server = start_server(cfg)
     try:
         info = train(cfg, writer)
+        stop_server(server, cfg.timeout_s)
+        server = None
         return 0
     except (NetError, OSError) as e:
         error = f"{type(e).__name__}: {e}"
@@ -222,9 +234,37 @@ def main(argv: list[str] | None = None) -> int:
         error = f"{type(e).__name__}: {e}"
         raise
     finally:
+        if server is not None and server.poll() is None:
+            server.terminate()           # our own child: training failed, its server stops too
+            server.wait(10)
         writer.write({"type": "summary", "host": cfg.host, "rank": cfg.rank, "job": cfg.job.job,
                       "algorithm": cfg.algorithm, "ok": error is None, "error": error, **info})
         writer.close()
+
+
+def start_server(cfg: WorkerConfig):
+    """sharded_ps: this host's kvstore server (a child process, as MXNet's server runs
+    beside the worker on its machine); None when the config names none."""
+    if not cfg.serve:
+        return None
+    import subprocess  # noqa: PLC0415
+    return subprocess.Popen([sys.executable, "-m", "hosts.phub.server", "--config", cfg.serve])
+
+
+def stop_server(server, timeout_s: float) -> None:
+    """Wait for the colocated server to end (it does once every worker sent END);
+    NetError when it failed or did not end."""
+    import subprocess  # noqa: PLC0415
+    if server is None:
+        return
+    try:
+        rc = server.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        server.terminate()
+        server.wait(10)
+        raise NetError(f"the colocated kvstore server did not end within {timeout_s:g} s") from None
+    if rc != 0:
+        raise NetError(f"the colocated kvstore server exited {rc} (its record says why)")
 
 
 class _Loader:

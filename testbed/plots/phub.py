@@ -1,6 +1,6 @@
 """PHub figures (scenarios/phub/): colour = system (PHub, wide-aggregation PS, ring,
-in-switch), line style = case; emulated points filled (hollow when the fidelity
-monitor or the device model found them invalid, named in the caption), the
+in-switch, MXNet-kvstore-like sharded PS), line style = case; emulated points
+filled (hollow when the fidelity monitor or the device model found them invalid, named in the caption), the
 hardware projection of the same traces as a thin line with crosses (at the
 point's own worker count, and at 16-64 workers on the workers figure).
 
@@ -34,7 +34,7 @@ from testbed.workloads.phub import FIGURES, PROJECTED_WORKERS
 register_figure_names(*FIGURES)
 
 LABELS = {"phub": "PHub (chunked, tall)", "wide_ps": "wide-aggregation PS", "ring": "ring allreduce",
-          "switch": "in-switch"}
+          "switch": "in-switch", "sharded_ps": "sharded PS (MXNet kvstore)"}
 SYSTEM = {"wide_ps": "ps"}          # the style's colour key
 MODELS = ("resnet50", "inception_v3", "alexnet", "cnn")
 STAGES = (("receive", "server_recv_s_per_iter_ms"), ("aggregate", "server_agg_s_per_iter_ms"),

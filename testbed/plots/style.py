@@ -39,6 +39,8 @@ SYSTEM_COLORS = {
     "easgd": "#56b4e9",
     "shadowsync": "#f0e442",
     "phub": "#000000",
+    # PHub's MXNet-kvstore-like sharded PS (vermillion: dp's, which never shares a figure with it)
+    "sharded_ps": "#d55e00",
     "gloo": "#7f7f7f",        # PyTorch's own gloo allreduce (torch figures)
     # The EASGD family: one colour per variant, its SGD counterpart lighter.
     "easgd_original": "#333333", "async_easgd": "#0072b2", "async_sgd": "#56b4e9",

@@ -49,7 +49,12 @@ CALIBRATION_START = 500.0
 PROJECTED_WORKERS = (16, 32, 64)
 # The network model's algorithm for one key's exchange (calibration's hardware time):
 # PHub's per-key push/update is a parameter server's allreduce of that key.
-HW_ALGO = {"phub": "ps", "wide_ps": "ps", "ring": "ring", "switch": "switch"}
+# sharded_ps: a key's exchange with its one server (a big key's parts run in parallel on
+# every server) is a parameter server's allreduce of it [A: the colocated server's share
+# of the traffic stays on its host; the table charges it to the network].
+HW_ALGO = {"phub": "ps", "wide_ps": "ps", "ring": "ring", "switch": "switch", "sharded_ps": "ps"}
+# The name a sharded_ps server runs under (its output, config and trace) beside its worker.
+KV_SERVER_SUFFIX = ".kv"
 register_figures_if_loaded(*FIGURES)
 
 
@@ -95,14 +100,21 @@ class DeviceParams(BaseModel):
 
 @register_workload
 class PhubWorkload(CalibratedWorkloadParams):
-    """PHub vs wide-aggregation PS, ring and in-switch aggregation."""
+    """PHub vs wide-aggregation PS, MXNet-kvstore-like sharded PS, ring and in-switch aggregation."""
 
     FIGURES = FIGURES
 
     kind: Literal["phub"] = Field("phub", description="Workload type; selects which fields below apply.")
-    algorithm: Literal["phub", "wide_ps", "ring", "switch"] = Field(
+    algorithm: Literal["phub", "wide_ps", "ring", "switch", "sharded_ps"] = Field(
         "phub", description="phub: chunked tall aggregation + optimizer in the server; wide_ps: whole-tensor "
-                            "PS then pulls; ring: host ring allreduce; switch: in-switch aggregation.")
+                            "PS then pulls; ring: host ring allreduce; switch: in-switch aggregation; "
+                            "sharded_ps: MXNet kvstore dist_sync (the paper's baseline): keys sharded over "
+                            "servers colocated with the workers, per-layer pushes overlapped with backward, "
+                            "optimizer on the servers, pulls.")
+    servers_per_worker: float = Field(
+        1.0, gt=0, le=1, description="sharded_ps: kvstore servers per worker (ceil(x * workers) servers, one "
+                                     "on each of the first workers' hosts). 1.0: MXNet's usual launch runs one "
+                                     "server per worker [A].")
     model: ModelParams = Field(default_factory=ModelParams, description="What the workers train.")
     chunk_bytes: int = Field(32768, ge=4, description="PHub's key chunk size in bytes (multiple of 4).")
     server_cores: int = Field(2, ge=1, le=64, description="PHub server processes (chunk owners).")
@@ -141,10 +153,13 @@ class PhubWorkload(CalibratedWorkloadParams):
             raise ValueError(f"racks {self.racks}: cross-rack PHub runs algorithm phub, one job, and one core per "
                              f"rack server (server_cores: 1); got algorithm {self.algorithm}, jobs {self.jobs}, "
                              f"server_cores {self.server_cores}")
-        if self.aggregation_order == "arrival" and (self.algorithm != "phub" or self.racks > 1):
-            raise ValueError(f"aggregation_order arrival is the PHub server's own (algorithm phub, one server); "
-                             f"algorithm {self.algorithm} with racks {self.racks} sums in rank order (the plain "
-                             "PS's order; cross-rack PHub chains the racks' rank-ordered partial sums)")
+        if self.aggregation_order == "arrival" and (self.algorithm not in ("phub", "sharded_ps") or self.racks > 1):
+            raise ValueError(f"aggregation_order arrival is the PHub server's own (algorithm phub, one server) "
+                             f"and MXNet kvstore's (sharded_ps); algorithm {self.algorithm} with racks "
+                             f"{self.racks} sums in rank order (the plain PS's order; cross-rack PHub chains the "
+                             "racks' rank-ordered partial sums)")
+        if self.servers_per_worker != 1.0 and self.algorithm != "sharded_ps":
+            raise ValueError(f"servers_per_worker is sharded_ps's; algorithm {self.algorithm} has its own servers")
         if self.calibrated and self.jobs > 1:
             raise ValueError("device.time_scale auto with jobs > 1: each job would calibrate and dilate the "
                              "network on its own; give a fixed time_scale")
@@ -169,15 +184,35 @@ class PhubWorkload(CalibratedWorkloadParams):
 
 
 def roles(scenario: Any) -> tuple[list[str], list[str]]:
-    """(training workers in rank order, server hosts). racks > 1: the tree's leaf blocks
-    (testbed.net.topology.split_workers), the first host of each its rack's server;
-    ValueError names a topology that does not fit."""
+    """(training workers in rank order, servers: their output's name). racks > 1: the
+    tree's leaf blocks (testbed.net.topology.split_workers), the first host of each its
+    rack's server; sharded_ps: every host trains and the first k also run a kvstore
+    server (`kv_servers`); ValueError names a topology that does not fit."""
     wl: PhubWorkload = scenario.workload
     hosts = scenario.hosts()
+    if wl.algorithm == "sharded_ps":
+        return list(hosts), [name for _, name in kv_servers(wl, hosts)]
     if wl.racks == 1:
         return [h for h in hosts if h not in wl.extra_hosts()], list(wl.extra_hosts())
     blocks = rack_blocks(scenario)
     return [h for b in blocks for h in b[1:]], [b[0] for b in blocks]
+
+
+def kv_servers(wl: PhubWorkload, workers: list[str]) -> list[tuple[str, str]]:
+    """sharded_ps: (host, server name) of each kvstore server in shard order: one on
+    each of the first ceil(servers_per_worker x workers) workers' hosts."""
+    from hosts.phub.chunking import kvstore_servers  # noqa: PLC0415
+    return [(h, h + KV_SERVER_SUFFIX) for h in workers[:kvstore_servers(len(workers), wl.servers_per_worker)]]
+
+
+def kvstore_bound(wl: PhubWorkload) -> int:
+    """MXNet's bigarray bound on the emulated keys: MXNET_BIGARRAY_BOUND values of the
+    full-size model, x size_scale for a profile (a key the paper's MXNet splits over
+    every server is split here too, whatever the scale); the CNN's keys are real."""
+    from hosts.phub.chunking import MXNET_BIGARRAY_BOUND  # noqa: PLC0415
+    if wl.model.kind == "profile":
+        return max(1, round(MXNET_BIGARRAY_BOUND * wl.model.size_scale))
+    return MXNET_BIGARRAY_BOUND
 
 
 def rack_blocks(scenario: Any) -> list[list[str]]:
@@ -234,6 +269,10 @@ def hw_table(wl: PhubWorkload, workers: int, agreed_scale: bool = False) -> dict
     momentum = wl.optimizer.kind == "nesterov"          # as OptimizerSpec.has_state
 
     def server_s(x: int) -> float:
+        if wl.algorithm == "sharded_ps" and x:          # a big key's parts on every server at once
+            from hosts.phub.chunking import kvstore_servers  # noqa: PLC0415
+            k = kvstore_servers(workers, wl.servers_per_worker)
+            return modeled_key_s(x, workers, k if x >= kvstore_bound(wl) else 1, momentum, prof["reduce_rate"])
         return (modeled_key_s(x, workers, wl.server_cores, momentum, prof["reduce_rate"])
                 if wl.algorithm == "phub" and x else 0.0)
     top = max(key_sizes(wl))
@@ -280,13 +319,26 @@ class PhubRuntime(WorkloadRuntime):
         groups = job_groups(wl, workers)
         sizes = key_sizes(wl)
         port = ctx.tcp_port_base(PHUB_TCP_PORT, span=100)     # cores, rack servers (+70), the agreement ring (+80)
-        traced = len(workers) + (len(servers) if wl.algorithm == "phub" else 0)
+        traced = len(workers) + (len(servers) if wl.algorithm in ("phub", "sharded_ps") else 0)
+        kv = ({"placement": "kvstore", "bigarray_bound": kvstore_bound(wl)} if wl.algorithm == "sharded_ps"
+              else {})
         jobs = [{"job": j + 1, "world": len(g), "sizes": sizes, "chunk_bytes": wl.chunk_bytes,
-                 "optimizer": wl.optimizer.model_dump(), "workers": g} for j, g in enumerate(groups)]
+                 "optimizer": wl.optimizer.model_dump(), "workers": g, **kv} for j, g in enumerate(groups)]
         progs = []
         server = {"name": "ps", "ip": ctx.hosts["ps"].ip} if wl.extra_hosts() else None
         racks = [{"name": h, "ip": ctx.hosts[h].ip} for h in servers] if wl.racks > 1 else []
         rack_of = {h: r for r, b in enumerate(rack_blocks(scn)) for h in b} if racks else {}
+        shards = kv_servers(wl, workers) if wl.algorithm == "sharded_ps" else []
+        serve = {}                       # sharded_ps: host -> its kvstore server's config
+        for s, (h, name) in enumerate(shards):
+            cfg = {"host": name, "ip": ctx.hosts[h].ip, "port": port, "jobs": jobs, "cores": 1,
+                   "shards": len(shards), "shard": s, "nic": h,
+                   "out": str(ctx.work_dir / f"{name}.jsonl"), "trace": str(ctx.work_dir / f"{name}.trace.jsonl"),
+                   "trace_rank": len(workers) + s, "trace_world": traced,
+                   "tdf": 1.0 if wl.calibrated else wl.tdf_start(), "trace_from": wl.calibration_iterations_total(),
+                   "reduce_bytes_per_s": load_profile(wl.hardware)["reduce_rate"],
+                   "aggregation_order": wl.aggregation_order, "connect_timeout_s": 60.0, "timeout_s": wl.timeout_s}
+            serve[h] = str(self.write_config(ctx, name, cfg))
         n = len(groups[0])
         agreed = wl.algorithm == "switch" and any(scale_round(wl, ina_settings(ctx.switch, h)) for h in workers)
         calibration = ({"rounds": wl.calibration_rounds, "iterations": wl.calibration_iterations,
@@ -326,7 +378,10 @@ class PhubRuntime(WorkloadRuntime):
                        "warmup": wl.warmup, "seed": wl.seed, "batch_size": wl.batch_size,
                        "device": {"type": wl.device.type, "time_scale": wl.tdf_start()},
                        "out": str(ctx.work_dir / f"{h}.jsonl"),
-                       "server": racks[rack_of[h]] if racks else server, "port": port, "cores": wl.server_cores,
+                       "server": racks[rack_of[h]] if racks else server, "port": port,
+                       "cores": len(shards) if shards else wl.server_cores,
+                       "shards": [{"name": name, "ip": ctx.hosts[x].ip} for x, name in shards] or None,
+                       "serve": serve.get(h),
                        "peers": [{"name": x, "ip": ctx.hosts[x].ip} for x in g],
                        "ina": ({**ina_settings(ctx.switch, h), "job_id": 1} if wl.algorithm == "switch"
                                else None),
@@ -402,6 +457,7 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
         "racks": wl.racks,
         "model": wl.model.name if wl.model.kind == "profile" else "cnn", "size_scale": wl.model.size_scale,
         "params": sum(key_sizes(wl)), "chunk_bytes": wl.chunk_bytes, "server_cores": wl.server_cores,
+        "kv_servers": len(servers) if wl.algorithm == "sharded_ps" else None,
         "ok": all(s and s.get("ok") for s in sums.values()) and all(s and s.get("ok") for s in ssums.values()),
         "error": errors[0] if errors else None,
         "iterations": len({k[1] for k in per_it}),
@@ -459,18 +515,18 @@ def weights_check(wl: PhubWorkload, work_dir: Path, *, groups: list[list[str]], 
                                       replay_layers)
 
     order = None
-    if wl.algorithm == "phub":      # the order the server says it ran (rack servers: always rank)
+    if wl.algorithm in ("phub", "sharded_ps"):  # the order the servers say they ran (rack servers: rank)
         orders = sorted({str((s or {}).get("aggregation_order")) for s in ssums.values()})
         order = orders[0] if len(orders) == 1 and orders[0] in ("rank", "arrival") else None
     out: dict[str, Any] = {"aggregation_order": order, "weights_match_plain_ps": None,
                            "weights_check_ok": None, "weights_check_error": None}
     if not run_ok:
         return dict(out, weights_check="not run: the run failed")
-    expect = {"phub": "bit_exact" if order == "rank" else "rounding", "wide_ps": "bit_exact"}.get(wl.algorithm,
-                                                                                                  "none")
+    expect = {"phub": "bit_exact" if order == "rank" else "rounding", "wide_ps": "bit_exact",
+              "sharded_ps": "bit_exact" if order == "rank" else "rounding"}.get(wl.algorithm, "none")
     t0 = time.perf_counter()
     try:
-        if wl.algorithm == "phub" and order not in ("rank", "arrival"):
+        if wl.algorithm in ("phub", "sharded_ps") and order not in ("rank", "arrival"):
             raise ValueError(f"the PHub server's records name no single aggregation order: {orders}")
         steps = {(sums[h] or {}).get("steps") for g in groups for h in g}
         want = wl.iterations + wl.warmup + wl.calibration_iterations_total()
@@ -567,7 +623,9 @@ def fidelity_records(wl: PhubWorkload, work_dir: Path, summary: dict[str, Any]) 
     summary["fidelity"] = ("valid" if fid["valid"] else "invalid: " + "; ".join(fid["reasons"]))[:300]
     # Two jobs: a replicated template is one job, not two. Racks: the service model
     # does not play messages between servers (server_model.py), nor more racks.
-    if point.projected is None or wl.jobs > 1 or wl.racks > 1:
+    # sharded_ps: its servers grow with the workers, which the template's replication
+    # does not do (one trace per server, not a service model).
+    if point.projected is None or wl.jobs > 1 or wl.racks > 1 or wl.algorithm == "sharded_ps":
         return point.records
     records = point.records
     per_iter = _projected_nodes(point.traces) / iters
@@ -617,5 +675,7 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
             "vs_plain_ps": str(s.get("weights_check") or "")[:16],
             "vs_ps_rel": (None if s.get("weights_max_rel_diff") is None
                           else float(f"{s.get('weights_max_rel_diff'):.3g}")),
+            "vs_ps_max_ulp": s.get("weights_max_ulp_diff"),
+            "vs_ps_differ": r(s.get("weights_differing_share"), 4),
             "ok": s["ok"],
             "valid": s["valid"], "fidelity": (s.get("fidelity") or "")[:60]}

@@ -189,8 +189,8 @@ def test_goodput_prediction_is_the_frame_arithmetic():
 
 
 def test_the_quick_scenario_set_loads_and_expands():
-    assert engine.check_scenarios(PAPER, quick=True) == 6       # ResNet-50, phub and wide_ps, 3 seeds
-    assert engine.check_scenarios(PAPER, quick=False) == 18
+    assert engine.check_scenarios(PAPER, quick=True) == 9       # ResNet-50; phub, sharded_ps, wide_ps; 3 seeds
+    assert engine.check_scenarios(PAPER, quick=False) == 27
 
 
 def _point(label, case, rep, hw, fidelity="valid", valid=True, status="ok"):
@@ -200,13 +200,15 @@ def _point(label, case, rep, hw, fidelity="valid", valid=True, status="ok"):
 
 
 def test_the_emulated_ratio_pairs_valid_points_by_seed():
-    pts = [_point("p0", "phub", 0, 8.0), _point("w0", "wide_ps", 0, 12.0),
-           _point("p1", "phub", 1, 8.0, "invalid: network slowdown 1.3x", False), _point("w1", "wide_ps", 1, 11.0),
-           _point("p2", "phub", 2, 5.0), _point("w2", "wide_ps", 2, 10.0, status="failed")]
+    # the paper's baseline (the sharded PS) is the one compared; the wide PS beside it is not
+    pts = [_point("p0", "phub", 0, 8.0), _point("s0", "sharded_ps", 0, 12.0), _point("w0", "wide_ps", 0, 30.0),
+           _point("p1", "phub", 1, 8.0, "invalid: network slowdown 1.3x", False),
+           _point("s1", "sharded_ps", 1, 11.0),
+           _point("p2", "phub", 2, 5.0), _point("s2", "sharded_ps", 2, 10.0, status="failed")]
     ev = phub._emulated_ratio({"cloud": engine.EmulatedRun("cloud", "x.yaml", None, pts)})
     assert ev.values == [1.5] and ev.n_points == 3
     assert any("network slowdown" in r for r in ev.invalid_reasons)
-    assert any("no wide_ps point" in r for r in ev.invalid_reasons)
+    assert any("no sharded_ps point" in r for r in ev.invalid_reasons)
 
 
 def test_no_emulation_report_has_every_field(tmp_path):
