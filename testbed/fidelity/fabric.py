@@ -13,6 +13,10 @@ as on a shared link; latency-bound ones overlap almost freely.
 Links: every NIC has one uplink and one downlink resource. A NIC is a host's,
 named by the host unless `nics` maps an endpoint to another's (a process that
 shares its host's NIC, e.g. ShadowSync's shadow, traced under a name of its own).
+A message between two endpoints on one NIC (a worker and the parameter server on
+its own host, PHub's sharded_ps) crosses no link: it is delivered at once, as the
+emulation's loopback delivers it in microseconds [A: its memory copy is not
+modeled].
 
 Messages (send/recv, `network_model.message_cost`): a transfer takes the
 sender's uplink and holds it for `link_busy_s` (its bytes leaving), whatever the
@@ -48,7 +52,7 @@ import simpy
 
 from testbed.fidelity.constants import HardwareProfile
 from testbed.fidelity.network_model import CollectiveCost, collective_cost, finish_after_arrivals, message_cost
-from testbed.fidelity.paths import Table, collective_switches
+from testbed.fidelity.paths import Table, collective_switches, same_host
 
 
 class Message:
@@ -136,6 +140,13 @@ class Fabric:
 
     def transfer(self, msg: Message, node: dict[str, Any]):
         """The bytes of a send node crossing the network (module docstring)."""
+        if same_host(msg.src, msg.dst, self.nics):        # one host: no link, no switch
+            yield self.env.timeout(0)
+            msg.sent.succeed()
+            msg.delivered.succeed()
+            if self.on_delivered is not None:
+                self.on_delivered(msg, node)
+            return
         c = self.message_cost(int(node["values"]) * int(node["value_bytes"]),
                               self.switches.get((msg.src, msg.dst), 1))
         if self.contention and c.link_busy_s > 0:

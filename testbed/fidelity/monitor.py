@@ -52,6 +52,10 @@ A message whose receiver began waiting after its sender had finished sending
 (recv.t0 >= send.t1) was buffered: the bytes were already in, so the wait
 measures nothing of the network. It is counted (`p2p_buffered`) and left out of
 the statistics. A recv whose sender has no trace is skipped (`comm_ops_skipped`).
+A message between two endpoints on one host's NIC (paths.same_host: a worker and
+the parameter server colocated with it) crosses no link on the hardware and
+only loopback in the emulation: it is not a network operation, and is counted
+(`p2p_local`) and left out of the statistics and of the links' queueing.
 
 and the point is valid when `ratio_p50 = median(slowdown) / tdf` lies in the band
 (default [0.8, 1.25], issue 8). The tail is checked too: `ratio_p99 =
@@ -92,8 +96,8 @@ from hosts.common.trace import parse_p2p_group, read_trace
 from testbed.fidelity.constants import HardwareProfile
 from testbed.fidelity.network_model import (collective_time, finish_after_arrivals, message_cost,
                                             message_time)
-from testbed.fidelity.paths import (PATHS_FILE, PATHS_HEADER_KEY, Table, collective_switches,
-                                    path_switches, read_path_table)
+from testbed.fidelity.paths import (PATHS_FILE, PATHS_HEADER_KEY, Table, collective_switches, nic_table,
+                                    path_switches, read_path_table, same_host)
 
 Trace = tuple[dict[str, Any], list[dict[str, Any]]]
 DEFAULT_BAND = VALID_BAND      # calibration's headroom rule reads the same numbers
@@ -114,6 +118,7 @@ class FidelityReport:
     p2p_messages: int = 0              # messages with a slowdown (in comm_ops)
     p2p_buffered: int = 0              # messages the receiver found already in: not measured
     p2p_queued: int = 0                # messages that waited behind others on a host's link
+    p2p_local: int = 0                 # messages between endpoints on one host: not network ops
     net_slowdown_p50: float | None = None
     net_slowdown_p90: float | None = None
     net_slowdown_p99: float | None = None
@@ -180,6 +185,9 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
     sends = {(n["group"], n["seq"]): n for _, nodes in traces for n in nodes
              if n["kind"] == "comm" and n["op"] == "send" and n["algo"] == "p2p"}
     switches = path_switches(traces)
+    nics = nic_table(traces)
+    local = {k for k in sends if same_host(*parse_p2p_group(k[0])[1:], nics)}
+    sends = {k: v for k, v in sends.items() if k not in local}
     remaining = _remaining_after_last_arrival(traces, profile, tdf, switches)
     queued = _link_queueing(sends, profile, tdf, rep)
     for header, nodes in traces:
@@ -189,6 +197,9 @@ def fidelity_report(traces: Sequence[Trace] | str | Path, profile: HardwareProfi
                     rep.comm_ops_incomplete += 1
                     continue
                 if n["algo"] == "p2p":
+                    if (n["group"], n["seq"]) in local:
+                        rep.p2p_local += n["op"] == "recv"      # counted once, on its recv
+                        continue
                     slowdown = _message_slowdown(n, sends, profile, rep, queued, switches)
                     if slowdown is not None:
                         slowdowns.append(slowdown)

@@ -78,3 +78,17 @@ def collective_switches(algo: str, hosts: Sequence[str], table: Table) -> int:
     else:
         return 1
     return max(table.get(pair, 1) for pair in pairs)
+
+
+def nic_table(traces: Sequence[Trace]) -> dict[str, str]:
+    """endpoint -> the host whose NIC it uses, from the headers' `nic` (a process traced
+    under a name of its own on another's host: ShadowSync's shadow, a colocated
+    parameter server such as PHub's sharded_ps); an endpoint not in it is its own host."""
+    return {str(h["host"]): str(h["nic"]) for h, _ in traces if h.get("nic") and h.get("host")}
+
+
+def same_host(src: str, dst: str, nics: dict[str, str]) -> bool:
+    """Whether a message from `src` to `dst` stays on one host (the same NIC at both
+    ends): it crosses no link and no switch, in the emulation (loopback) as on the
+    hardware."""
+    return nics.get(src, src) == nics.get(dst, dst)

@@ -85,7 +85,7 @@ from hosts.common.trace import parse_p2p_group
 from testbed.fidelity.constants import HardwareProfile
 from testbed.fidelity.fabric import Fabric, Message
 from testbed.fidelity.host_cpu import host_cpus, host_of
-from testbed.fidelity.paths import path_switches
+from testbed.fidelity.paths import nic_table, path_switches
 from testbed.fidelity.projector_checks import (P2P, Trace, check_comm, check_traces, group_members,
                                                is_server, truncate)
 from testbed.fidelity.server_model import (Server, ServiceModel, expected_messages, node_core,
@@ -148,7 +148,7 @@ def project(traces: Sequence[Trace], profile: HardwareProfile, compute_time: Com
     env = simpy.Environment()
     fabric = Fabric(env, profile, contention, path_switches(traces),
                     {int(h["rank"]): str(h["host"]) for h, _ in traces if h.get("host") is not None},
-                    {str(h["host"]): str(h["nic"]) for h, _ in traces if h.get("nic") and h.get("host")})
+                    nic_table(traces))
     check_comm(traces, cut, members, [s.host for s in services], fabric.collective_cost)
     expected = expected_messages(traces, cut, services)
     cpus = host_cpus(env, (h for h, _ in traces))

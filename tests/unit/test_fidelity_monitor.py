@@ -117,3 +117,32 @@ def test_a_ring_whose_ranks_join_one_by_one_is_measured_against_what_remained():
     assert rep.comm_ops == 4 and rep.ratio_p50 == pytest.approx(1.0, rel=1e-9) and rep.valid
     old = sorted((f - max(arrivals)) / whole for f in finish)
     assert (old[1] + old[2]) / 2 < 0.85       # the median of what the old measure made of it
+
+
+def test_messages_to_a_server_on_the_senders_own_host_are_not_network_ops():
+    """A colocated server (PHub's sharded_ps: traced as its own endpoint with `nic`, its
+    worker's host) exchanges with its own worker over loopback, in microseconds: the
+    monitor leaves those messages out (p2p_local) instead of reading a slowdown of ~0,
+    and still measures the messages that cross the network; the projector delivers them
+    at once, the others at their modeled time."""
+    from testbed.fidelity.projector import project
+    t_msg = message_time(NBYTES, HOST) * TDF
+    w0 = TraceRecorder(None, host="w0", rank=0, world=3, tdf=TDF)
+    w1 = TraceRecorder(None, host="w1", rank=1, world=3, tdf=TDF)
+    srv = TraceRecorder(None, host="w0-ps", rank=2, world=3, tdf=TDF, role="server", nic="w0")
+    t = 0.0
+    for _ in range(10):
+        w0.send(t, t + 1e-6, peer="w0-ps", values=NBYTES // 4, tag="push")      # loopback: 2 us
+        srv.recv(t, t + 2e-6, peer="w0", values=NBYTES // 4, tag="push")
+        w1.send(t, t + 0.1 * t_msg, peer="w0-ps", values=NBYTES // 4, tag="push")  # the network, at the TDF
+        srv.recv(t, t + t_msg, peer="w1", values=NBYTES // 4, tag="push")
+        t += 100 * t_msg
+    traces = [(r.header, r.nodes) for r in (w0, w1, srv)]
+    rep = fidelity_report(traces, HOST)
+    assert rep.p2p_local == 10 and rep.p2p_messages == rep.comm_ops == 10
+    assert rep.valid and rep.ratio_p50 == pytest.approx(1.0, rel=1e-6), rep.reasons
+    # without the server's `nic` the loopback messages read as a network ~0 times its model
+    bare = [(dict(h, nic=None) if h["host"] == "w0-ps" else h, n) for h, n in traces]
+    assert not fidelity_report(bare, HOST).valid
+    proj = project(traces, HOST)
+    assert proj.finish_s[0] < 1e-9 < proj.finish_s[1]          # w0's pushes local, w1's over the network
