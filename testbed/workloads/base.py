@@ -100,8 +100,11 @@ class WorkloadRuntime:
         slowdown; undilated, the slowdown itself). Only a network off the band is retried
         (a device-model or agreement failure is not a dilation a TDF fixes); no retry
         where the workload cannot dilate at a fixed TDF (`at_fixed_tdf` None) or where
-        the retry would outrun the point's deadline (`retry_fits`). The runner keeps the
-        first attempt's verdict in `fidelity.earlier_attempts`."""
+        the retry would outrun the point's deadline (`retry_fits`), nor where the point's
+        links are impaired (loss, delay, ...): calibration holds impairments off to time
+        the emulator alone, while the run-long slowdown includes what the impairment
+        costs, and a TDF chosen from it would dilate the impairment's cost away. The
+        runner keeps the first attempt's verdict in `fidelity.earlier_attempts`."""
         import dataclasses  # noqa: PLC0415
 
         from hosts.common.calibration import retune_tdf  # noqa: PLC0415
@@ -109,7 +112,8 @@ class WorkloadRuntime:
         wl = point.scenario.workload
         if (not getattr(wl, "calibrated", False) or not fidelity
                 or "dilation_mismatch" not in (fidelity.get("flags") or [])
-                or not fidelity.get("net_slowdown_p50") or not fidelity.get("tdf")):
+                or not fidelity.get("net_slowdown_p50") or not fidelity.get("tdf")
+                or links_impaired(point.scenario)):
             return None
         tdf = retune_tdf(float(fidelity["tdf"]), float(fidelity["net_slowdown_p50"]),
                          wl.network_headroom if fidelity.get("network_dilated") else None,
@@ -208,3 +212,16 @@ def ina_settings(info: dict[str, Any], host: str) -> dict[str, Any]:
             if key in _INA_KEYS and v is not None:
                 out[key] = v
     return out
+
+
+LINK_IMPAIRMENTS = ("delay_ms", "jitter_ms", "loss_pct", "duplicate_pct", "reorder_pct")
+
+
+def links_impaired(scenario: Any) -> bool:
+    """Whether any host's link delays, drops, duplicates or reorders (bandwidth is not an
+    impairment here: the hardware model has its own link rate)."""
+    links = getattr(scenario, "links", None)
+    if links is None:
+        return False
+    hosts = [links, *(links.for_host(h) for h in links.hosts)]
+    return any(getattr(params, k, 0) for params in hosts for k in LINK_IMPAIRMENTS)

@@ -40,7 +40,8 @@ FAST = ("workload.steps=24", "workload.tau=4", "topology.workers=2")
 
 
 def test_sync_easgd_is_bit_identical_across_repeats(tmp_path):
-    a = summaries(run_cli(tmp_path / "a", "workload.variant=sync_easgd", *FAST))[0]
+    a_run = run_cli(tmp_path / "a", "workload.variant=sync_easgd", *FAST)
+    a = summaries(a_run)[0]
     b = summaries(run_cli(tmp_path / "b", "workload.variant=sync_easgd", *FAST))[0]
     assert a["ok"] and b["ok"]
     # every worker's centre replica is the same bits, and so is every repeat's
@@ -50,7 +51,11 @@ def test_sync_easgd_is_bit_identical_across_repeats(tmp_path):
     assert c["c_sha256"] != a["c_sha256"]          # the digest does see the weights
     # time_scale auto (the scenario's): calibrated on the allreduces, every worker at one TDF,
     # and the sync variant's allreduces are projected at 1..256 workers
-    assert a["calibrated"] and a["tdf"] > 1 and a["hw_wall_s"] == pytest.approx(a["wall_s"] / a["tdf"])
+    # (or, its run-long slowdown out of the band, run once more uncalibrated at the TDF that
+    # run measured: WorkloadRuntime.retune, the first attempt kept in the point's record)
+    retried = bool((a_run.points[0].get("fidelity") or {}).get("earlier_attempts"))
+    assert a["calibrated"] != retried and a["tdf"] > 1
+    assert a["hw_wall_s"] == pytest.approx(a["wall_s"] / a["tdf"])
     assert a["projection"] == "projected" and a["projected_hw_train_s"] > 0
 
 
@@ -82,10 +87,15 @@ def test_async_master_counts_every_exchange_and_records_time(tmp_path):
     assert s["exchanges_worker"] == {"0": 6, "1": 6}          # 24 steps / tau 4
     assert s["exchanges_master"] == s["exchanges_worker"] and s["exchanges_match"]
     assert 0 < s["comm_share"] < 1
-    # calibrated through the master: both workers wrote 3 rounds and chose one TDF
+    # calibrated through the master: both workers wrote 3 rounds and chose one TDF (unless
+    # the run-long slowdown left the band and the point ran once more, uncalibrated, at the
+    # TDF that run measured: WorkloadRuntime.retune)
     cals = [m for m in run.metrics_of("calibration")]
-    assert len(cals) == 2 and all(len(c["rounds"]) == 3 for c in cals)
-    assert {c["tdf"] for c in cals} == {s["tdf"]}
+    if (run.points[0].get("fidelity") or {}).get("earlier_attempts"):
+        assert not cals and not s["calibrated"]
+    else:
+        assert len(cals) == 2 and all(len(c["rounds"]) == 3 for c in cals)
+        assert {c["tdf"] for c in cals} == {s["tdf"]}
     # every exchange is a p2p message pair in the worker's trace and the master's
     traces = sorted(tmp_path.rglob("*.trace.jsonl"))
     by_host = {p.name.split(".trace")[0]: read_trace(p) for p in traces}

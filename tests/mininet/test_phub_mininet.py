@@ -56,7 +56,11 @@ def test_phub_equals_plain_ps_bit_for_bit_at_0_and_5_percent_loss(quick_run):
         _weights(run_dir / "points" / by[("phub", LOSS_PCT)]["label"])
     for (case, loss), pt in by.items():
         s = summary[pt["index"]]
-        assert s["ok"] and s["weights_agree"] and s["calibrated"] and s["network_dilated"], (case, loss, s)
+        # calibrated, or (lossless, its run-long slowdown out of the band) run once more
+        # uncalibrated at the TDF that run measured (WorkloadRuntime.retune)
+        retried = bool((pt.get("fidelity") or {}).get("earlier_attempts"))
+        assert s["ok"] and s["weights_agree"] and s["network_dilated"], (case, loss, s)
+        assert s["calibrated"] != retried and not (retried and loss), (case, loss, s["calibrated"], retried)
         # every point's own check against the in-process plain-PS replay (docs/phub.md)
         assert s["weights_check"] == "bit_exact" and s["weights_match_plain_ps"] is True, (case, loss, s)
         assert isinstance((pt.get("fidelity") or {}).get("valid"), bool), (case, loss)

@@ -66,10 +66,16 @@ def test_the_guide_on_a_new_script_over_the_switch(tmp_path):
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     (summ,) = [m for m in metrics if m["type"] == "torch_summary"]
     cals = [m for m in metrics if m["type"] == "calibration"]
-    assert len(cals) == 2 and all(c["mode"] == "iterations" and c["network_dilated"] for c in cals)
-    assert len({c["tdf"] for c in cals}) == 1 and summ["tdf"] == cals[0]["tdf"] > 1
+    retried = bool((point.get("fidelity") or {}).get("earlier_attempts"))
+    if retried:
+        # its run-long slowdown left the band: run once more, uncalibrated, at the TDF that
+        # run measured (WorkloadRuntime.retune); the first attempt's records were replaced
+        assert not cals and not summ["calibrated"] and summ["tdf"] > 1
+    else:
+        assert len(cals) == 2 and all(c["mode"] == "iterations" and c["network_dilated"] for c in cals)
+        assert len({c["tdf"] for c in cals}) == 1 and summ["tdf"] == cals[0]["tdf"] > 1
     assert summ["ok"] and summ["collective"] == "switch" and summ["network_dilated"]
-    assert summ["calibration_iterations"] == 4 and summ["iterations"] > 10
+    assert summ["calibration_iterations"] == (0 if retried else 4) and summ["iterations"] > 10
     assert summ["hw_iter_ms"] > 0 and summ["projected_hw_iter_ms"] > 0 and "valid" in summ
     accs = summ["final_acc_per_rank"]
     assert len(accs) == 2 and accs[0] == accs[1] and accs[0] > 0.85, accs    # majority class: 0.63

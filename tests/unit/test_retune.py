@@ -138,3 +138,15 @@ def test_shadowsync_is_not_retried_at_a_fixed_tdf():
     from testbed.workloads.base import get_runtime  # noqa: PLC0415
     p = first_calibrated_point("scenarios/shadowsync/throughput.yaml")
     assert get_runtime("shadowsync").retune(p, {**fidelity(3000.0, 4000.0), "hw_iter_s": 1e-4}) is None
+
+
+def test_a_point_with_impaired_links_is_not_retried():
+    """Calibration holds impairments off; the run-long slowdown includes what loss or
+    delay costs, and a TDF chosen from it would dilate that cost away."""
+    base = point("network_headroom: auto")
+    assert P4sgdRuntime().retune(base, fidelity(3000.0, 4000.0)) is not None
+    for links in ({"loss_pct": 5.0}, {"delay_ms": 1.0}, {"hosts": {"w2": {"loss_pct": 1.0}}}):
+        scn = base.scenario.model_copy(update={"links": base.scenario.links.model_validate(
+            {**base.scenario.links.model_dump(), **links})})
+        p = base.__class__(**{**base.__dict__, "scenario": scn})
+        assert P4sgdRuntime().retune(p, fidelity(3000.0, 4000.0)) is None, links
