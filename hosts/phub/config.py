@@ -158,6 +158,14 @@ class RackServerConfig:
     connect_timeout_s: float = 30.0
     timeout_s: float = 60.0
 
+    # accept_links (server.py) serves both configs: a rack server is never sharded
+    @property
+    def total_cores(self) -> int:
+        return self.cores
+
+    def core_index(self, core: int) -> int:
+        return core
+
     def __post_init__(self):
         if len(self.jobs) != 1 or self.cores != 1:
             raise ConfigError(f"a rack server serves one job with one core, got {len(self.jobs)} job(s), "

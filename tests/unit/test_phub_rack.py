@@ -138,3 +138,18 @@ def test_bad_messages_are_refused_with_the_reason():
     late = r1.init(list(range(1, len(ids), 2)), np.zeros(len(full) - sum(
         r1.sl[c].stop - r1.sl[c].start for c in range(0, len(ids), 2)), np.float32))
     assert {(d, k) for d, k, *_ in late} == {(WORKERS, P.UPDATE), (0, P.XUPDATE)} and not r1.pending
+
+
+def test_a_rack_server_takes_its_workers_through_the_servers_accept_links():
+    """hosts/phub/server.py accept_links serves a ServerConfig and a RackServerConfig alike
+    (its port offset and the cores its HELLO names: core_index, total_cores). A rack server
+    without them failed at its first line of serving (AttributeError), in every cross-rack
+    run; here with no worker to wait for, it listens and returns at once."""
+    from hosts.phub.config import JobSpec, OptimizerSpec, RackServerConfig
+    from hosts.phub.server import accept_links
+    job = JobSpec(1, 4, [700], 1024, OptimizerSpec("sgd", 1.0, 0.0), ["w2", "w3", "w5", "w6"])
+    cfg = RackServerConfig(host="w1", ip="127.0.0.1", port=0, rack=0,
+                           servers=[{"name": "w1", "ip": "127.0.0.1"}, {"name": "w4", "ip": "127.0.0.1"}],
+                           ranks=[0, 2], jobs=[job], out="/dev/null", connect_timeout_s=1.0, timeout_s=1.0)
+    assert cfg.total_cores == 1 and cfg.core_index(0) == 0
+    assert accept_links(cfg, 0, range(0)) == {}
