@@ -140,8 +140,10 @@ class LhcWorkload(CalibratedWorkloadParams):
     def calibrated(self) -> bool:
         return self.device.calibrated
 
-    def at_fixed_tdf(self, tdf: float) -> "LhcWorkload":
-        return self.model_copy(update={"device": self.device.model_copy(update={"time_scale": tdf})})
+    # at_fixed_tdf stays None (no retry): this workload's calibration rounds train (the
+    # weights move), so a retry at a fixed TDF, without them, would train fewer iterations
+    # than its first attempt: another experiment (a retried PHub point ended at other
+    # weights than the wide PS at the same seed, fresh-clone CI 2026-11-27).
 
     @field_validator("gradient")
     @classmethod

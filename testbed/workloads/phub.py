@@ -170,8 +170,10 @@ class PhubWorkload(CalibratedWorkloadParams):
         """time_scale auto on a modeled device (the CNN is measured: TDF 1, nothing to calibrate)."""
         return self.model.kind == "profile" and self.device.calibrated
 
-    def at_fixed_tdf(self, tdf: float) -> "PhubWorkload":
-        return self.model_copy(update={"device": self.device.model_copy(update={"time_scale": tdf})})
+    # at_fixed_tdf stays None (no retry): this workload's calibration rounds train (the
+    # weights move), so a retry at a fixed TDF, without them, would train fewer iterations
+    # than its first attempt: another experiment (a retried PHub point ended at other
+    # weights than the wide PS at the same seed, fresh-clone CI 2026-11-27).
 
     def tdf_start(self) -> float:
         return self.device.start_tdf() if self.model.kind == "profile" else 1.0
