@@ -36,6 +36,7 @@ from testbed.workloads.allreduce import InaParams
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for)
 from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams
+from testbed.workloads.shadowsync_projection import fidelity_records  # reads what this module records
 
 FIGURES = ("shadowsync_throughput", "shadowsync_ne", "shadowsync_sync_gap")
 SHADOWSYNC_TCP_PORT = 48500        # servers; the ring allreduce at +100
@@ -73,6 +74,14 @@ class ModelParams(BaseModel):
         elif len(v) != 26 or min(v) < 1:
             raise ValueError(f"table_sizes: the Criteo schema has 26 tables, got a list of {len(v)}")
         return v
+
+    def dense_values(self) -> int:
+        """Parameters of the dense tower (what one sync moves), without building it in torch."""
+        m = self.resolved()
+        t, dim = len(m["table_sizes"]), m["dim"]
+        widths = [13, *m["bottom"], dim]
+        top = [dim + (t + 1) * t // 2, *m["top"], 1]
+        return sum(a * b + b for ws in (widths, top) for a, b in zip(ws[:-1], ws[1:]))
 
     def resolved(self) -> dict[str, Any]:
         sizes = [self.table_sizes] * 26 if isinstance(self.table_sizes, int) else list(self.table_sizes)
@@ -256,12 +265,8 @@ def network_dilation(wl: ShadowSyncWorkload, switch_info: dict[str, Any], traine
 
 
 def dense_values(wl: ShadowSyncWorkload) -> int:
-    """Parameters of the dense tower (what one sync moves), without building it in torch."""
-    m = wl.model.resolved()
-    t, dim = len(m["table_sizes"]), m["dim"]
-    widths = [13, *m["bottom"], dim]
-    top = [dim + (t + 1) * t // 2, *m["top"], 1]
-    return sum(a * b + b for ws in (widths, top) for a, b in zip(ws[:-1], ws[1:]))
+    """Parameters of the dense tower (what one sync moves): ModelParams.dense_values."""
+    return wl.model.dense_values()
 
 
 def sync_hw_s(wl: ShadowSyncWorkload, trainers: int) -> float:
@@ -396,8 +401,6 @@ def collect_point(scenario: Any, work_dir: Path) -> list[dict[str, Any]]:
             if t:
                 out.append(dict(r, type=t, host=h))
     summary = point_summary(wl, trainers, out)
-    # the projection module imports this one: a call-time import keeps the dependency one way
-    from testbed.workloads.shadowsync_projection import fidelity_records  # noqa: PLC0415
     out.extend(fidelity_records(scenario, work_dir, summary))
     out.append(summary)
     return out

@@ -6,8 +6,9 @@ workers and shadow on one host (its NIC, cores and memory), and the servers'
 service time from the measured per-request costs (PsCosts).
 
 The workload module (testbed/workloads/shadowsync.py) runs the point; this one
-only reads what it recorded. The runtime reaches `fidelity_records` through a
-call-time import, so the dependency points one way: projection -> workload.
+only reads what it recorded, and imports nothing of it (a workload is typed
+`ShadowSyncWorkload` by name only): the dependency points one way, workload ->
+projection.
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from testbed.workloads.shadowsync import ShadowSyncWorkload, dense_values
 
 
 def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -220,7 +220,7 @@ def trainer_host(wl: "ShadowSyncWorkload") -> TrainerHost:
     cores = wl.trainer_cores if wl.trainer_cores is not None else wl.hogwild_workers
     if wl.algorithm == "none":
         return TrainerHost(cores, 0.0)
-    return TrainerHost(cores, sync_bytes(wl.algorithm, dense_values(wl), wl.nesterov) / (wl.trainer_mem_GBps * 1e9))
+    return TrainerHost(cores, sync_bytes(wl.algorithm, wl.model.dense_values(), wl.nesterov) / (wl.trainer_mem_GBps * 1e9))
 
 
 def on_trainer_hosts(traces: list, host: TrainerHost, hogwild: int) -> list:
