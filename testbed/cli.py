@@ -323,6 +323,9 @@ def show(run_dir: Path, as_json: bool) -> None:
         head = headroom_line(calibrations.get(p["label"], []))
         if head:
             click.echo(f"      {head}")
+        if p.get("phases_s"):
+            click.echo("      wall time: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}s"
+                                                      for k, v in p["phases_s"].items()))
         for reason in (fid.get("reasons") or []) if fid.get("valid") is False else []:
             click.echo(f"      invalid: {reason}")
         for line in refusal_lines(switch_counters.get(p["label"], {}), "      switch refused: "):

@@ -41,6 +41,22 @@ class PointOutcome:
     summary: list[dict[str, Any]] = field(default_factory=list)
 
 
+class PhaseClock:
+    """Wall time of a point's phases, in order (seconds each): where a point's
+    wall time goes besides its host programs' dilated run (`testbed show`)."""
+
+    def __init__(self) -> None:
+        self._t = time.monotonic()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, phase: str, *, only_if_new: bool = False) -> None:
+        if only_if_new and phase in self.laps:
+            return
+        now = time.monotonic()
+        self.laps[phase] = round(self.laps.get(phase, 0.0) + now - self._t, 3)
+        self._t = now
+
+
 @dataclass
 class RunOutcome:
     run_dir: Path
@@ -249,6 +265,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     from testbed.net.impairments import fill_drop_simulator_observed, unconfigured_switch_drops  # noqa: PLC0415
 
     scn = point.scenario
+    phases = PhaseClock()
     net, runtime, job_requests, (logs, pcaps, work) = plan_point_network(point, run_dir, net_mode, reg, recorder)
     procs: dict[str, Any] = {}
     warnings: list[str] = []
@@ -258,6 +275,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     announced = None
     try:
         control = start_point_network(net, point, logs, job_requests, recorder)
+        phases.lap("network_start")
         if control is not None and recorder is None:
             # `testbed switch tables|counters|read` can look at this point's switches while it runs.
             from testbed.net.live_registry import announce  # noqa: PLC0415
@@ -278,7 +296,9 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
         if recorder is not None:
             _record_configs(recorder, work)
             return [], [], {}
+        phases.lap("programs_start")
         _wait_programs(procs, runtime.timeout_s(ctx) + START_SLACK_S, logs, net)
+        phases.lap("programs_run")
     except (SkipPoint, KeyboardInterrupt):
         raise
     except Exception as e:
@@ -288,6 +308,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
             raise PointFailed(_switch_died(dead[0])) from e
         raise
     finally:
+        phases.lap("programs_run", only_if_new=True)
         if announced is not None:
             from testbed.net.live_registry import withdraw  # noqa: PLC0415
             withdraw(announced)
@@ -308,6 +329,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
         if switch_stats:
             res.write_json(work / "switch_stats.json", switch_stats)
             warnings.extend(unconfigured_switch_drops(switch_stats))
+        phases.lap("teardown")
     records = runtime.collect(ctx)
     records += [{"type": "switch_counters", "switch": sw, "counters": c} for sw, c in counters.items()]
     tagged = [{"point": point.index, "label": point.label, "case": point.case, **point.params, **r}
@@ -329,7 +351,9 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
         raise PointFailed(f"wrong results for {len(bad)} size(s); see metrics.jsonl (ok=false)")
     if cpu_report is not None and not cpu_report["isolated"]:
         warnings.append(f"no CPU isolation: {cpu_report['reason']}")
-    extra = {"warnings": warnings, "switch_stats": _brief_stats(switch_stats), "cpu": cpu_report}
+    phases.lap("collect")
+    extra = {"warnings": warnings, "switch_stats": _brief_stats(switch_stats), "cpu": cpu_report,
+             "phases_s": phases.laps}
     if fidelity is not None:
         extra["fidelity"] = {k: v for k, v in fidelity.items() if k != "type"}
     return summary, impairments, extra

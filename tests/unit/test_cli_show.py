@@ -33,3 +33,29 @@ def test_show_names_directions_and_says_when_no_network_op_was_timed(tmp_path):
     assert "nan" not in out.output
     assert "w1->s1 loss_pct=1.0 via switch" in out.output and "s1->w1 loss_pct=1.0 via switch" in out.output
     assert "no network op timed" in out.output and "net/tdf p50 1.02" in out.output
+
+
+def test_show_prints_where_a_points_wall_time_went(tmp_path):
+    run = tmp_path / "scn" / "20260101-000000"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({
+        "status": "ok", "net": "mininet", "switch_backend": "soft", "scenario": {"name": "scn"},
+        "points": [{}], "git": {"commit": "abc"}, "warnings": []}))
+    point = {"index": 0, "label": "000-a", "status": "ok", "wall_s": 9.0, "impairments": [],
+             "phases_s": {"network_start": 1.2, "programs_start": 0.1, "programs_run": 4.0,
+                          "teardown": 0.5, "collect": 3.2}}
+    (run / "points.jsonl").write_text(json.dumps(point) + "\n")
+    (run / "metrics.jsonl").write_text("")
+    out = CliRunner().invoke(main, ["show", str(run)])
+    assert out.exit_code == 0, out.output
+    assert "wall time: network start 1.2s, programs start 0.1s, programs run 4.0s, teardown 0.5s, collect 3.2s" \
+        in out.output
+
+
+def test_phase_clock_adds_up_laps_in_order():
+    from testbed.runner import PhaseClock
+    clock = PhaseClock()
+    clock.lap("a")
+    clock.lap("b")
+    clock.lap("b", only_if_new=True)        # the finally after a completed phase adds nothing
+    assert list(clock.laps) == ["a", "b"] and all(v >= 0 for v in clock.laps.values())
