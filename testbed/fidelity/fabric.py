@@ -74,6 +74,7 @@ class Fabric:
         self.hosts = dict(hosts or {})       # rank -> host: a collective's paths
         self.nics = dict(nics or {})         # endpoint -> the host whose NIC it uses (absent: its own)
         self._costs: dict[tuple, CollectiveCost] = {}
+        self._path_switches: dict[tuple, int] = {}     # (algo, ranks) -> switches: one pass per group
         self._up: dict[str, simpy.Resource] = {}
         self._down: dict[str, simpy.Resource] = {}
         self.on_delivered: Callable[[Message, dict[str, Any]], None] | None = None
@@ -87,7 +88,14 @@ class Fabric:
         return c
 
     def collective_switches(self, algo: str, ranks: list[int]) -> int:
-        return collective_switches(algo, [self.hosts.get(r, "") for r in ranks], self.switches)
+        if not self.switches:           # no path table: every path one switch (paths.py)
+            return 1
+        key = (algo, tuple(ranks))
+        k = self._path_switches.get(key)
+        if k is None:
+            k = self._path_switches[key] = collective_switches(algo, [self.hosts.get(r, "") for r in ranks],
+                                                               self.switches)
+        return k
 
     def message_cost(self, nbytes: int, switches: int = 1) -> CollectiveCost:
         key = ("p2p", nbytes, switches)

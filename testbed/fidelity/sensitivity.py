@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from testbed.fidelity.constants import HardwareProfile
-from testbed.fidelity.projector import ComputeTime, Trace, project, project_world
+from testbed.fidelity.projector import ComputeTime, Trace, project, project_world, reusing_preparations
 
 
 @dataclass
@@ -50,7 +50,15 @@ def band(fn: Callable[[dict[str, float]], float], ranges: dict[str, tuple[float,
     """Evaluate fn(overrides) over named ranges {name: (lo, hi)} (see the module
     docstring): fn({}) is the nominal, each name alone at its lo and hi, then the
     fast and slow corners. The one rule for every band: a profile's
-    (`sensitivity`) and a reproduction's envelope (testbed.reproduce)."""
+    (`sensitivity`) and a reproduction's envelope (testbed.reproduce).
+    fn's projections of one set of traces share its preparation (reusing_preparations):
+    fn must not change the traces it replays."""
+    with reusing_preparations():
+        return _band(fn, ranges, label)
+
+
+def _band(fn: Callable[[dict[str, float]], float], ranges: dict[str, tuple[float, float]],
+          label: str) -> SensitivityBand:
     nominal = float(fn({}))
     per: dict[str, tuple[float, float]] = {}
     fast: dict[str, float] = {}

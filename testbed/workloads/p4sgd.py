@@ -531,16 +531,17 @@ def _sensitivity_band(traces: list, world: int, profile: Any, wl: P4sgdWorkload,
                       max_nodes: int) -> dict[str, Any]:
     """Projected makespan over the [A]/[I] network constants' ranges (testbed.fidelity
     .sensitivity) and the device model's assumed constants (DEVICE_RANGES)."""
-    from testbed.fidelity.projector import project_world  # noqa: PLC0415
+    from testbed.fidelity.projector import project_world, reusing_preparations  # noqa: PLC0415
     from testbed.fidelity.sensitivity import projection_sensitivity  # noqa: PLC0415
 
-    net = projection_sensitivity(traces, profile, world, p4sgd_compute_time(wl), max_nodes=max_nodes)
-    lo, hi, moved = net.lo, net.hi, {net.most_sensitive: (net.lo, net.hi)} if net.most_sensitive else {}
-    for name, (a, b) in DEVICE_RANGES.get(wl.device, {}).items():
-        vals = [project_world(traces, world, profile, p4sgd_compute_time(wl, {name: v}),
-                              max_nodes=max_nodes).makespan_s for v in (a, b)]
-        lo, hi = min(lo, *vals), max(hi, *vals)
-        moved[f"device.{name}"] = (min(vals), max(vals))
+    with reusing_preparations():      # every replay below is of the same traces
+        net = projection_sensitivity(traces, profile, world, p4sgd_compute_time(wl), max_nodes=max_nodes)
+        lo, hi, moved = net.lo, net.hi, {net.most_sensitive: (net.lo, net.hi)} if net.most_sensitive else {}
+        for name, (a, b) in DEVICE_RANGES.get(wl.device, {}).items():
+            vals = [project_world(traces, world, profile, p4sgd_compute_time(wl, {name: v}),
+                                  max_nodes=max_nodes).makespan_s for v in (a, b)]
+            lo, hi = min(lo, *vals), max(hi, *vals)
+            moved[f"device.{name}"] = (min(vals), max(vals))
     return {"lo_s": lo, "hi_s": hi, "nominal_s": net.nominal, "swept": sorted(moved),
             "network_constants": [c.name for c in profile.uncertain()]}
 

@@ -279,3 +279,20 @@ def test_projection_to_dict_is_plain_data():
         sync_step(r)
     d = project(traces_of(*rs), TOFINO).to_dict()
     assert json.loads(json.dumps(d))["finish_s"]["1"] == d["simulated_makespan_s"] == d["makespan_s"]
+
+
+def test_reused_preparations_give_the_fresh_projection_and_notice_an_edited_header():
+    from testbed.fidelity import projector
+    traces = training_trace(world=4, iters=20)
+    slow = TOFINO.with_overrides({c.name: c.range[1] for c in TOFINO.uncertain()})
+    fresh = [project_world(traces, n, p, max_nodes=30).makespan_s for n in (4, 16) for p in (TOFINO, slow)]
+    with projector.reusing_preparations():
+        again = [project_world(traces, n, p, max_nodes=30).makespan_s for n in (4, 16) for p in (TOFINO, slow)]
+        assert projector._PREPARED and projector._SYNTHESIZED      # kept for the next replay
+        star = project(traces, TOFINO).makespan_s
+        for h, _ in traces:                                         # a tree: every path 3 switches
+            h["path_switches"] = {f"w{r}": 3 for r in range(4) if f"w{r}" != h["host"]}
+        tree = project(traces, TOFINO).makespan_s
+    assert again == fresh                                           # bit for bit
+    assert tree > star                                              # the edited header was read
+    assert not projector._PREPARED and not projector._SYNTHESIZED  # nothing kept outside
