@@ -26,6 +26,7 @@ EXTENSIONS = [
     # -ffp-contract=off: no fused multiply-add, so its float arithmetic rounds as
     # the numpy reference does (bit-identical results, tests/unit/test_ina_hostpath.py).
     (ROOT / "hosts" / "ina" / "_hostpath.c", ["-ffp-contract=off"]),
+    (ROOT / "hosts" / "lhc" / "_peel.c", []),
 ]
 # Headers a source includes (a change rebuilds it): the ring loop's program interface.
 RING_PROGRAM_H = ROOT / "testbed" / "switch" / "soft" / "ring_program.h"

@@ -33,10 +33,16 @@ fixed-point scale guarantees |sum| < 2^30, scale.py), so wrapping is harmless.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from hosts.lhc import sizing
+from testbed import cext
+
+# The compiled peeling (hosts/lhc/_peel.c, built by `make setup`); None: the Python reference.
+_peelc, _PEEL_IMPORT_ERROR = cext.load("hosts.lhc._peel")
+PEEL_IMPL = "python" if _peelc is None else "compiled"
 
 SEEDS = (0x3C6EF372, 0xA54FF53A, 0x510E527F)   # one per hash function, shared by all workers
 K = sizing.K
@@ -95,8 +101,10 @@ def _fmix32(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint32(16))
 
 
+@lru_cache(maxsize=8)
 def block_hashes(blocks: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """(row[K, blocks], sign[K, blocks]) for a sketch of `rows` rows (multiple of K)."""
+    """(row[K, blocks], sign[K, blocks]) for a sketch of `rows` rows (multiple of K).
+    Kept for the next plan of that shape (read-only): a worker plans every step."""
     if rows < K or rows % K:
         raise ValueError(f"sketch rows must be a positive multiple of {K}, got {rows}")
     sub = rows // K
@@ -108,6 +116,7 @@ def block_hashes(blocks: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
             h = _fmix32(b * np.uint32(0x9E3779B1) + np.uint32(seed))
             row[j] = j * sub + (h % np.uint32(sub)).astype(np.int64)
             sign[j] = 1 - 2 * (h >> np.uint32(31)).astype(np.int64)
+    row.flags.writeable = sign.flags.writeable = False
     return row, sign
 
 
@@ -178,7 +187,24 @@ def make_plan(union: np.ndarray, rows: int | None = None, lanes: int | None = No
 
 
 def _peel(plan: Plan) -> None:
-    """Run peeling on counts only: fills plan.rounds and plan.core (the 2-core)."""
+    """Run peeling on counts only: fills plan.rounds and plan.core (the 2-core).
+    Compiled (hosts/lhc/_peel.c) where `make setup` built it, else _peel_python;
+    both give the same rounds and core (PEEL_IMPL says which runs)."""
+    if _peelc is None:
+        _peel_python(plan)
+        return
+    m = plan.union
+    round_of, hash_of, order = np.empty(m, np.int32), np.empty(m, np.int8), np.empty(m, np.int64)
+    count = _peelc.peel(np.ascontiguousarray(plan.cells, dtype=np.int64), m, plan.cells.shape[0],
+                        plan.rows * plan.lanes, round_of, hash_of, order)   # order: the core, then by round
+    per_round = np.bincount(round_of + 1, minlength=count + 1)
+    plan.rounds = [(sel, hash_of[sel].astype(np.int64))
+                   for sel in np.split(order[per_round[0]:], np.cumsum(per_round[1:-1]))] if count else []
+    _set_core(plan, order[:per_round[0]])
+
+
+def _peel_python(plan: Plan) -> None:
+    """The reference peeling: each round scans every position left."""
     cells, C = plan.cells, plan.rows * plan.lanes
     count = np.bincount(cells.reshape(-1), minlength=C).astype(np.int64)
     alive = np.arange(plan.union, dtype=np.int64)
@@ -191,6 +217,10 @@ def _peel(plan: Plan) -> None:
         plan.rounds.append((sel, np.argmax(pure[:, has], axis=0)))
         np.subtract.at(count, cells[:, sel].reshape(-1), 1)
         alive = alive[~has]
+    _set_core(plan, alive)
+
+
+def _set_core(plan: Plan, alive: np.ndarray) -> None:
     plan.core = alive
     # The sketch carries only what peels; the core goes dense. With the core's
     # edges removed every remaining cell count only drops, so the rest still peels

@@ -33,7 +33,8 @@ BUILD = _build_script()
 # Each extension's Python side: (the module that loads it, its module attribute, its error attribute).
 LOADED_BY = {"testbed.switch.ina._fastpath": ("testbed.switch.ina.fastpath", "_fastpath", "IMPORT_ERROR"),
              "testbed.switch.soft._pktio": ("testbed.switch.soft.dataplane", "_pktio", "PKTIO_IMPORT_ERROR"),
-             "hosts.ina._hostpath": ("hosts.ina.hostpath", "_hostpath", "IMPORT_ERROR")}
+             "hosts.ina._hostpath": ("hosts.ina.hostpath", "_hostpath", "IMPORT_ERROR"),
+             "hosts.lhc._peel": ("hosts.lhc.codec", "_peelc", "_PEEL_IMPORT_ERROR")}
 
 
 def _dotted(src: Path) -> str:

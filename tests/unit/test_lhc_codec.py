@@ -136,3 +136,46 @@ def test_hash_rows_are_distinct_per_block_and_shared():
     assert set(np.unique(sign)) <= {-1, 1}
     r2, s2 = codec.block_hashes(500, 30)
     assert np.array_equal(row, r2) and np.array_equal(sign, s2)
+
+
+def _plan_both_ways(union, rows, lanes):
+    """(compiled, python) plans of one union: the same inputs through each peeling."""
+    plan = codec.make_plan(union, rows=rows, lanes=lanes)
+    ref = codec.Plan(plan.n, plan.lanes, plan.rows, plan.positions, plan.cells, plan.signs)
+    codec._peel_python(ref)
+    return plan, ref
+
+
+@pytest.mark.skipif(codec.PEEL_IMPL != "compiled", reason="hosts/lhc/_peel.c is not built (make setup builds it)")
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(0, 6000), density=st.floats(0.0, 1.0),
+       lanes=st.sampled_from([1, 2, 7, 64]), rows_scale=st.floats(0.2, 2.0))
+def test_compiled_peeling_gives_the_references_rounds_and_core(seed, n, density, lanes, rows_scale):
+    rng = np.random.default_rng(seed)
+    union = rng.random(n) < density
+    m = int(union.sum())
+    # rows around the sizing rule's and below it: plans that stall and leave a 2-core too
+    rows = max(codec.K, int(round(rows_scale * sizing.sketch_rows(max(1, m), lanes) / codec.K)) * codec.K)
+    plan, ref = _plan_both_ways(union, rows, lanes)
+    assert len(plan.rounds) == len(ref.rounds)
+    for (sel, j), (want_sel, want_j) in zip(plan.rounds, ref.rounds):
+        assert sel.dtype == want_sel.dtype and j.dtype == want_j.dtype
+        assert np.array_equal(sel, want_sel) and np.array_equal(j, want_j)
+    assert np.array_equal(plan.core, ref.core) and plan.core.dtype == ref.core.dtype
+    assert np.array_equal(plan.sketched, ref.sketched)
+
+
+@pytest.mark.skipif(codec.PEEL_IMPL != "compiled", reason="hosts/lhc/_peel.c is not built (make setup builds it)")
+def test_compiled_peeling_agrees_at_full_size_near_the_threshold_and_refuses_bad_cells():
+    # one lane of the reproduction's size at the sizing rule's load (papers/lhc.py _peel):
+    # many rounds that free a few positions each
+    rng = np.random.default_rng(7)
+    blocks, load = 140_301, 47_021
+    union = np.zeros(blocks, bool)
+    union[rng.choice(blocks, size=load, replace=False)] = True
+    plan, ref = _plan_both_ways(union, sizing.sketch_rows(46_341 * 1024, 1024), 1)
+    assert len(plan.rounds) == len(ref.rounds) > 40
+    assert all(np.array_equal(a, b) and np.array_equal(x, y) for (a, x), (b, y) in zip(plan.rounds, ref.rounds))
+    with pytest.raises(ValueError, match="out of"):
+        codec._peelc.peel(np.array([0, 5], np.int64), 2, 1, 3, np.empty(2, np.int32), np.empty(2, np.int8),
+                          np.empty(2, np.int64))
