@@ -57,7 +57,7 @@ def test_a_counterpart_that_never_arrives_gives_lower_bounds_and_a_variant_that_
 
 
 def test_the_training_is_deterministic_and_the_schedules_differ_where_they_should():
-    run = T.curve.__wrapped__
+    run = T._curve
     a = run("async_easgd", 0.1, 0.0, 1, 8, 2.0)      # target 2: never stops early
     assert a == run("async_easgd", 0.1, 0.0, 1, 8, 2.0) and a[0] == (4, 8)
     assert all(0.0 <= y <= 1.0 for y in a[1])
@@ -75,3 +75,14 @@ def test_a_smoke_run_tunes_a_pair_end_to_end():
         assert all(x is None or 0 < x <= T.QUICK.steps for s in t.grid.values() for x in s)
     assert len(c.ratios) in (0, len(T.QUICK.seeds))
     assert c.to_dict()["pair"] == "async_measgd_vs_async_msgd"
+
+
+def test_curves_trained_in_worker_processes_are_the_ones_trained_here(monkeypatch):
+    keys = [("async_easgd", 0.1, 0.0, 1, 8, 2.0), ("hogwild_sgd", 0.3, 0.0, 2, 8, 2.0),
+            ("async_measgd", 0.1, 0.9, 3, 8, 2.0)]
+    here = [T._curve(*k) for k in keys]
+    monkeypatch.setattr(T, "_CURVES", {})
+    monkeypatch.setattr(T, "PARALLEL_MIN_GRADIENTS", 0)      # a pool even for this little
+    T.prefetch(keys, processes=2)
+    assert list(T._CURVES) == keys and [T._CURVES[k] for k in keys] == here
+    assert T.curve(*keys[0]) == here[0]                     # read back, not trained again

@@ -177,12 +177,46 @@ def _train(method: str, lr: float, momentum: float, seed: int, steps: int,
             return
 
 
-@lru_cache(maxsize=None)
-def curve(method: str, lr: float, momentum: float, seed: int, steps: int,
-          target: float = TARGET) -> tuple[tuple[int, ...], tuple[float, ...]]:
+Curve = tuple[tuple[int, ...], tuple[float, ...]]
+_CURVES: dict[tuple, Curve] = {}     # every curve computed in this process, by its arguments
+
+
+def curve(method: str, lr: float, momentum: float, seed: int, steps: int, target: float = TARGET) -> Curve:
     """(local steps, test accuracy of the centre) every EVAL_EVERY steps, until the
     smoothed curve reaches `target`, the weights stop being finite (the rest of the
-    budget counts as chance accuracy: never), or the budget ends."""
+    budget counts as chance accuracy: never), or the budget ends. Computed once per
+    process (or by `prefetch`)."""
+    key = (method, lr, momentum, seed, steps, target)
+    got = _CURVES.get(key)
+    if got is None:
+        got = _CURVES[key] = _curve(*key)
+    return got
+
+
+# Below this many gradients in all, the curves are computed here: a worker process
+# spends ~2 s importing torch and loading the digits before its first one.
+PARALLEL_MIN_GRADIENTS = 5000
+
+
+def prefetch(keys: Sequence[tuple], processes: int | None = None) -> None:
+    """Compute the curves `keys` ((method, lr, momentum, seed, steps, target) each) that
+    are not known yet, in worker processes (default: one per core this process may run
+    on). Each curve is a deterministic function of its arguments (seeded data and
+    weights, one torch thread), so where it is computed does not change it
+    (tests/unit/test_reproduce_easgd_tuning.py compares both ways)."""
+    import os  # noqa: PLC0415
+    missing = [k for k in dict.fromkeys(keys) if k not in _CURVES]
+    processes = min(len(missing), processes or len(os.sched_getaffinity(0)))
+    if processes < 2 or sum(k[4] for k in missing) * WORKERS < PARALLEL_MIN_GRADIENTS:
+        return
+    import multiprocessing  # noqa: PLC0415
+    # spawn: a fork would copy torch's thread pools mid-state
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        for key, got in zip(missing, pool.starmap(_curve, missing, chunksize=1)):
+            _CURVES[key] = got
+
+
+def _curve(method: str, lr: float, momentum: float, seed: int, steps: int, target: float) -> Curve:
     from testbed.stats import SMOOTHING_WINDOW, smooth  # noqa: PLC0415
     _, evaluate = _tasks(seed)
     xs: list[int] = []
@@ -204,6 +238,9 @@ def steps_to_target(method: str, lr: float, momentum: float, seed: int, steps: i
     from testbed.stats import time_to_target  # noqa: PLC0415
     xs, ys = curve(method, lr, momentum, seed, steps, target)
     return time_to_target(xs, ys, target, lower_is_better=False)
+
+
+_CURVE_STEPS = steps_to_target     # (tests replace steps_to_target; then nothing is prefetched)
 
 
 # ---- the tuning rule --------------------------------------------------------------------------
@@ -284,6 +321,9 @@ def compare(pair_id: str, grid: Grid = FULL, target: float = TARGET) -> Comparis
     pair = next((p for p in PAIRS if p.id == pair_id), None)
     if pair is None:
         raise ValueError(f"unknown pair {pair_id!r}; one of {', '.join(p.id for p in PAIRS)}")
+    if steps_to_target is _CURVE_STEPS:      # the rule reads the trained curves: train both methods' at once
+        prefetch([(method, lr, m, seed, grid.steps, target) for method in (pair.variant, pair.counterpart)
+                  for lr, m in grid.points(pair.momentum) for seed in grid.seeds])
     a = tune(pair.variant, pair.momentum, grid, target)
     b = tune(pair.counterpart, pair.momentum, grid, target)
     if a.lr is None:
