@@ -316,7 +316,7 @@ class Server:
         self.lane_busy: Counter = Counter()
         # reply_after "all": per tag, the workers that send it, messages served per
         # (worker, tag), and each round's served senders waiting for the rest
-        self.senders = senders_by_tag(model, recv_nodes)
+        self._senders: dict[str, set[str]] | None = None     # senders_by_tag, when a round first needs it
         self.served: Counter = Counter()
         self.waiting: dict[tuple[str, int], list[str]] = defaultdict(list)
 
@@ -364,7 +364,9 @@ class Server:
         self.served[(src, tag)] += 1
         round_ = self.waiting[(tag, k)]
         round_.append(src)
-        if len(round_) == len(self.senders[tag]):       # the last copy is in: the round's replies
+        if self._senders is None:       # a scan of every message: only servers that reply per round
+            self._senders = senders_by_tag(self.model, self.recv_nodes)
+        if len(round_) == len(self._senders[tag]):      # the last copy is in: the round's replies
             del self.waiting[(tag, k)]
             for w in sorted(round_, key=self.workers.index):
                 self.send_reply(reply, w)
