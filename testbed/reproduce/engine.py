@@ -460,7 +460,9 @@ def reproduce(name: str, *, quick: bool = False, out: Path | None = None, net_mo
     validation = validation_rows(paper.profiles())
     flagged = flagged_profiles(validation)
     progress("projecting the headlines at the paper's setting")
+    t_projections = time.monotonic()
     results = [evaluate(h, runs, flagged) for h in paper.headlines]
+    progress(f"projected {len(results)} headline(s) in {time.monotonic() - t_projections:.0f} s")
     rep = ReproductionReport(paper, report_dir, quick, results, runs, validation, started,
                              time.monotonic() - t0, status, net_mode,
                              previous_ran=previous.get("ran") if previous else None, git=git_at_start)
