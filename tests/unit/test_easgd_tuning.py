@@ -84,5 +84,12 @@ def test_curves_trained_in_worker_processes_are_the_ones_trained_here(monkeypatc
     monkeypatch.setattr(T, "_CURVES", {})
     monkeypatch.setattr(T, "PARALLEL_MIN_GRADIENTS", 0)      # a pool even for this little
     T.prefetch(keys, processes=2)
-    assert list(T._CURVES) == keys and [T._CURVES[k] for k in keys] == here
+    assert sorted(T._CURVES) == sorted(keys) and [T._CURVES[k] for k in keys] == here
     assert T.curve(*keys[0]) == here[0]                     # read back, not trained again
+
+
+def test_a_failing_curve_worker_is_named_not_waited_for(monkeypatch):
+    monkeypatch.setattr(T, "_CURVES", {})
+    monkeypatch.setattr(T, "PARALLEL_MIN_GRADIENTS", 0)
+    with pytest.raises(RuntimeError, match="curve worker exited with code 1 while training"):
+        T.prefetch([("no_such_method", 0.1, 0.0, 1, 8, 2.0), ("async_sgd", 0.1, 0.0, 1, 8, 2.0)], processes=2)

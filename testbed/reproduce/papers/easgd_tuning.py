@@ -201,19 +201,77 @@ PARALLEL_MIN_GRADIENTS = 5000
 def prefetch(keys: Sequence[tuple], processes: int | None = None) -> None:
     """Compute the curves `keys` ((method, lr, momentum, seed, steps, target) each) that
     are not known yet, in worker processes (default: one per core this process may run
-    on). Each curve is a deterministic function of its arguments (seeded data and
-    weights, one torch thread), so where it is computed does not change it
-    (tests/unit/test_reproduce_easgd_tuning.py compares both ways)."""
+    on), each handed the next curve when it returns one. Each curve is a deterministic
+    function of its arguments (seeded data and weights, one torch thread), so where it
+    is computed does not change it (tests/unit/test_easgd_tuning.py compares both ways).
+
+    The workers are `python -m testbed.reproduce.papers.easgd_tuning --curves`, not a
+    multiprocessing pool: a spawned pool re-runs the caller's main script, which a
+    script without a `__main__` guard turns into endless respawning, and a fork would
+    copy torch's thread pools mid-state."""
     import os  # noqa: PLC0415
     missing = [k for k in dict.fromkeys(keys) if k not in _CURVES]
     processes = min(len(missing), processes or len(os.sched_getaffinity(0)))
     if processes < 2 or sum(k[4] for k in missing) * WORKERS < PARALLEL_MIN_GRADIENTS:
         return
-    import multiprocessing  # noqa: PLC0415
-    # spawn: a fork would copy torch's thread pools mid-state
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        for key, got in zip(missing, pool.starmap(_curve, missing, chunksize=1)):
-            _CURVES[key] = got
+    import json  # noqa: PLC0415
+    import selectors  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    root = str(Path(__file__).resolve().parents[3])
+    env = {**os.environ, "PYTHONPATH": root + (os.pathsep + os.environ["PYTHONPATH"]
+                                               if os.environ.get("PYTHONPATH") else "")}
+    cmd = [sys.executable, "-m", "testbed.reproduce.papers.easgd_tuning", "--curves"]
+    todo, busy = list(missing), {}
+    children = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+                for _ in range(processes)]
+
+    def hand(child: subprocess.Popen) -> None:
+        if todo:
+            busy[child] = todo.pop(0)
+            child.stdin.write(json.dumps(busy[child]) + "\n")
+            child.stdin.flush()
+        else:                                   # nothing left: it exits at the end of its input
+            child.stdin.close()
+            sel.unregister(child.stdout)
+
+    sel = selectors.DefaultSelector()
+    try:
+        for child in children:
+            sel.register(child.stdout, selectors.EVENT_READ, child)
+            hand(child)
+        while busy:
+            for ready, _ in sel.select():
+                child = ready.data
+                line = child.stdout.readline()      # one request out at a time: one line
+                if not line:
+                    raise RuntimeError(f"a curve worker exited with code {child.wait()} while training "
+                                       f"{busy[child]} (its error is above)")
+                xs, ys = json.loads(line)
+                _CURVES[busy.pop(child)] = (tuple(xs), tuple(ys))
+                hand(child)
+    except BaseException:                       # a failed worker, Ctrl-C: stop the others too
+        for child in children:
+            child.kill()
+        raise
+    finally:
+        sel.close()
+        for child in children:                  # done: each read its end of input and exits
+            child.wait()
+            child.stdout.close()
+
+
+def _serve_curves() -> int:
+    """--curves: a prefetch worker. Reads one curve's arguments (a JSON list) per line,
+    answers each with [steps, accuracies] on one line."""
+    import json  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    for line in sys.stdin:
+        xs, ys = _curve(*json.loads(line))
+        print(json.dumps([list(xs), list(ys)]), flush=True)
+    return 0
 
 
 def _curve(method: str, lr: float, momentum: float, seed: int, steps: int, target: float) -> Curve:
@@ -341,7 +399,12 @@ def main(argv: list[str] | None = None) -> int:
     import time  # noqa: PLC0415
     p = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="the smoke grid (QUICK), not a result")
-    grid = QUICK if p.parse_args(argv).quick else FULL
+    p.add_argument("--curves", action="store_true",
+                   help="serve prefetch: one curve per line of JSON arguments on stdin")
+    args = p.parse_args(argv)
+    if args.curves:
+        return _serve_curves()
+    grid = QUICK if args.quick else FULL
     for pair in PAIRS:
         t0 = time.monotonic()
         d = compare(pair.id, grid).to_dict()
