@@ -269,9 +269,6 @@ class _Prepared:
     grouped. A sensitivity band replays one set of traces 10-30 times with other
     constants; preparing them once (with the fabric's per-group path cache) took a
     P4SGD quick point's collect from 11.9 s to 4.7 s."""
-    key: tuple
-    traces: Any                 # held, so that the key's ids stay these objects'
-    services: Any
     ranks: list[int]
     world: int
     total: int
@@ -284,9 +281,24 @@ class _Prepared:
     expected: dict[str, Any]
 
 
-_PREPARED: list[_Prepared] = []     # the last few, newest last (only inside reusing_preparations)
-_PREPARED_KEEP = 8
+# The last few preparations and synthesized worlds, newest last, only inside
+# reusing_preparations: (key, the objects the key's ids name, held so that those ids
+# stay theirs, the value).
+_PREPARED: list[tuple[tuple, Any, _Prepared]] = []
+_SYNTHESIZED: list[tuple[tuple, Any, tuple[list[Trace], list[ServiceModel]]]] = []
+_KEEP = 8
 _reuse_depth = 0
+
+
+def _recall(kept: list, key: tuple) -> Any:
+    return next((value for k, _held, value in kept if k == key), None) if _reuse_depth else None
+
+
+def _keep(kept: list, key: tuple, held: Any, value: Any) -> Any:
+    if _reuse_depth:
+        kept.append((key, held, value))
+        del kept[:-_KEEP]
+    return value
 
 
 @contextmanager
@@ -316,23 +328,19 @@ def _traces_key(traces: Sequence[Trace]) -> tuple:
 
 
 def _prepared(traces: Sequence[Trace], max_nodes: int | None, services: Sequence[ServiceModel]) -> _Prepared:
-    key = (_traces_key(traces), max_nodes, id(services), len(services)) if _reuse_depth else None
-    for p in _PREPARED:
-        if p.key == key and p.services is services:
-            return p
+    key = (_traces_key(traces), max_nodes, id(services), len(services)) if _reuse_depth else ()
+    p = _recall(_PREPARED, key)
+    if p is not None:
+        return p
     ranks = check_traces(traces)
     cut = truncate(traces, max_nodes) if max_nodes is not None else [nodes for _, nodes in traces]
-    p = _Prepared(key=key, traces=list(traces), services=services, ranks=ranks,
-                  world=sum(1 for h, _ in traces if not is_server(h)),
+    p = _Prepared(ranks=ranks, world=sum(1 for h, _ in traces if not is_server(h)),
                   total=sum(len(nodes) for _, nodes in traces), cut=cut,
                   simulated=sum(len(n) for n in cut), members=group_members(traces, cut),
                   switches=path_switches(traces),
                   hosts={int(h["rank"]): str(h["host"]) for h, _ in traces if h.get("host") is not None},
                   nics=nic_table(traces), expected=expected_messages(traces, cut, services))
-    if _reuse_depth:
-        _PREPARED.append(p)
-        del _PREPARED[:-_PREPARED_KEEP]
-    return p
+    return _keep(_PREPARED, key, (list(traces), services), p)
 
 
 def split_cores(header: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
@@ -373,18 +381,12 @@ def project_world(traces: Sequence[Trace], world: int, profile: HardwareProfile,
                    services=services)
 
 
-_SYNTHESIZED: list[tuple[tuple, Any, list[Trace], list[ServiceModel]]] = []   # the last few, newest last
-
-
 def _synthesized(traces: Sequence[Trace], world: int, template_rank: int) -> tuple[list[Trace], list[ServiceModel]]:
     """The world synthesized at `world` workers and its servers' models, the same objects
     for the same traces (so that a band's replays share one preparation, _prepared)."""
-    key = (_traces_key(traces), world, template_rank) if _reuse_depth else None
-    for k, _held, synthesized, services in _SYNTHESIZED:
-        if k == key:
-            return synthesized, services
-    synthesized, services = synthesize_world(traces, world, template_rank), service_models(traces, world)
-    if _reuse_depth:
-        _SYNTHESIZED.append((key, list(traces), synthesized, services))
-        del _SYNTHESIZED[:-_PREPARED_KEEP]
-    return synthesized, services
+    key = (_traces_key(traces), world, template_rank) if _reuse_depth else ()
+    got = _recall(_SYNTHESIZED, key)
+    if got is not None:
+        return got
+    return _keep(_SYNTHESIZED, key, list(traces),
+                 (synthesize_world(traces, world, template_rank), service_models(traces, world)))

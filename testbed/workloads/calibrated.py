@@ -54,7 +54,12 @@ class CalibratedWorkloadParams(BaseModel):
     def at_fixed_tdf(self, tdf: float) -> "CalibratedWorkloadParams | None":
         """This workload with calibration replaced by the fixed TDF `tdf`, its network
         dilated to it as calibration would have dilated it; None where the workload's
-        hosts cannot dilate the network at a fixed TDF (then no retry is made)."""
+        hosts cannot dilate the network at a fixed TDF (then no retry is made).
+
+        None also where the calibration rounds train (the weights move): a retry at a
+        fixed TDF, without them, would train fewer iterations than its first attempt,
+        another experiment (a retried PHub point ended at other weights than the wide
+        PS at the same seed, fresh-clone CI 2026-11-27)."""
         return None
 
     def retry_fits(self, tdf: float, fidelity: dict[str, Any]) -> bool:

@@ -181,10 +181,7 @@ class EasgdWorkload(CalibratedWorkloadParams):
     def calibrated(self) -> bool:
         return self.device.get("type", "cpu") != "cpu" and self.device.get("time_scale") == "auto"
 
-    # at_fixed_tdf stays None (no retry): this workload's calibration rounds train (the
-    # weights move), so a retry at a fixed TDF, without them, would train fewer iterations
-    # than its first attempt: another experiment (a retried PHub point ended at other
-    # weights than the wide PS at the same seed, fresh-clone CI 2026-11-27).
+    # at_fixed_tdf stays None (no retry): its calibration rounds train (CalibratedWorkloadParams).
 
     @property
     def time_scale(self) -> float:

@@ -140,10 +140,7 @@ class LhcWorkload(CalibratedWorkloadParams):
     def calibrated(self) -> bool:
         return self.device.calibrated
 
-    # at_fixed_tdf stays None (no retry): this workload's calibration rounds train (the
-    # weights move), so a retry at a fixed TDF, without them, would train fewer iterations
-    # than its first attempt: another experiment (a retried PHub point ended at other
-    # weights than the wide PS at the same seed, fresh-clone CI 2026-11-27).
+    # at_fixed_tdf stays None (no retry): its calibration rounds train (CalibratedWorkloadParams).
 
     @field_validator("gradient")
     @classmethod

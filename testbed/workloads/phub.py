@@ -170,10 +170,7 @@ class PhubWorkload(CalibratedWorkloadParams):
         """time_scale auto on a modeled device (the CNN is measured: TDF 1, nothing to calibrate)."""
         return self.model.kind == "profile" and self.device.calibrated
 
-    # at_fixed_tdf stays None (no retry): this workload's calibration rounds train (the
-    # weights move), so a retry at a fixed TDF, without them, would train fewer iterations
-    # than its first attempt: another experiment (a retried PHub point ended at other
-    # weights than the wide PS at the same seed, fresh-clone CI 2026-11-27).
+    # at_fixed_tdf stays None (no retry): its calibration rounds train (CalibratedWorkloadParams).
 
     def tdf_start(self) -> float:
         return self.device.start_tdf() if self.model.kind == "profile" else 1.0

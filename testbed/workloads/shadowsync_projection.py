@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 
-
 def fidelity_records(scenario: Any, work_dir: Path, summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The fidelity monitor's verdict and the projections (testbed.fidelity.records).
 

@@ -142,10 +142,7 @@ class TorchWorkload(CalibratedWorkloadParams):
     def calibrated(self) -> bool:
         return self.modeled and self.device.get("time_scale", "auto") == "auto"
 
-    # at_fixed_tdf stays None (no retry): this workload's calibration rounds train (the
-    # weights move), so a retry at a fixed TDF, without them, would train fewer iterations
-    # than its first attempt: another experiment (a retried PHub point ended at other
-    # weights than the wide PS at the same seed, fresh-clone CI 2026-11-27).
+    # at_fixed_tdf stays None (no retry): its calibration rounds train (CalibratedWorkloadParams).
 
     def device_spec(self) -> dict[str, Any]:
         """The hosts' device block: auto starts at CALIBRATION_START (round 0)."""

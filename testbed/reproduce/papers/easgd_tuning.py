@@ -218,14 +218,12 @@ def prefetch(keys: Sequence[tuple], processes: int | None = None) -> None:
     import selectors  # noqa: PLC0415
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
 
-    root = str(Path(__file__).resolve().parents[3])
-    env = {**os.environ, "PYTHONPATH": root + (os.pathsep + os.environ["PYTHONPATH"]
-                                               if os.environ.get("PYTHONPATH") else "")}
+    from testbed.workloads.base import host_env  # noqa: PLC0415 - the project importable, one BLAS thread
+
     cmd = [sys.executable, "-m", "testbed.reproduce.papers.easgd_tuning", "--curves"]
     todo, busy = list(missing), {}
-    children = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    children = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=host_env())
                 for _ in range(processes)]
 
     def hand(child: subprocess.Popen) -> None:
