@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 from itertools import cycle
 from typing import Any
@@ -75,6 +76,36 @@ _SIGNAL_HOST_PROCS = ('n=0; read -r l < /proc/$$/stat; set -- ${{l##*) }}; me=$4
                       'done; echo $n')
 
 
+# How long a remote host's shell (the local ssh client) gets to exit after
+# Mininet's SIGHUP before it is killed: an ssh client that keeps waiting on its
+# remote end would otherwise hold Node.cleanup's wait, and the teardown, forever.
+SHELL_EXIT_S = 5.0
+
+
+def end_shell(shell: subprocess.Popen, grace_s: float = SHELL_EXIT_S) -> str | None:
+    """SIGHUP the shell's process group (what Mininet's Node.terminate sends),
+    SIGKILL it if it is still there after grace_s; the problem, or None."""
+    if shell.poll() is not None:
+        return None
+    try:
+        os.killpg(shell.pid, signal.SIGHUP)
+        shell.wait(timeout=grace_s)
+        return None
+    except ProcessLookupError:
+        return None
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(shell.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        shell.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        return f"its shell (pid {shell.pid}) outlived SIGKILL"
+    return f"its shell (pid {shell.pid}) ignored SIGHUP for {grace_s:g} s and was killed"
+
+
 def _cluster_classes() -> tuple[type, type]:
     """(the remote host class, the MininetCluster subclass), built on first use:
     mininet is imported only where a cluster network is built."""
@@ -107,6 +138,16 @@ def _cluster_classes() -> tuple[type, type]:
             params.pop("preexec_fn", None)
             params.setdefault("start_new_session", True)
             return Node._popen(self, cmd, **params)
+
+        stop_problem: str | None = None
+
+        def terminate(self) -> None:
+            """Node.terminate with a bound: the shell (for a remote host, the
+            ssh client) is ended by end_shell first, so Node.cleanup's wait for
+            it returns at once."""
+            if self.shell is not None:
+                self.stop_problem = end_shell(self.shell)
+            super().terminate()
 
         def addIntf(self, intf: Any, port: Any = None, moveIntfFn: Any = None) -> Any:  # noqa: N802
             # Mininet's tunnel code has already put the interface into this
@@ -228,9 +269,14 @@ class ClusterNetwork(MininetNetwork):
             self.errors.append(f"had to SIGKILL programs on remote host {node.name}")
 
     def _teardown(self) -> None:
-        if self._net is not None:
+        net = self._net
+        if net is not None:
             self._stop_remote_programs()
         super()._teardown()
+        for host in self.remote_hosts() if net is not None else []:
+            problem = getattr(net.nameToNode.get(host), "stop_problem", None)
+            if problem:
+                self.errors.append(f"stopping remote host {host}: {problem}")
 
     def _record_build(self, rec: Any) -> None:
         kw = self._cluster_kw()

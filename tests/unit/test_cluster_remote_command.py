@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
-from testbed.net.cluster_net import LOCAL, place_hosts, remote_command
+from testbed.net.cluster_net import LOCAL, end_shell, place_hosts, remote_command
 
 PROBE = "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.get('RUN_ID'), os.getcwd()]))"
 
@@ -37,3 +38,27 @@ def test_round_robin_placement_after_the_named_hosts():
     assert place_hosts(cluster, ["w1", "w2", "w3", "w4"]) == {"w1": "srv-a", "w2": "srv-b", "w3": "srv-a",
                                                                "w4": "srv-a"}
     assert LOCAL == "localhost"   # Mininet's name for the runner's own server
+
+
+def _shell(script: str) -> subprocess.Popen:
+    p = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+    time.sleep(0.2)                       # the trap is set before the signal comes
+    return p
+
+
+def test_a_shell_that_exits_on_hangup_ends_at_once():
+    p = _shell("sleep 30")
+    t = time.monotonic()
+    assert end_shell(p, grace_s=5) is None
+    assert p.returncode is not None and time.monotonic() - t < 3
+
+
+def test_a_shell_that_ignores_hangup_is_killed_after_the_grace_and_named():
+    """The cluster teardown's hang: Node.cleanup waits for a remote host's ssh client
+    without a bound; end_shell bounds it and says what it had to do."""
+    p = _shell("trap '' HUP; sleep 30 & wait")
+    t = time.monotonic()
+    problem = end_shell(p, grace_s=0.5)
+    assert p.returncode == -9 and time.monotonic() - t < 5
+    assert problem == f"its shell (pid {p.pid}) ignored SIGHUP for 0.5 s and was killed"
+    assert end_shell(p) is None           # already gone: nothing to do
