@@ -25,7 +25,7 @@ import time
 from hosts.collectives import Collective, make_hello
 from hosts.collectives.ps import ParameterServer, PSWorker
 from hosts.collectives.ring import RingAllreduce
-from hosts.common import program
+from hosts.common import program, start_gate
 from hosts.common.config import AllreduceConfig, ps_port, ring_port
 from hosts.common.results import JsonlWriter, finite_or_none, latency_summary
 from hosts.common.tcp import NetError
@@ -35,14 +35,6 @@ EXIT_OK, EXIT_WRONG_RESULT = 0, 1
 EXIT_CONFIG, EXIT_NET = program.EXIT_CONFIG, program.EXIT_NET
 
 log = logging.getLogger("allreduce")
-
-
-def wait_until(start_at: float | None) -> None:
-    if start_at is not None:
-        delay = start_at - time.time()
-        if delay > 0:
-            log.info("waiting %.2f s for the common start time", delay)
-            time.sleep(delay)
 
 
 def open_collective(cfg: AllreduceConfig, hello: dict) -> Collective:
@@ -88,9 +80,9 @@ class WorkerRun:
         coll = self.coll = open_collective(cfg, make_hello(cfg.host, cfg.rank, cfg.run_identity()))
         try:
             log.info("connected")
-            wait_until(cfg.start_at)
+            begun = start_gate.begin(cfg.start_at, cfg.host)
             coll.barrier()
-            self.t0_wall = cfg.start_at if cfg.start_at is not None else time.time()
+            self.t0_wall = begun if begun is not None else time.time()
             for size in cfg.sizes:
                 self.run_size(coll, size)
         finally:
@@ -165,9 +157,9 @@ class PSRun:
                                          connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
         try:
             log.info("all %d workers connected", cfg.world)
-            wait_until(cfg.start_at)
+            begun = start_gate.begin(cfg.start_at, cfg.host)
             self.ps.barrier()
-            t0 = cfg.start_at if cfg.start_at is not None else time.time()
+            t0 = begun if begun is not None else time.time()
             for size in cfg.sizes:
                 for _ in range(cfg.warmup + cfg.iterations):
                     self.ps.barrier()

@@ -50,7 +50,7 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from hosts.common import program  # noqa: E402
+from hosts.common import program, start_gate  # noqa: E402
 from hosts.common.calibration import CalibrationRefused  # noqa: E402
 from hosts.common.config import ps_port  # noqa: E402
 from hosts.common.results import JsonlWriter  # noqa: E402
@@ -72,11 +72,6 @@ log = logging.getLogger("p4sgd")
 
 
 # ============================================================ worker
-def wait_until(start_at: float | None) -> None:
-    if start_at is not None and start_at > time.time():
-        time.sleep(start_at - time.time())
-
-
 class Worker:
     def __init__(self, cfg: P4sgdConfig, writer: JsonlWriter):
         from hosts.glm.datasets import load_dataset
@@ -167,7 +162,7 @@ class Worker:
         self.comm = comm or open_comm(cfg)
         self._attach()
         try:
-            wait_until(cfg.start_at)
+            start_gate.begin(cfg.start_at, cfg.host)
             self.comm.barrier()
             if cfg.calibration:
                 self.calibrate()
@@ -399,7 +394,7 @@ class PSRole:
                                          hello=hello, connect_timeout_s=cfg.connect_timeout_s,
                                          timeout_s=cfg.timeout_s)
         try:
-            wait_until(cfg.start_at)
+            start_gate.begin(cfg.start_at, cfg.host)
             self.ps.barrier()
             t0 = time.perf_counter()
             s = cfg.straggler

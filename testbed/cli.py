@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -246,6 +247,14 @@ def _dry_run(scn, points, net_mode: str, as_json: bool, summary_only: bool = Fal
     click.echo(plan.summary() if summary_only else plan.format())
 
 
+def start_gate_line(gate: dict[str, Any]) -> str:
+    """How the point's programs began (testbed.runner._open_start_gate's report)."""
+    line = f"start: {gate['opened']}, {gate['saved_s']:.1f}s before the latest start"
+    if gate.get("not_ready"):
+        line += f" (not ready then: {', '.join(gate['not_ready'])})"
+    return line
+
+
 def _print_summary(run_dir: Path) -> None:
     from testbed.results import load_run, summary_legend
 
@@ -326,6 +335,8 @@ def show(run_dir: Path, as_json: bool) -> None:
         if p.get("phases_s"):
             click.echo("      wall time: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}s"
                                                       for k, v in p["phases_s"].items()))
+        if p.get("start_gate"):
+            click.echo("      " + start_gate_line(p["start_gate"]))
         for reason in (fid.get("reasons") or []) if fid.get("valid") is False else []:
             click.echo(f"      invalid: {reason}")
         for line in refusal_lines(switch_counters.get(p["label"], {}), "      switch refused: "):

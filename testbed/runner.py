@@ -7,6 +7,7 @@ outcome to the results folder before the next point starts.
 """
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 import traceback
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from hosts.common import start_gate
 from hosts.common.program import EXIT_REFUSED
 from testbed import results as res
 from testbed.manifest import base_manifest
@@ -24,8 +26,14 @@ from testbed.scenario.sweep import Points
 from testbed.workloads.base import HostProgram, PointContext, WorkloadRuntime, get_runtime, host_env
 
 # Time between starting the host programs and the moment they all begin work:
-# Python start-up of N processes on 2 shared cores takes about a second.
+# Python start-up of N processes on 2 shared cores takes about a second. Where
+# the runner opens a start gate (hosts.common.start_gate: local and Mininet runs)
+# this is the latest start: the gate opens once every program is ready.
 START_SLACK_S = 2.0
+# Between the gate's `go` and the common start: every waiting program (polling
+# every 2 ms, N of them on 2 cores) reads the time before it comes.
+GO_LEAD_S = 0.05
+GATE_POLL_S = 0.005
 # How often the switches are checked while host programs run: a dead switch
 # ends the point within about this long, instead of after a host's timeout.
 SWITCH_POLL_S = 0.25
@@ -273,6 +281,8 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     control = None
     counters: dict[str, Any] = {}
     announced = None
+    start_report = None
+    gate = None
     try:
         control = start_point_network(net, point, logs, job_requests, recorder)
         phases.lap("network_start")
@@ -286,6 +296,9 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
                            switch=getattr(net, "switch_info", {}))
         programs = runtime.programs(ctx)
         env = host_env()
+        if net_mode in ("mininet", "local"):       # the hosts share this machine's files
+            gate = start_gate.make_gate(work / "start_gate")
+            env[start_gate.GATE_ENV] = str(gate)
         if recorder is None and net_mode in ("mininet", "local"):   # PIDs of this machine only
             cpu = CpuIsolation(f"{run_dir.name}-{point.index}")
             cpu.place_switches()
@@ -297,6 +310,9 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
             _record_configs(recorder, work)
             return [], [], {}
         phases.lap("programs_start")
+        if gate is not None:
+            start_report = _open_start_gate(gate, ctx, procs)
+            phases.lap("start_gate")
         _wait_programs(procs, runtime.timeout_s(ctx) + START_SLACK_S, logs, net)
         phases.lap("programs_run")
     except (SkipPoint, KeyboardInterrupt):
@@ -313,6 +329,8 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
             from testbed.net.live_registry import withdraw  # noqa: PLC0415
             withdraw(announced)
         _stop_programs(procs)
+        if gate is not None:
+            shutil.rmtree(gate, ignore_errors=True)     # the programs' handshake, not a result
         cpu_report = cpu.report() if cpu is not None else None
         if control is not None:
             try:
@@ -354,9 +372,37 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     phases.lap("collect")
     extra = {"warnings": warnings, "switch_stats": _brief_stats(switch_stats), "cpu": cpu_report,
              "phases_s": phases.laps}
+    if start_report is not None:
+        extra["start_gate"] = start_report
     if fidelity is not None:
         extra["fidelity"] = {k: v for k, v in fidelity.items() if k != "type"}
     return summary, impairments, extra
+
+
+def _open_start_gate(gate: Path, ctx: PointContext, procs: dict[str, tuple[HostProgram, Any]]
+                     ) -> dict[str, Any]:
+    """Open the point's start gate once every program has announced it is ready
+    (or one has exited: _wait_programs reports it), at ctx.start_at at the
+    latest: the programs begin GO_LEAD_S after. A program without a start time
+    (ShadowSync's embedding servers) never announces itself, so its point keeps
+    the whole slack, as one whose start-up it covers. Returns what happened, for
+    points.jsonl: the slack it saved, who was not ready."""
+    expected = set(procs)
+    while True:
+        now = time.time()
+        missing = expected - start_gate.ready_hosts(gate)
+        exited = any(p.poll() is not None for _, p in procs.values())
+        if not missing or exited or now + GO_LEAD_S >= ctx.start_at:
+            break
+        time.sleep(GATE_POLL_S)
+    begin = min(now + GO_LEAD_S, ctx.start_at)
+    start_gate.open_gate(gate, begin)
+    report: dict[str, Any] = {"opened": "all ready" if not missing else ("a program exited" if exited
+                                                                            else "at the latest start"),
+                              "saved_s": round(ctx.start_at - begin, 3)}
+    if missing:
+        report["not_ready"] = sorted(missing)
+    return report
 
 
 def _record_configs(recorder: Any, work: Path) -> None:

@@ -27,7 +27,7 @@ import sys
 import time
 import traceback
 
-from hosts.common import gc_pauses, program
+from hosts.common import gc_pauses, program, start_gate
 from hosts.common.calibration import CalibrationRefused
 from hosts.common.tcp import NetError
 
@@ -35,11 +35,6 @@ EXIT_OK, EXIT_SCRIPT = 0, 1
 EXIT_CONFIG, EXIT_NET = program.EXIT_CONFIG, program.EXIT_NET
 
 log = logging.getLogger("torch")
-
-
-def _wait_until(start_at: float | None) -> None:
-    if start_at is not None and start_at > time.time():
-        time.sleep(start_at - time.time())
 
 
 def run_ps(cfg) -> int:
@@ -54,7 +49,8 @@ def run_ps(cfg) -> int:
                                     hello=make_hello(cfg.host, -1, cfg.run_identity()),
                                     connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
         log.info("all %d workers connected", cfg.world)
-        t0 = time.time()
+        begun = start_gate.begin(cfg.start_at, cfg.host)
+        t0 = begun if begun is not None else time.time()
         while True:
             s = cfg.straggler
             delay = s.delay_ms / 1e3 if s is not None and time.time() - t0 >= s.start_s else 0.0
@@ -104,7 +100,7 @@ def run_worker(cfg, config_path: str) -> int:
         # collective's communication is timed and traced the same way.
         ddp_hook.patch_ddp(hook=cfg.ddp_hook)
         gc_pauses.setup_done()                 # torch imported, collective open
-        _wait_until(cfg.start_at)
+        rt.start_wall = start_gate.begin(cfg.start_at, cfg.host)
         if cfg.collective != "gloo":
             rt.collective.barrier()
         rt.dilation.dilate_fixed()             # time_scale N: the network runs N x slower too

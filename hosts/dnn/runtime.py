@@ -108,6 +108,9 @@ class Runtime:
         self.t0 = time.perf_counter()       # records' t_s: since the first compute() (training start)
         self._started = False
         self.t0_wall = time.time()
+        # The point's common start (a straggler's start_s counts from it): run_script
+        # sets the one the start gate chose (hosts.common.start_gate).
+        self.start_wall = cfg.start_at
         self.iteration = 0
         self._in_compute = False
         self._comm_inside = 0.0
@@ -167,7 +170,7 @@ class Runtime:
         return s is not None and time.time() - self._start_wall() >= s.start_s
 
     def _start_wall(self) -> float:
-        return self.cfg.start_at if self.cfg.start_at is not None else self.t0_wall
+        return self.start_wall if self.start_wall is not None else self.t0_wall
 
     def compute(self, fn: Callable[[], Any], batch_size: int | None = None, phase: str = "step") -> Any:
         """One step of `batch_size` samples (default: the workload's batch_size) on

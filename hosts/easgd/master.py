@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from hosts.collectives import check_hello, make_hello
-from hosts.common import program
+from hosts.common import program, start_gate
 from hosts.common.calibration import CalibrationRefused, decide_messages
 from hosts.common.results import JsonlWriter
 from hosts.common.tcp import (KIND_BARRIER, KIND_DATA, Conn, NetError, RecvOp, SendOp, accept_one,
@@ -425,8 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     writer = JsonlWriter(cfg.out)
     ident = settings.identity() | {"workers": len(cfg.workers),
                                    "calibrated": cfg.timing["calibration"] is not None}
-    if cfg.start_at is not None and cfg.start_at > time.time():
-        time.sleep(cfg.start_at - time.time())
+    start_gate.begin(cfg.start_at, cfg.host)
     error, info = None, {}
     try:
         run = run_hogwild if serving(settings.variant) == "hogwild" else run_single

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from hosts.common import program
+from hosts.common import program, start_gate
 from hosts.common.calibration import CalibrationRefused
 from hosts.common.config import Checker, ConfigError, HostAddr, InaSettings, Straggler, load_json_object
 from hosts.common.tcp import NetError
@@ -149,11 +149,6 @@ def _parse_calibration(c: Checker) -> dict | None:
         c.error("calibration.hw_table", str(e))
         return None
     return dict(val)
-
-
-def wait_until(start_at: float | None) -> None:
-    if start_at is not None and start_at > time.time():
-        time.sleep(start_at - time.time())
 
 
 def open_collective(cfg: LhcConfig):
@@ -338,7 +333,7 @@ class Worker:
                  cfg.algorithm, self.src.describe(), self.n, cfg.warmup, cfg.iterations)
         coll = self._coll = open_collective(cfg)
         try:
-            wait_until(cfg.start_at)
+            start_gate.begin(cfg.start_at, cfg.host)
             coll.barrier()
             self.time_setup(coll)
             self.t0 = time.time()
@@ -428,7 +423,7 @@ def run_ps(cfg: LhcConfig, writer) -> int:
                                 connect_timeout_s=cfg.connect_timeout_s, timeout_s=cfg.timeout_s)
     served = 0
     try:
-        wait_until(cfg.start_at)
+        start_gate.begin(cfg.start_at, cfg.host)
         ps.barrier()
         cc = cfg.calibration
         for _ in range(cc["rounds"] if cc else 0):      # the workers' calibration schedule

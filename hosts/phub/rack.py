@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from hosts.collectives import check_hello, make_hello
-from hosts.common import program
+from hosts.common import program, start_gate
 from hosts.common.tcp import (Conn, NetError, ProtocolError, accept_until, connect_with_retry, listen, recv_json,
                               send_json)
 from hosts.common.trace import TraceRecorder
@@ -402,8 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg, writer, log_ = program.start("phub.rack", __doc__, _Loader, argv)
     except program.SetupFailed as e:
         return e.code
-    if cfg.start_at is not None and cfg.start_at > time.time():
-        time.sleep(cfg.start_at - time.time())
+    start_gate.begin(cfg.start_at, cfg.host)
     error = None
     try:
         writer.write(serve(cfg))

@@ -56,7 +56,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from hosts.collectives import check_hello, make_hello
-from hosts.common import program
+from hosts.common import program, start_gate
 from hosts.common.device import PacedDevice
 from hosts.common.results import JsonlWriter
 from hosts.common.tcp import Conn, NetError, ProtocolError, accept_until, listen, recv_json
@@ -595,8 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg, writer, log_ = program.start("phub.server", __doc__, _Loader, argv)
     except program.SetupFailed as e:
         return e.code
-    if cfg.start_at is not None and cfg.start_at > time.time():
-        time.sleep(cfg.start_at - time.time())
+    start_gate.begin(cfg.start_at, cfg.host)
     error, cores = None, []
     try:
         cores = run(cfg, writer)

@@ -13,7 +13,7 @@ import time
 
 from hosts.collectives import make_hello
 from hosts.collectives.ps import ParameterServer
-from hosts.common import program
+from hosts.common import program, start_gate
 from hosts.common.config import HostAddr
 from hosts.common.tcp import NetError
 from hosts.phub.config import load_server
@@ -28,8 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("bad config: the wide-aggregation PS serves one job, got %d", len(cfg.jobs))
         return program.EXIT_CONFIG
     job = cfg.jobs[0]
-    if cfg.start_at is not None and cfg.start_at > time.time():
-        time.sleep(cfg.start_at - time.time())
+    start_gate.begin(cfg.start_at, cfg.host)
     error, ops = None, 0
     try:
         ps = ParameterServer.accept(peers=tuple(HostAddr(n, "") for n in job.workers), my_ip=cfg.ip,

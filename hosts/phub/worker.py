@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from hosts.common import program
+from hosts.common import program, start_gate
 from hosts.common.calibration import CalibrationRefused
 from hosts.common.config import HostAddr
 from hosts.common.tcp import NetError
@@ -213,8 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg, writer, log_ = program.start("phub.worker", __doc__, _Loader, argv)
     except program.SetupFailed as e:
         return e.code
-    if cfg.start_at is not None and cfg.start_at > time.time():
-        time.sleep(cfg.start_at - time.time())
+    start_gate.begin(cfg.start_at, cfg.host)
     error, info = None, {}
     server = start_server(cfg)
     try:

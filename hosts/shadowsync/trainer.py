@@ -41,7 +41,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hosts.common import program
+from hosts.common import program, start_gate
 from hosts.common.calibration import CalibrationRefused
 from hosts.common.results import JsonlWriter
 from hosts.common.tcp import NetError
@@ -402,8 +402,7 @@ def run(cfg, s, writer: JsonlWriter) -> dict[str, Any]:
     barrier = ctx.Barrier(s.hogwild_workers) if s.mode == "foreground" else None
     shared = Shared(ctx, cfg.calibration, s.hogwild_workers, float(cfg.device.get("time_scale", 1.0)))
     results = ctx.Queue()
-    if cfg.start_at is not None and cfg.start_at > time.time():
-        time.sleep(cfg.start_at - time.time())
+    start_gate.begin(cfg.start_at, cfg.host)
     t_start = time.time()
     procs = [ctx.Process(target=worker_main, args=(j, cfg, s, tower, flat, iters, done, barrier, shared, results,
                                                              t_start),
