@@ -74,7 +74,6 @@ log = logging.getLogger("p4sgd")
 # ============================================================ worker
 class Worker:
     def __init__(self, cfg: P4sgdConfig, writer: JsonlWriter):
-        from hosts.glm.datasets import load_dataset
         from hosts.glm.models import get_model
 
         self.cfg, self.writer = cfg, writer
@@ -89,7 +88,7 @@ class Worker:
         self.device = self._new_device(self.dilation)
         self.calibration: dict[str, Any] | None = None
         t = time.perf_counter()
-        self.ds = load_dataset(dict(cfg.dataset))
+        self.ds = load_point_dataset(cfg)
         self.load_s = time.perf_counter() - t
         self.snap_path, self.model_path = out_paths(cfg.out)
         self.snapshots: list[np.ndarray] = []
@@ -373,6 +372,15 @@ class Worker:
         })
 
 
+def load_point_dataset(cfg: P4sgdConfig) -> Any:
+    """The point's dataset: the file the runner's side made once for every program
+    where there is one, else built from the spec here."""
+    from hosts.glm.datasets import load_dataset, load_dataset_file
+    if cfg.dataset_file is not None:
+        return load_dataset_file(cfg.dataset_file, dict(cfg.dataset))
+    return load_dataset(dict(cfg.dataset))
+
+
 # ============================================================ parameter server
 class PSRole:
     def __init__(self, cfg: P4sgdConfig, writer: JsonlWriter):
@@ -382,10 +390,9 @@ class PSRole:
 
     def run(self) -> int:
         from hosts.collectives.ps import ParameterServer
-        from hosts.glm.datasets import load_dataset
 
         cfg = self.cfg
-        ds = load_dataset(dict(cfg.dataset))
+        ds = load_point_dataset(cfg)
         schedule = allreduce_schedule(cfg, ds.n_samples, ds.n_features)
         log.info("parameter server for %d workers on %s:%d, %d allreduces", cfg.world,
                  cfg.ps.ip, ps_port(cfg.port), len(schedule))

@@ -34,6 +34,8 @@ START_SLACK_S = 2.0
 # every 2 ms, N of them on 2 cores) reads the time before it comes.
 GO_LEAD_S = 0.05
 GATE_POLL_S = 0.005
+# In a point's folder: what its programs share while they run (PointContext.scratch_dir).
+SCRATCH_DIR = "scratch"
 # How often the switches are checked while host programs run: a dead switch
 # ends the point within about this long, instead of after a host's timeout.
 SWITCH_POLL_S = 0.25
@@ -282,7 +284,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
     counters: dict[str, Any] = {}
     announced = None
     start_report = None
-    gate = None
+    scratch = gate = None
     try:
         control = start_point_network(net, point, logs, job_requests, recorder)
         phases.lap("network_start")
@@ -291,13 +293,16 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
             from testbed.net.live_registry import announce  # noqa: PLC0415
             announced = announce(f"{scn.name}@{run_dir.name}", run_dir, scn.name, point.label, scn.switch.program,
                                  net.switch_info)
+        if net_mode in ("mininet", "local"):       # the hosts share this machine's files
+            scratch = work / SCRATCH_DIR
+            gate = start_gate.make_gate(scratch / "start_gate")
         ctx = PointContext(point=point, hosts=net.hosts, work_dir=work, net_mode=net_mode,
                            start_at=time.time() + START_SLACK_S,
-                           switch=getattr(net, "switch_info", {}))
+                           switch=getattr(net, "switch_info", {}), scratch_dir=scratch,
+                           planning=recorder is not None)
         programs = runtime.programs(ctx)
         env = host_env()
-        if net_mode in ("mininet", "local"):       # the hosts share this machine's files
-            gate = start_gate.make_gate(work / "start_gate")
+        if gate is not None:
             env[start_gate.GATE_ENV] = str(gate)
         if recorder is None and net_mode in ("mininet", "local"):   # PIDs of this machine only
             cpu = CpuIsolation(f"{run_dir.name}-{point.index}")
@@ -329,8 +334,8 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
             from testbed.net.live_registry import withdraw  # noqa: PLC0415
             withdraw(announced)
         _stop_programs(procs)
-        if gate is not None:
-            shutil.rmtree(gate, ignore_errors=True)     # the programs' handshake, not a result
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)  # the programs' shared files, not results
         cpu_report = cpu.report() if cpu is not None else None
         if control is not None:
             try:

@@ -54,13 +54,16 @@ class P4sgdConfig:
     # {"xclbin", "device_index", "kernel_name", "dry_run"}: the worker drives a U280 kernel
     # through XRT (hosts.glm.u280_xrt); None (or the key absent): the modeled device only
     xrt: dict | None = None
+    # The dataset made once for the point's programs (hosts.glm.datasets.save_dataset_file,
+    # from `dataset`); None (or the key absent): each program builds it from `dataset`
+    dataset_file: str | None = None
 
     KEYS = frozenset({
         "host", "role", "rank", "world", "mode", "glm", "l2", "lr", "batch", "micro_batch",
         "epochs", "pipeline_depth", "seed", "dataset", "balance", "collective", "peers", "ps",
         "port", "ina", "fixed_point_exp", "device", "snapshot_every", "straggler",
         "start_at", "connect_timeout_s", "timeout_s", "out", "trace", "calibration",
-        "network_dilation", "xrt"})
+        "network_dilation", "xrt", "dataset_file"})
 
     @classmethod
     def from_json(cls, source: str | Path | dict) -> "P4sgdConfig":
@@ -87,6 +90,9 @@ class P4sgdConfig:
         v["calibration"] = _parse_calibration(c)
         v["network_dilation"] = parse_network_dilation(c)
         v["xrt"] = _parse_xrt(c)
+        v["dataset_file"] = c.data.get("dataset_file")
+        if v["dataset_file"] is not None and not isinstance(v["dataset_file"], str):
+            c.error("dataset_file", f"must be a path or null, got {v['dataset_file']!r}")
         for key in ("dataset", "device"):
             ok, val = c.value(key, False)
             if ok and not isinstance(val, dict):

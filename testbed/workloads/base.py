@@ -42,6 +42,11 @@ class PointContext:
     net_mode: str              # "mininet" | "local"
     start_at: float            # wall-clock time all hosts begin together
     switch: dict[str, Any] = field(default_factory=dict)  # switch addressing for in-network modes
+    # Files the point's programs share for its run only (the start gate, a dataset made
+    # once for all of them): the runner deletes the folder once the programs have
+    # stopped. None where the hosts do not share this machine's files (ssh, cluster).
+    scratch_dir: Path | None = None
+    planning: bool = False     # a dry run (`testbed run --dry-run`): write configs, make nothing else
 
     def tcp_port_base(self, default: int, span: int = 64) -> int:
         """Base of the TCP ports host programs listen on. Mininet runs have a

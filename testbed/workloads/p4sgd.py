@@ -367,7 +367,8 @@ class P4sgdRuntime(WorkloadRuntime):
             "balance": wl.balance, "collective": wl.collective, "peers": peers, "ps": ps,
             "port": ctx.tcp_port_base(P4SGD_TCP_PORT), "fixed_point_exp": wl.fixed_point_exp,
             "device": wl.device_spec(), "snapshot_every": wl.snapshot_every,
-            "start_at": ctx.start_at, "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
+            "start_at": ctx.start_at, "dataset_file": _shared_dataset(wl, ctx),
+            "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
             # run_wall_s: the wall time the point's deadline (timeout_s) leaves the training run;
             # a calibrated TDF that would not fit it is refused (hosts.common.calibration)
             "calibration": ({"hw_op_s": hw_op_time(wl, len(workers)), "rounds": wl.calibration_rounds,
@@ -600,6 +601,19 @@ def _dataset(wl: P4sgdWorkload) -> Any:
         from hosts.glm.datasets import load_dataset  # noqa: PLC0415
         return load_dataset(spec)
     return _built_dataset(json.dumps(spec, sort_keys=True))
+
+
+def _shared_dataset(wl: P4sgdWorkload, ctx: PointContext) -> str | None:
+    """The point's dataset made once, for every program to read (hosts.p4sgd
+    load_point_dataset), where the hosts share the runner's files; None: each
+    program builds it (libsvm: each reads its file)."""
+    if ctx.scratch_dir is None or wl.dataset_spec()["source"] == "libsvm":
+        return None
+    path = ctx.scratch_dir / "dataset.npz"
+    if not ctx.planning and not path.exists():
+        from hosts.glm.datasets import save_dataset_file  # noqa: PLC0415
+        save_dataset_file(_dataset(wl), wl.dataset_spec(), path)
+    return str(path)
 
 
 @functools.lru_cache(maxsize=1)

@@ -70,6 +70,10 @@ def test_quickstart_quick_results_folder(tmp_path):
     loss_pct = float(loss_case["set"]["links.loss_pct"])
     assert loss_pct > 0
     bandwidth = scn["links"]["bandwidth_mbps"]
+    # Every point's programs began through the start gate, whose files are gone.
+    assert all(p["start_gate"]["opened"] in ("all ready", "at the latest start", "a program exited")
+               for p in points), [p.get("start_gate") for p in points]
+    assert not list((d / "points").glob("*/scratch")), "the points' shared files stayed behind"
     for p in points:
         assert p["status"] == "ok" and p["error"] is None, p
         imps = p["impairments"]

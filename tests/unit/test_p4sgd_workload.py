@@ -439,3 +439,71 @@ def test_the_host_config_needs_the_calibration_deadline(tmp_path):
     with pytest.raises(ConfigError, match="run_wall_s > 0"):
         prog.P4sgdConfig.from_json(_cfg(tmp_path, calibration={"hw_op_s": 1e-6, "rounds": 1, "batches": 2,
                                                                 "run_wall_s": 0}))
+
+
+# ----------------------------------------------------------------- one dataset for the point
+SPECS = [dict(TINY), {"source": "synthetic", "kind": "sparse", "samples": 60, "features": 300,
+                      "density": 0.05, "seed": 2, "skew": 1.0},
+         {"source": "builtin", "name": "digits", "bias": True},
+         {"source": "profile", "name": "rcv1", "samples": 50, "features": 400, "seed": 1}]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s['source']}-{s.get('kind', s.get('name'))}")
+def test_the_dataset_file_holds_the_specs_dataset_bit_for_bit(tmp_path, spec):
+    import scipy.sparse as sp
+    from hosts.glm.datasets import load_dataset_file, save_dataset_file
+    made = load_dataset(spec)
+    save_dataset_file(made, spec, tmp_path / "d.npz")
+    read = load_dataset_file(tmp_path / "d.npz", spec)
+    dense = (lambda X: X.toarray() if sp.issparse(X) else X)
+    assert sp.issparse(read.X) == sp.issparse(made.X)
+    assert np.array_equal(dense(read.X), dense(made.X)) and read.X.dtype == made.X.dtype
+    assert np.array_equal(read.y, made.y) and read.name == made.name
+    assert read.meta.keys() == made.meta.keys()
+    for k, v in made.meta.items():
+        assert np.array_equal(np.asarray(read.meta[k]), np.asarray(v)), k
+    with pytest.raises(ValueError, match="holds the dataset of"):
+        load_dataset_file(tmp_path / "d.npz", dict(spec, seed=99))
+
+
+def test_the_point_makes_its_dataset_once_for_every_program(tmp_path):
+    """Where the hosts share the runner's files, the workload writes the point's dataset
+    into the scratch folder and every program's config names it; the workers read it
+    and train exactly as from the spec. A dry run names the file but makes nothing;
+    ssh hosts (no scratch folder) build their own."""
+    scn = scenario("collective: ring", workers=2)
+    ctx = _ctx(scn, tmp_path, net_mode="mininet")
+    ctx.scratch_dir = tmp_path / "scratch"
+    ctx.scratch_dir.mkdir()
+    cfgs = _configs(P4sgdRuntime().programs(ctx))
+    path = ctx.scratch_dir / "dataset.npz"
+    assert {c["dataset_file"] for c in cfgs.values()} == {str(path)} and path.exists()
+    cfg = prog.P4sgdConfig.from_json(cfgs["w1"])
+    ds = prog.load_point_dataset(cfg)
+    assert np.array_equal(ds.X, load_dataset(TINY).X)
+
+    planned = _ctx(scn, tmp_path / "plan", net_mode="mininet")
+    (tmp_path / "plan").mkdir()
+    planned.scratch_dir, planned.planning = tmp_path / "plan" / "scratch", True
+    cfgs = _configs(P4sgdRuntime().programs(planned))
+    assert cfgs["w1"]["dataset_file"] == str(planned.scratch_dir / "dataset.npz")
+    assert not planned.scratch_dir.exists()
+
+    (tmp_path / "ssh").mkdir()
+    cfgs = _configs(P4sgdRuntime().programs(_ctx(scn, tmp_path / "ssh", net_mode="ssh")))
+    assert cfgs["w1"]["dataset_file"] is None
+
+
+def test_a_worker_given_the_dataset_file_trains_as_from_the_spec(tmp_path):
+    from hosts.glm.datasets import save_dataset_file
+    spec = dict(TINY, model="logreg")
+    save_dataset_file(load_dataset(spec), spec, tmp_path / "d.npz")
+    run_workers(tmp_path, 2, dataset_file=str(tmp_path / "d.npz"))
+    from_file = [np.load(tmp_path / f"w{r}.model.npy") for r in (1, 2)]
+    (tmp_path / "spec").mkdir()
+    run_workers(tmp_path / "spec", 2)
+    from_spec = [np.load(tmp_path / "spec" / f"w{r}.model.npy") for r in (1, 2)]
+    for a, b in zip(from_file, from_spec):
+        assert np.array_equal(a, b)
+    with pytest.raises(ConfigError, match="dataset_file: must be a path or null"):
+        prog.P4sgdConfig.from_json(_cfg(tmp_path, dataset_file=3))
