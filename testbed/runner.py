@@ -293,7 +293,8 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
             from testbed.net.live_registry import announce  # noqa: PLC0415
             announced = announce(f"{scn.name}@{run_dir.name}", run_dir, scn.name, point.label, scn.switch.program,
                                  net.switch_info)
-        if net_mode in ("mininet", "local"):       # the hosts share this machine's files
+        on_this_machine = net_mode in ("mininet", "local")   # hosts share its files and PIDs
+        if on_this_machine:
             scratch = work / SCRATCH_DIR
             gate = start_gate.make_gate(scratch / "start_gate")
         ctx = PointContext(point=point, hosts=net.hosts, work_dir=work, net_mode=net_mode,
@@ -304,7 +305,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
         env = host_env()
         if gate is not None:
             env[start_gate.GATE_ENV] = str(gate)
-        if recorder is None and net_mode in ("mininet", "local"):   # PIDs of this machine only
+        if recorder is None and on_this_machine:
             cpu = CpuIsolation(f"{run_dir.name}-{point.index}")
             cpu.place_switches()
         for prog in sorted(programs, key=lambda p: p.phase):
@@ -402,9 +403,8 @@ def _open_start_gate(gate: Path, ctx: PointContext, procs: dict[str, tuple[HostP
         time.sleep(GATE_POLL_S)
     begin = min(now + GO_LEAD_S, ctx.start_at)
     start_gate.open_gate(gate, begin)
-    report: dict[str, Any] = {"opened": "all ready" if not missing else ("a program exited" if exited
-                                                                            else "at the latest start"),
-                              "saved_s": round(ctx.start_at - begin, 3)}
+    opened = "all ready" if not missing else "a program exited" if exited else "at the latest start"
+    report: dict[str, Any] = {"opened": opened, "saved_s": round(ctx.start_at - begin, 3)}
     if missing:
         report["not_ready"] = sorted(missing)
     return report

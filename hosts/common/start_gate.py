@@ -18,9 +18,12 @@ One writer picks the time, so every host has the same origin. Without a gate
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
+
+from hosts.common.network_dilation import write_json_atomic
 
 GATE_ENV = "INNET_START_GATE"
 READY_DIR = "ready"
@@ -67,7 +70,7 @@ def _through_gate(gate: Path, host: str, start_at: float) -> float:
 def read_go(gate: Path) -> float | None:
     """The common start time the runner wrote, or None before it has."""
     try:
-        return float((gate / GO_FILE).read_text())
+        return float(json.loads((gate / GO_FILE).read_text()))
     except FileNotFoundError:
         return None
 
@@ -80,10 +83,8 @@ def ready_hosts(gate: Path) -> set[str]:
 
 
 def open_gate(gate: Path, start_at: float) -> None:
-    """Write `go` atomically (a reader sees the whole time or no file)."""
-    tmp = gate / (GO_FILE + ".tmp")
-    tmp.write_text(repr(start_at))
-    os.replace(tmp, gate / GO_FILE)
+    """Write `go` (atomically: a reader sees the whole time or no file)."""
+    write_json_atomic(gate / GO_FILE, start_at)
 
 
 def make_gate(gate: Path) -> Path:

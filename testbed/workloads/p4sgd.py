@@ -21,7 +21,6 @@ dilated by `dilation` (= time_scale), which every record carries.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -39,6 +38,7 @@ from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, 
                                      register_figures_if_loaded, register_runtime, straggler_for,
                                      switch_job)
 from testbed.workloads.calibrated import CalibratedWorkloadParams
+from testbed.workloads.p4sgd_dataset import point_dataset, shared_dataset_file
 
 FIGURES = ("p4sgd_scaling", "p4sgd_convergence", "p4sgd_latency_cdf", "p4sgd_loss",
            "p4sgd_straggler", "p4sgd_pipeline")
@@ -303,8 +303,7 @@ def n_features(wl: P4sgdWorkload) -> int:
         return int(spec.get("features", 1))
     if spec["source"] == "profile":
         return dataset_profiles.shape(spec)[1]
-    from hosts.glm.datasets import load_dataset  # noqa: PLC0415 - real files: read them
-    return int(load_dataset(spec).n_features)
+    return int(point_dataset(spec).n_features)      # real files and builtins: read them
 
 
 def op_values(wl: P4sgdWorkload) -> int:
@@ -367,7 +366,7 @@ class P4sgdRuntime(WorkloadRuntime):
             "balance": wl.balance, "collective": wl.collective, "peers": peers, "ps": ps,
             "port": ctx.tcp_port_base(P4SGD_TCP_PORT), "fixed_point_exp": wl.fixed_point_exp,
             "device": wl.device_spec(), "snapshot_every": wl.snapshot_every,
-            "start_at": ctx.start_at, "dataset_file": _shared_dataset(wl, ctx),
+            "start_at": ctx.start_at, "dataset_file": shared_dataset_file(wl.dataset_spec(), ctx),
             "connect_timeout_s": 30.0, "timeout_s": wl.timeout_s,
             # run_wall_s: the wall time the point's deadline (timeout_s) leaves the training run;
             # a calibrated TDF that would not fit it is refused (hosts.common.calibration)
@@ -412,11 +411,10 @@ def _write_xrt_plans(wl: P4sgdWorkload, workers: list[str], work_dir: Path) -> N
     the first mini-batch (shapes from the feature partition; nothing touches a card).
     `testbed run --dry-run` prints them with the configs; a run keeps them beside the
     workers' recorded calls (<host>.xrt_calls.jsonl)."""
-    from hosts.glm.datasets import load_dataset  # noqa: PLC0415
     from hosts.glm.partition import partition_features  # noqa: PLC0415
     from hosts.glm.u280_xrt import plan_calls  # noqa: PLC0415
 
-    ds = load_dataset(wl.dataset_spec())
+    ds = point_dataset(wl.dataset_spec())
     ranges = partition_features(ds, len(workers), wl.balance).ranges
     x = wl.xrt.host_spec()
     for h, (a, b) in zip(workers, ranges):
@@ -591,42 +589,6 @@ def _iter_record(r: dict[str, Any]) -> dict[str, Any]:
             "other_s": max(0.0, other), "allreduce_s": r["allreduce_s"], "dilation": r["dilation"]}
 
 
-def _dataset(wl: P4sgdWorkload) -> Any:
-    """The workload's dataset for the collect's evaluation. A sweep's points mostly
-    share one, and making a synthetic 512 x 65,536 one takes 1.5 s, so the last
-    one built is kept (read-only) while the next point asks for the same spec; a
-    libsvm file is read again each time (it may have changed between points)."""
-    spec = wl.dataset_spec()
-    if spec["source"] == "libsvm":
-        from hosts.glm.datasets import load_dataset  # noqa: PLC0415
-        return load_dataset(spec)
-    return _built_dataset(json.dumps(spec, sort_keys=True))
-
-
-def _shared_dataset(wl: P4sgdWorkload, ctx: PointContext) -> str | None:
-    """The point's dataset made once, for every program to read (hosts.p4sgd
-    load_point_dataset), where the hosts share the runner's files; None: each
-    program builds it (libsvm: each reads its file)."""
-    if ctx.scratch_dir is None or wl.dataset_spec()["source"] == "libsvm":
-        return None
-    path = ctx.scratch_dir / "dataset.npz"
-    if not ctx.planning and not path.exists():
-        from hosts.glm.datasets import save_dataset_file  # noqa: PLC0415
-        save_dataset_file(_dataset(wl), wl.dataset_spec(), path)
-    return str(path)
-
-
-@functools.lru_cache(maxsize=1)
-def _built_dataset(spec_json: str) -> Any:
-    import scipy.sparse as sp  # noqa: PLC0415
-    from hosts.glm.datasets import load_dataset  # noqa: PLC0415
-    ds = load_dataset(json.loads(spec_json))
-    arrays = [ds.X.data, ds.X.indices, ds.X.indptr] if sp.issparse(ds.X) else [ds.X]
-    for a in [*arrays, ds.y]:
-        a.flags.writeable = False
-    return ds
-
-
 def _load_snapshots(work_dir: Path, host: str) -> np.ndarray | None:
     p = work_dir / f"{host}.snapshots.npy"
     return np.load(p) if p.exists() else None
@@ -643,7 +605,7 @@ def _curve(wl: P4sgdWorkload, work_dir: Path, workers: list[str], raw: dict[str,
     if any(s is None for s in snaps.values()):
         return [], None
     n = min(min(len(snaps[h]), len(metas[h])) for h in workers)
-    ds = _dataset(wl)
+    ds = point_dataset(wl.dataset_spec())
     model = get_model(wl.glm, wl.l2)
     mp = wl.mode == "model_parallel"
     order = sorted(workers, key=lambda h: (summaries[h] or {}).get("rank", workers.index(h)))
