@@ -345,6 +345,7 @@ def _run_point(point: Point, run_dir: Path, net_mode: str, reg: Any, seen: dict[
                 warnings.append(f"could not read switch counters: {e}")
             control.close()
         net.stop()
+        warnings.extend(f"teardown: {problem}" for problem in net.teardown_problems())
         if cpu is not None:
             cpu.close()
         impairments = seen["impairments"] = fill_drop_simulator_observed(net.impairment_report(),

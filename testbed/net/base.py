@@ -155,6 +155,12 @@ class Network(ABC):
         """One row per applied (or refused-to-apply) impairment value."""
         return []
 
+    def teardown_problems(self) -> list[str]:
+        """What went wrong while stopping, read after ``stop()``: a process that had
+        to be killed, a capture that lost frames (the runner makes each a warning
+        of the point). A network that keeps none has none."""
+        return list(getattr(self, "errors", []))
+
     def __enter__(self) -> "Network":
         try:
             self.start()

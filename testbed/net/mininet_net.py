@@ -25,8 +25,9 @@ from typing import Any
 from hosts.common.network_dilation import CONTROL_FILE
 from testbed.net import impairments as imp
 from testbed.net.base import (
-    DeadSwitch, HostInfo, Network, NetworkError, open_log, stop_processes, with_parent_death_signal,
+    DeadSwitch, HostInfo, Network, NetworkError, open_log, stop_processes,
 )
+from testbed.net.captures import Captures
 from testbed.net.isolation import in_initial_netns
 from testbed.net.registry import RunRegistry, alive, signal_recorded
 from testbed.net.topology import (
@@ -108,14 +109,15 @@ class MininetNetwork(Network):
         self._own_registry = False
         self._net: Any = None
         self._procs: list[subprocess.Popen] = []
-        self._captures: list[subprocess.Popen] = []
+        self._captures = Captures(self.pcap_dir, self.log_dir, capture_bytes, self._spawn_capture,
+                                  self._frames_counted, self._register)
         self._mine: list[dict] = []            # registry entries of this network's processes
         self._preexisting: set[int] = set()    # runner children that are not ours
         self._started = self._stopped = self._built = False
         self._stats: dict[str, dict] = {}
         self._nft_counters: dict[str, dict[str, int]] = {}
         self._report = list(self.impairments.rows)
-        self.errors: list[str] = []  # teardown problems, kept for the manifest
+        self.errors: list[str] = []  # teardown problems: teardown_problems(), warnings of the point
         self._start_error: str | None = None  # why start() failed (noted on every impairment row)
         self.recorder = recorder  # dry run: testbed.net.plan.PlanRecorder
 
@@ -257,8 +259,8 @@ class MininetNetwork(Network):
             if self._net is not None:
                 stop_processes(self._procs)
                 self._read_nft_counters()
-                self._drain_captures()
-                stop_processes(self._captures)
+                self._captures.stop()
+                self.errors.extend(self._captures.problems)
                 try:
                     with self._mininet_log():
                         self._net.stop()
@@ -571,59 +573,22 @@ class MininetNetwork(Network):
     def _start_captures(self) -> None:
         """The switch class cannot capture: tcpdump on every switch port instead."""
         for sw in self.plan.switches:
-            for port in self.plan.switch_ports(sw):
-                intf = f"{sw}-eth{port}"
-                argv = self._capture_argv(intf)
-                with open_log(self.log_dir / f"tcpdump-{intf}.log") as f:
-                    p = self.node(sw).popen(with_parent_death_signal(argv), stdin=subprocess.DEVNULL,
-                                            stdout=f, stderr=subprocess.STDOUT)
-                self._register(p.pid, f"{sw}: tcpdump {intf}")
-                self._captures.append(p)
-        # tcpdump writes the pcap header once it listens: wait, or early frames are missed.
-        deadline = time.monotonic() + 5
-        pcaps = [self.pcap_dir / f"{sw}-eth{port}.pcap" for sw in self.plan.switches
-                 for port in self.plan.switch_ports(sw)]
-        while time.monotonic() < deadline and not all(p.exists() for p in pcaps):
-            time.sleep(0.02)
+            self._captures.start(sw, [f"{sw}-eth{port}" for port in self.plan.switch_ports(sw)])
 
     def _start_host_captures(self) -> None:
         """tcpdump at each named host's interface, inside its namespace: what the
         host sent and received, before the switch (switch.capture_hosts)."""
-        pcaps = []
         for h in self.capture_hosts:
-            intf = f"{h}-eth0"
-            with open_log(self.log_dir / f"tcpdump-{intf}.log") as f:
-                p = self.node(h).popen(with_parent_death_signal(self._capture_argv(intf)),
-                                       stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
-            self._register(p.pid, f"{h}: tcpdump {intf}")
-            self._captures.append(p)
-            pcaps.append(self.pcap_dir / f"{intf}.pcap")
-        deadline = time.monotonic() + 5        # the pcap header is written once tcpdump listens
-        while time.monotonic() < deadline and not all(p.exists() for p in pcaps):
-            time.sleep(0.02)
+            self._captures.start(h, [f"{h}-eth0"])
 
-    def _drain_captures(self, settle_s: float = 0.5, limit_s: float = 10.0) -> None:
-        """tcpdump stops at SIGTERM without writing what its socket still holds (its log
-        then counts more packets 'received by filter' than 'captured', with none 'dropped
-        by kernel'; a loaded machine left 800 of 3,659 unwritten): once the hosts' programs
-        have stopped, wait until no pcap file grows for settle_s (at most limit_s)."""
-        if not self._captures:
-            return
-        files = sorted(self.pcap_dir.glob("*.pcap"))
-        deadline = time.monotonic() + limit_s
-        sizes, stable_since = None, time.monotonic()
-        while time.monotonic() < deadline:
-            now = [f.stat().st_size if f.exists() else 0 for f in files]
-            if now != sizes:
-                sizes, stable_since = now, time.monotonic()
-            elif time.monotonic() - stable_since >= settle_s:
-                return
-            time.sleep(0.05)
+    def _spawn_capture(self, node: str, argv: list[str], log_path: Path) -> subprocess.Popen:
+        with open_log(log_path) as f:
+            return self.node(node).popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
 
-    def _capture_argv(self, intf: str) -> list[str]:
-        snaplen = [] if self.capture_bytes is None else ["-s", str(self.capture_bytes)]
-        return ["tcpdump", "-U", "-n", "-Z", "root", "-i", intf, *snaplen,
-                "-w", str(self.pcap_dir / f"{intf}.pcap")]
+    def _frames_counted(self, node: str, intf: str) -> int | None:
+        """Frames intf has sent plus received, as its node sees it (None: unreadable)."""
+        n = [self._read_sys(self.node(node), f"{intf}/statistics/{d}_packets") for d in ("rx", "tx")]
+        return None if None in n or not all(v.isdigit() for v in n) else int(n[0]) + int(n[1])
 
     # --- dry run -------------------------------------------------------------
     def _record_build(self, rec: Any) -> None:
@@ -663,10 +628,10 @@ class MininetNetwork(Network):
         if self.capture and not self.soft:
             for sw in self.plan.switches:
                 for port in self.plan.switch_ports(sw):
-                    rec.command(sw, with_parent_death_signal(self._capture_argv(f"{sw}-eth{port}")),
+                    rec.command(sw, self._captures.argv(f"{sw}-eth{port}"),
                                 "capture")
         for h in self.capture_hosts:
-            rec.command(h, with_parent_death_signal(self._capture_argv(f"{h}-eth0")), "capture at the host")
+            rec.command(h, self._captures.argv(f"{h}-eth0"), "capture at the host")
 
     def _record_switch(self, rec: Any, sw: str) -> None:
         ports = {p: f"{sw}-eth{p}" for p in self.plan.switch_ports(sw)}  # Mininet's port names
@@ -738,7 +703,7 @@ class MininetNetwork(Network):
         for c in live:
             if signal_recorded(c["pid"], c["start"], signal.SIGKILL):
                 self.errors.append(f"had to SIGKILL {c['role']} (pid {c['pid']}) after stop")
-        for p in [*self._procs, *self._captures]:
+        for p in [*self._procs, *self._captures.processes]:
             try:
                 p.wait(timeout=0.1)
             except subprocess.TimeoutExpired:

@@ -229,6 +229,29 @@ def _child_unshaped(sw: str, run_dir: str) -> dict:
             "alive": [c for c in net._mine if alive(c["pid"], c["start"])]}
 
 
+_UDP_BURST = ("import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+              "for i in range(300): s.sendto(b'x' * 100, ('10.0.0.2', 7002))")
+
+
+def _child_capture_tail(sw: str, run_dir: str) -> dict:
+    """300 UDP frames from w1 just before the network stops: every tcpdump pcap
+    (w1's own interface, and the switch ports where the switch class cannot
+    capture) holds all of them, although libpcap had not yet handed tcpdump
+    the block they sit in."""
+    from testbed.net.isolation import enter_private_netns
+    from testbed.net.mininet_net import MininetNetwork
+    from testbed.pcap import read_frames
+
+    enter_private_netns()
+    net = MininetNetwork({"kind": "star", "workers": 2}, {}, ["w1", "w2"], switch_cls(sw),
+                         {"pipeline": "forward"}, Path(run_dir), seed=1, capture=True, capture_hosts=["w1"])
+    with net:
+        net.popen("w1", [sys.executable, "-c", _UDP_BURST], Path(run_dir) / "w1.log").wait(timeout=30)
+    counts = {p.name: sum(1 for f in read_frames(p) if f.proto == "udp" and f.dport == 7002)
+              for p in sorted(net.pcap_dir.glob("*.pcap"))}
+    return {"counts": counts, "errors": net.teardown_problems()}
+
+
 def main(argv: list[str]) -> None:
     mode = argv[0]
     if mode == "check":
@@ -237,6 +260,8 @@ def main(argv: list[str]) -> None:
         print(json.dumps(_child_nft(*argv[1:3])))
     elif mode == "unshaped":
         print(json.dumps(_child_unshaped(*argv[1:3])))
+    elif mode == "capture_tail":
+        print(json.dumps(_child_capture_tail(*argv[1:3])))
     elif mode == "fail":
         print(json.dumps(_child_fail(argv[1])))
     elif mode == "hold":

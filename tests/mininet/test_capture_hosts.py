@@ -26,7 +26,13 @@ def test_a_host_capture_sees_what_the_switch_port_sees(tmp_path):
     at_switch, at_host = d["ina"], d["ina_at_hosts"]
     w1_switch = at_switch["per_worker"]["job1/w1"]
     w1_host = at_host["per_worker"]["job1/w1"]
-    assert w1_host["contributions"] == w1_switch["contributions"] > 0    # lossless baseline: the same frames
+    run_dir = point.parent.parent
+    warnings = [w for line in (run_dir / "points.jsonl").read_text().splitlines()
+                for w in json.loads(line).get("warnings", [])]
+    tcpdump_log = next(run_dir.glob("logs/*/tcpdump-w1-eth0.log")).read_text()
+    # lossless baseline: the same frames; a capture that lost frames says so
+    assert w1_host["contributions"] == w1_switch["contributions"] > 0, (warnings, tcpdump_log)
+    assert not [w for w in warnings if w.startswith("teardown:")], warnings
     assert at_switch["duplicates"] == 0
     text = subprocess.run([TESTBED, "pcap", str(point)], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300).stdout

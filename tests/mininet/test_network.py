@@ -109,6 +109,20 @@ def test_nftables_loss_on_a_host_link_both_ways(sw, tmp_path, reg_env):
     assert r["errors"] == []
 
 
+@pytest.mark.parametrize("sw", SWITCHES)
+def test_every_pcap_holds_the_frames_sent_just_before_the_stop(sw, tmp_path, reg_env):
+    """tcpdump reads the kernel's ring a block at a time (full, or 1 s old) and drops
+    the unread rest at SIGTERM: the teardown waits for the interface counters."""
+    _, env = reg_env
+    r = support.run_child("capture_tail", sw, str(tmp_path / "run"), env=env)
+    assert r["counts"]["w1-eth0.pcap"] == 300, r
+    # the switch ports: tcpdump on a bridge's (s1-eth1.pcap), the soft switch's
+    # own capture (s1-eth1_in.pcap, s1-eth1_out.pcap)
+    for port in ("s1-eth1", "s1-eth2"):
+        assert sum(n for name, n in r["counts"].items() if name.startswith(port)) == 300, r
+    assert r["errors"] == []
+
+
 def test_shaping_tc_refused_is_never_recorded_as_applied(tmp_path, reg_env):
     """Mininet only logs a refused `tc class add` and leaves the link unshaped;
     the network reads every htb rate back and refuses to start instead."""
