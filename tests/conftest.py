@@ -77,3 +77,15 @@ def quick_run(tmp_path_factory):
     by the tests that read the same run (tests/quick_runs.py)."""
     from quick_runs import QuickRuns  # noqa: PLC0415 - tests/ is on sys.path (conftest's folder)
     return QuickRuns(tmp_path_factory.mktemp("quick-runs"))
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Figure tests keep the drawn figures open to inspect them (style._close
+    replaced): close whatever a test left, once it is done, or pyplot keeps
+    them all (memory, and matplotlib's more-than-20-figures warning)."""
+    yield
+    import sys  # noqa: PLC0415
+    plt = sys.modules.get("matplotlib.pyplot")   # only where a test drew: no import for the rest
+    if plt is not None:
+        plt.close("all")

@@ -62,7 +62,8 @@ def hash_tables(blocks: int, rows: int, dev: torch.device) -> tuple[torch.Tensor
     key = (blocks, rows, str(dev))
     if key not in _HASHES:
         row, sign = codec.block_hashes(blocks, rows)
-        _HASHES[key] = (torch.from_numpy(row).to(dev), torch.from_numpy(sign).to(torch.int32).to(dev))
+        # codec caches them read-only: copy (torch.from_numpy would share and warn)
+        _HASHES[key] = (torch.tensor(row).to(dev), torch.tensor(sign, dtype=torch.int32).to(dev))
     return _HASHES[key]
 
 

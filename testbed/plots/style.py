@@ -160,7 +160,9 @@ def plot_repeats(ax, data: dict[float, list[tuple[float, bool]]], *, color: str,
                             color=color, alpha=0.18, lw=0)
     bad = [(x, v) for x in xs for v, b in data[x] if b]
     if bad:
-        hollow(ax, [x for x, _ in bad], [v for _, v in bad], color=color, marker=marker)
+        # A series with no valid repeat is named by its hollow markers, or the legend would lack it.
+        hollow(ax, [x for x, _ in bad], [v for _, v in bad], color=color, marker=marker,
+               label=None if good or label is None else f"{label} (invalid only)")
     return max((len(vs) for _, vs in good), default=0)
 
 

@@ -278,3 +278,13 @@ def test_figures_drawn_from_a_run_that_feeds_them_have_no_empty_axes(tmp_path, d
     figs = drawn(make(tmp_path), names)
     for name, fig in figs.items():
         assert not _empty_axes(fig), f"{name}: empty axes {_empty_axes(fig)}"
+
+
+def test_a_series_with_only_invalid_repeats_is_still_in_the_legend():
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    fig, ax = plt.subplots()
+    st.plot_repeats(ax, {1.0: [(2.0, False), (2.2, False)]}, color="C0", label="valid")
+    st.plot_repeats(ax, {1.0: [(3.0, True)], 2.0: [(3.5, True)]}, color="C1", label="all invalid")
+    labels = [t.get_text() for t in ax.legend().get_texts()]
+    assert labels == ["valid", "all invalid (invalid only)"]
+    plt.close(fig)
