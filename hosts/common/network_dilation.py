@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from hosts.common.json_files import write_json_atomic
 
 CONTROL_FILE = "dilation.json"
 ACK_SUFFIX = ".applied"
@@ -80,12 +81,6 @@ class DilationSettings:
         wire = max(frame_len + self.fcs_bytes, self.min_frame_bytes) + self.preamble_ifg_bytes
         return wire * 8.0 / self.link_rate_bps
 
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
 
 
 def ack_path(control: str | Path) -> Path:

@@ -23,7 +23,7 @@ import os
 import time
 from pathlib import Path
 
-from hosts.common.network_dilation import write_json_atomic
+from hosts.common.json_files import write_json_atomic
 
 GATE_ENV = "INNET_START_GATE"
 READY_DIR = "ready"

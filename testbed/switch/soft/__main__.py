@@ -13,7 +13,8 @@ import sys
 import time
 
 from testbed.switch.soft.config import ConfigError, SwitchConfig
-from testbed.switch.soft.switch import SoftSwitch, write_json_atomic
+from hosts.common.json_files import write_json_atomic
+from testbed.switch.soft.switch import SoftSwitch
 
 log = logging.getLogger("softswitch")
 
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         ports = {str(no): io.name for no, io in switch.ports.items()}
         modes = sorted({io.mode for io in switch.ports.values()})
         write_json_atomic(cfg.ready_path, {"pid": os.getpid(), "name": cfg.name, "ports": ports,
-                                           "io_mode": "+".join(modes), "time": time.time()})
+                                           "io_mode": "+".join(modes), "time": time.time()},
+                          indent=1, sort_keys=True)
         log.info("%s ready: pid %d, ports %s, io %s, pipeline %s (%s), batch %d", cfg.name,
                  os.getpid(), ports, "+".join(modes), cfg.pipeline,
                  getattr(switch.pipeline, "pipeline_impl", "-"), cfg.batch)
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 log.exception("control plane stop failed")
         st = switch.close()
         if st is not None:
-            write_json_atomic(cfg.stats_path, st)
+            write_json_atomic(cfg.stats_path, st, indent=1, sort_keys=True)
             tot_rx = sum(p["rx"] for p in st["ports"].values())
             tot_tx = sum(p["tx"] for p in st["ports"].values())
             log.info("%s stopped: rx %d tx %d cpu %.2fs wall %.2fs", cfg.name, tot_rx, tot_tx,

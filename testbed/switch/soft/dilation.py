@@ -54,8 +54,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hosts.common.network_dilation import (CONTROL_FILE, DilationSettings, ack_path,
-                                          write_json_atomic)
+from hosts.common.json_files import write_json_atomic
+from hosts.common.network_dilation import CONTROL_FILE, DilationSettings, ack_path
 
 POLL_S = 0.02          # how often the switch looks at the control file (idle wake-ups)
 # In UDP mode the ports carry INA payloads without Ethernet/IP/UDP headers.

@@ -22,7 +22,6 @@ plane thread (P4Runtime server) programs the switch through `pipeline` and
 from __future__ import annotations
 
 import ctypes
-import json
 import logging
 import os
 import resource
@@ -37,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from hosts.common.json_files import write_json_atomic
 from testbed.libc import libc as c_library
 from testbed.switch.pipeline import Pipeline, make_pipeline
 from testbed.switch.soft.config import ConfigError, SwitchConfig
@@ -56,15 +56,6 @@ DIRECTIONS = ("ingress", "egress")
 # default cburst (1600 b here, `tc class show`) lets one packet through: one
 # wakeup of the loop then releases a few small frames instead of one.
 SHAPER_SLACK_BYTES = 1600
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Readers (the launcher, tests) never see a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-    os.replace(tmp, path)
 
 
 class _Timer:
@@ -498,7 +489,7 @@ class SoftSwitch:
             w.flush()
         st = self.stats(final)
         if self.config.stats_path is not None:
-            write_json_atomic(self.config.stats_path, st)
+            write_json_atomic(self.config.stats_path, st, indent=1, sort_keys=True)
         return st
 
     def close(self) -> dict | None:
