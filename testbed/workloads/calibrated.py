@@ -8,6 +8,7 @@ figure names are in the scenario schema before any scenario names them.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -69,3 +70,20 @@ class CalibratedWorkloadParams(BaseModel):
         `hw_iter_s`, times the TDF). Unknown iteration time: no retry."""
         hw_iter_s = fidelity.get("hw_iter_s")
         return bool(hw_iter_s) and tdf * float(hw_iter_s) <= ITERATION_WALL_S
+
+
+def dilation_block(wl: CalibratedWorkloadParams, switch_info: dict[str, Any], modeled: bool,
+                   hw_op_s: Callable[[], float]) -> dict[str, Any] | None:
+    """The hosts' `network_dilation` block: the soft switches' control files, the
+    `hardware` profile's hop, the headroom rule, and hw_op_s (the modeled time of
+    the largest operation a transport's timers wait for; called only when there is
+    a block). None where the network cannot or should not be dilated: no soft
+    switch, dilate_network false, or a point whose time is measured, not modeled."""
+    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
+    from testbed.fidelity.network_model import dilation_hardware  # noqa: PLC0415
+
+    control = switch_info.get("dilation_control")
+    if not control or not wl.dilate_network or not modeled:
+        return None
+    return {"control": list(control), "hardware": dilation_hardware(load_profile(wl.hardware)),
+            "headroom": wl.network_headroom, "hw_op_s": hw_op_s()}

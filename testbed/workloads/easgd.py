@@ -39,7 +39,7 @@ from testbed.workloads import register_workload
 from testbed.workloads.allreduce import InaParams
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for)
-from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams
+from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams, dilation_block
 
 FIGURES = ("easgd_accuracy_vs_time", "easgd_time_to_target", "easgd_comm_share", "easgd_weak_scaling")
 VARIANT_NAMES = ("easgd", "async_easgd", "async_measgd", "hogwild_easgd", "sync_easgd",
@@ -254,13 +254,7 @@ def hw_op_s(wl: EasgdWorkload, values: int, workers: int) -> float:
 def network_dilation(wl: EasgdWorkload, switch_info: dict[str, Any], op_s: float) -> dict[str, Any] | None:
     """The hosts' network_dilation block (as LHC's): None without a soft switch, on a
     measured CPU device or with dilate_network false."""
-    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
-    from testbed.fidelity.network_model import dilation_hardware  # noqa: PLC0415
-    control = switch_info.get("dilation_control")
-    if not control or not wl.dilate_network or wl.device.get("type", "cpu") == "cpu":
-        return None
-    return {"control": list(control), "hardware": dilation_hardware(load_profile(wl.hardware)),
-            "headroom": wl.network_headroom, "hw_op_s": max(op_s, 1e-6)}
+    return dilation_block(wl, switch_info, wl.device.get("type", "cpu") != "cpu", lambda: max(op_s, 1e-6))
 
 
 # ---------------------------------------------------------------------------

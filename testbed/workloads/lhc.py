@@ -28,7 +28,7 @@ from testbed.results import read_jsonl
 from testbed.workloads import register_workload
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for)
-from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams
+from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams, dilation_block
 
 FIGURES = ("lhc_throughput", "lhc_decode", "lhc_iteration", "lhc_loss", "lhc_scaling", "lhc_straggler")
 ALGORITHMS = ("lhc_switch", "lhc_switch_compact", "lhc_ring", "dense_switch", "dense_ring", "dense_fixed_ring",
@@ -238,15 +238,8 @@ def network_dilation(wl: LhcWorkload, switch_info: dict[str, Any], workers: int)
     """The hosts' network_dilation block (as testbed/workloads/p4sgd.py's): None without a
     soft switch, on a measured CPU device or with dilate_network false. hw_op_s (the
     transport's expected op time) is the largest op: the dense gradient's."""
-    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
-    from testbed.fidelity.network_model import dilation_hardware  # noqa: PLC0415
-
-    control = switch_info.get("dilation_control")
-    if not control or not wl.dilate_network or wl.device.type == "cpu":
-        return None
-    return {"control": list(control), "hardware": dilation_hardware(load_profile(wl.hardware)),
-            "headroom": wl.network_headroom,
-            "hw_op_s": max(hw_op_time(wl, gradient_size(wl), workers), 1e-6)}
+    return dilation_block(wl, switch_info, wl.device.type != "cpu",
+                          lambda: max(hw_op_time(wl, gradient_size(wl), workers), 1e-6))
 
 
 @register_runtime

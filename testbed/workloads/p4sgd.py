@@ -37,7 +37,7 @@ from testbed.workloads import register_workload
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for,
                                      switch_job)
-from testbed.workloads.calibrated import CalibratedWorkloadParams
+from testbed.workloads.calibrated import CalibratedWorkloadParams, dilation_block
 from testbed.workloads.p4sgd_dataset import point_dataset, shared_dataset_file
 
 FIGURES = ("p4sgd_scaling", "p4sgd_convergence", "p4sgd_latency_cdf", "p4sgd_loss",
@@ -316,14 +316,7 @@ def network_dilation(wl: Any, switch_info: dict[str, Any], workers: int) -> dict
     """The hosts' `network_dilation` block: the soft switches' control files and the
     `hardware` profile's hop, or None where the network cannot or should not be dilated
     (no soft switch, a measured CPU device, dilate_network false)."""
-    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
-    from testbed.fidelity.network_model import dilation_hardware  # noqa: PLC0415
-
-    control = switch_info.get("dilation_control")
-    if not control or not wl.dilate_network or wl.measured:
-        return None
-    return {"control": list(control), "hardware": dilation_hardware(load_profile(wl.hardware)),
-            "headroom": wl.network_headroom, "hw_op_s": hw_op_time(wl, workers)}
+    return dilation_block(wl, switch_info, not wl.measured, lambda: hw_op_time(wl, workers))
 
 
 def hw_op_time(wl: P4sgdWorkload, workers: int, profile: Any = None) -> float:

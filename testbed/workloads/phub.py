@@ -39,7 +39,7 @@ from testbed.results import read_jsonl
 from testbed.workloads import register_workload
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for)
-from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams
+from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams, dilation_block
 
 FIGURES = ("phub_iteration", "phub_stages", "phub_server")
 PHUB_TCP_PORT = 47900
@@ -291,15 +291,11 @@ def network_dilation(wl: PhubWorkload, switch_info: dict[str, Any], workers: int
     soft switch, for the measured CNN or with dilate_network false. hw_op_s (what the
     in-switch transport's timers expect) is the largest key's exchange."""
     from testbed.fidelity.constants import load_profile  # noqa: PLC0415
-    from testbed.fidelity.network_model import collective_time, dilation_hardware  # noqa: PLC0415
+    from testbed.fidelity.network_model import collective_time  # noqa: PLC0415
 
-    control = switch_info.get("dilation_control")
-    if not control or not wl.dilate_network or wl.model.kind != "profile":
-        return None
-    prof = load_profile(wl.hardware)
-    return {"control": list(control), "hardware": dilation_hardware(prof), "headroom": wl.network_headroom,
-            "hw_op_s": max(collective_time("allreduce", HW_ALGO[wl.algorithm], max(key_sizes(wl)), 4, workers,
-                                           prof, scale_round=agreed_scale), 1e-6)}
+    return dilation_block(wl, switch_info, wl.model.kind == "profile", lambda: max(collective_time(
+        "allreduce", HW_ALGO[wl.algorithm], max(key_sizes(wl)), 4, workers, load_profile(wl.hardware),
+        scale_round=agreed_scale), 1e-6))
 
 
 @register_runtime

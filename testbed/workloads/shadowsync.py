@@ -35,7 +35,7 @@ from testbed.workloads import register_workload
 from testbed.workloads.allreduce import InaParams
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for)
-from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams
+from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams, dilation_block
 from testbed.workloads.shadowsync_projection import fidelity_records  # reads what this module records
 
 FIGURES = ("shadowsync_throughput", "shadowsync_ne", "shadowsync_sync_gap")
@@ -253,15 +253,8 @@ def network_dilation(wl: ShadowSyncWorkload, switch_info: dict[str, Any], traine
     """The trainers' network_dilation block (as testbed/workloads/lhc.py's): None without a
     soft switch, with a fixed TDF (not calibrated) or dilate_network false. hw_op_s (the
     largest op a transport waits for): a lookup or a sync."""
-    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
-    from testbed.fidelity.network_model import dilation_hardware  # noqa: PLC0415
-
-    control = switch_info.get("dilation_control")
-    if not control or not wl.dilate_network or not wl.calibrated:
-        return None
-    return {"control": list(control), "hardware": dilation_hardware(load_profile(wl.hardware)),
-            "headroom": wl.network_headroom,
-            "hw_op_s": max([*lookup_hw_s(wl), sync_hw_s(wl, trainers), 1e-6])}
+    return dilation_block(wl, switch_info, wl.calibrated,
+                          lambda: max([*lookup_hw_s(wl), sync_hw_s(wl, trainers), 1e-6]))
 
 
 def dense_values(wl: ShadowSyncWorkload) -> int:

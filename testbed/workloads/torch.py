@@ -40,7 +40,7 @@ from testbed.workloads.allreduce import InaParams
 from testbed.workloads.base import (HostProgram, PointContext, WorkloadRuntime, ina_settings,
                                      register_figures_if_loaded, register_runtime, straggler_for,
                                      switch_job)
-from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams
+from testbed.workloads.calibrated import ITERATION_WALL_S, CalibratedWorkloadParams, dilation_block
 
 FIGURES = ("torch_loss_vs_time", "torch_iteration_time")
 TORCH_TCP_PORT = 47800      # ring ranks +1+rank, the PS the base (hosts.common.config)
@@ -199,16 +199,10 @@ def network_dilation(wl: TorchWorkload, switch_info: dict[str, Any], workers: in
     device or with dilate_network false. The in-switch client takes its timer floor
     per chunk from `hardware` (InaClient.expect_delay); hw_op_s, one full packet's
     allreduce, is the shared block's shape (hosts.common.network_dilation)."""
-    from testbed.fidelity.constants import load_profile  # noqa: PLC0415
-    from testbed.fidelity.network_model import dilation_hardware  # noqa: PLC0415
     from testbed.wire import MAX_VALUES_PER_PACKET  # noqa: PLC0415
 
-    control = switch_info.get("dilation_control")
-    if not control or not wl.dilate_network or not wl.modeled:
-        return None
-    return {"control": list(control), "hardware": dilation_hardware(load_profile(wl.hardware)),
-            "headroom": wl.network_headroom,
-            "hw_op_s": max(hw_op_time(wl, MAX_VALUES_PER_PACKET, workers), 1e-6)}
+    return dilation_block(wl, switch_info, wl.modeled,
+                          lambda: max(hw_op_time(wl, MAX_VALUES_PER_PACKET, workers), 1e-6))
 
 
 # ---------------------------------------------------------------------------
