@@ -48,6 +48,16 @@ class PointContext:
     scratch_dir: Path | None = None
     planning: bool = False     # a dry run (`testbed run --dry-run`): write configs, make nothing else
 
+    def require_switch(self, what: str, otherwise: str | None = None) -> None:
+        """Skip the point (SkipPoint, with what to use instead) where `what` (a
+        collective or algorithm that aggregates in the switch) has no in-network
+        switch to run on: --net local provides none."""
+        if self.switch:
+            return
+        from testbed.outcomes import SkipPoint  # noqa: PLC0415
+        raise SkipPoint(f"{what} needs the in-network switch, which --net {self.net_mode} does not provide; "
+                        f"use --net mininet" + (f" or {otherwise}" if otherwise else ""))
+
     def tcp_port_base(self, default: int, span: int = 64) -> int:
         """Base of the TCP ports host programs listen on. Mininet runs have a
         network namespace of their own, so the fixed default is safe; local

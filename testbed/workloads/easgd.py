@@ -265,15 +265,12 @@ class EasgdRuntime(WorkloadRuntime):
     kind = "easgd"
 
     def programs(self, ctx: PointContext) -> list[HostProgram]:
-        from testbed.outcomes import SkipPoint  # noqa: PLC0415
-
         scn = ctx.point.scenario
         wl: EasgdWorkload = scn.workload
         workers = workers_of(scn)
         sync = wl.variant in SYNC
-        if sync and wl.collective == "switch" and not ctx.switch:
-            raise SkipPoint(f"collective 'switch' needs the in-network switch, which --net {ctx.net_mode} "
-                            f"does not provide; use --net mininet or collective ring/ps")
+        if sync and wl.collective == "switch":
+            ctx.require_switch("collective 'switch'", "collective ring/ps")
         port = ctx.tcp_port_base(EASGD_TCP_PORT, span=COLLECTIVE_OFFSET + 80)
         servers = min(wl.hogwild_servers or len(workers), len(workers))
         settings = {"variant": wl.variant, "steps": wl.steps, "tau": wl.tau, "lr": wl.lr_for(),

@@ -247,14 +247,11 @@ class LhcRuntime(WorkloadRuntime):
     kind = "lhc"
 
     def programs(self, ctx: PointContext) -> list[HostProgram]:
-        from testbed.outcomes import SkipPoint  # noqa: PLC0415
-
         scn = ctx.point.scenario
         wl: LhcWorkload = scn.workload
         workers = [h for h in scn.hosts() if h not in wl.extra_hosts()]
-        if wl.algorithm in SWITCH_ALGOS and not ctx.switch:
-            raise SkipPoint(f"algorithm {wl.algorithm} needs the in-network switch, which --net "
-                            f"{ctx.net_mode} does not provide; use --net mininet")
+        if wl.algorithm in SWITCH_ALGOS:
+            ctx.require_switch(f"algorithm {wl.algorithm}")
         if wl.algorithm == "lhc_ring" and len(workers) > 15:
             raise ValueError(f"lhc_ring's 4-bit support counts hold at most 15 workers, got {len(workers)}")
         peers = [{"name": h, "ip": ctx.hosts[h].ip} for h in workers]

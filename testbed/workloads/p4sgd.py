@@ -339,14 +339,11 @@ class P4sgdRuntime(WorkloadRuntime):
     kind = "p4sgd"
 
     def programs(self, ctx: PointContext) -> list[HostProgram]:
-        from testbed.outcomes import SkipPoint  # noqa: PLC0415
-
         scn = ctx.point.scenario
         wl: P4sgdWorkload = scn.workload
         workers = [h for h in scn.hosts() if h not in wl.extra_hosts()]
-        if wl.collective == "switch" and not ctx.switch:
-            raise SkipPoint(f"collective 'switch' needs the in-network switch, which --net "
-                            f"{ctx.net_mode} does not provide; use --net mininet or collective ring/ps")
+        if wl.collective == "switch":
+            ctx.require_switch("collective 'switch'", "collective ring/ps")
         if wl.mode == "data_parallel" and wl.batch % len(workers):
             raise ValueError(f"data_parallel splits workload.batch={wl.batch} over {len(workers)} "
                              f"workers; use a multiple of {len(workers)}")

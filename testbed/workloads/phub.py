@@ -304,12 +304,10 @@ class PhubRuntime(WorkloadRuntime):
 
     def programs(self, ctx: PointContext) -> list[HostProgram]:
         from testbed.fidelity.constants import load_profile  # noqa: PLC0415
-        from testbed.outcomes import SkipPoint  # noqa: PLC0415
         scn = ctx.point.scenario
         wl: PhubWorkload = scn.workload
-        if wl.algorithm == "switch" and not ctx.switch:
-            raise SkipPoint(f"algorithm switch needs the in-network switch, which --net {ctx.net_mode} "
-                            "does not provide; use --net mininet")
+        if wl.algorithm == "switch":
+            ctx.require_switch("algorithm switch")
         workers, servers = roles(scn)
         groups = job_groups(wl, workers)
         sizes = key_sizes(wl)

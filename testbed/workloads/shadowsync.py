@@ -283,15 +283,12 @@ class ShadowSyncRuntime(WorkloadRuntime):
     kind = "shadowsync"
 
     def programs(self, ctx: PointContext) -> list[HostProgram]:
-        from testbed.outcomes import SkipPoint  # noqa: PLC0415
-
         scn = ctx.point.scenario
         wl: ShadowSyncWorkload = scn.workload
         trainers = trainers_of(scn)
         allreduce = wl.algorithm in ("ma", "bmuf")
-        if allreduce and wl.collective == "switch" and not ctx.switch:
-            raise SkipPoint(f"collective 'switch' needs the in-network switch, which --net {ctx.net_mode} "
-                            f"does not provide; use --net mininet or collective ring")
+        if allreduce and wl.collective == "switch":
+            ctx.require_switch("collective 'switch'", "collective ring")
         port = ctx.tcp_port_base(SHADOWSYNC_TCP_PORT, span=COLLECTIVE_OFFSET + 80)
         s = settings_of(wl, len(trainers))
         servers = wl.server_hosts() + (["syncps"] if wl.algorithm == "easgd" else [])

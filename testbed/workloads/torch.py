@@ -213,14 +213,11 @@ class TorchRuntime(WorkloadRuntime):
     kind = "torch"
 
     def programs(self, ctx: PointContext) -> list[HostProgram]:
-        from testbed.outcomes import SkipPoint  # noqa: PLC0415
-
         scn = ctx.point.scenario
         wl: TorchWorkload = scn.workload
         workers = [h for h in scn.hosts() if h not in wl.extra_hosts()]
-        if wl.collective == "switch" and not ctx.switch:
-            raise SkipPoint(f"collective 'switch' needs the in-network switch, which --net "
-                            f"{ctx.net_mode} does not provide; use --net mininet or collective ring/ps/gloo")
+        if wl.collective == "switch":
+            ctx.require_switch("collective 'switch'", "collective ring/ps/gloo")
         refusal = lossy_calibration(scn)
         if refusal:
             raise ValueError(refusal)
