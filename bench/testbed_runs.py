@@ -202,8 +202,11 @@ class ProcSampler(threading.Thread):
 # --- running one scenario ---------------------------------------------------------------
 
 def testbed_argv() -> list[str]:
-    exe = Path(sys.executable).with_name("testbed")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "testbed.cli"]
+    """`testbed` of this checkout, run with cwd=ROOT. Not the environment's `testbed`
+    script: it imports the checkout the environment was installed from (an editable
+    install), so a benchmark run from a second worktree would run the first one's code
+    while source_fingerprint names its own."""
+    return [sys.executable, "-m", "testbed"]
 
 
 FINGERPRINT_GLOBS = ("hosts/ina/*.py", "hosts/collectives/*.py", "hosts/allreduce.py", "hosts/common/*.py",
