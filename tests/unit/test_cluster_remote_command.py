@@ -6,6 +6,7 @@ the words and running them through `sh -c`, as the server's shell would."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -41,7 +42,10 @@ def test_round_robin_placement_after_the_named_hosts():
 
 
 def _shell(script: str) -> subprocess.Popen:
-    p = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+    # SIGHUP at its default, whatever pytest inherited: under nohup it is ignored, and an
+    # ignored signal stays ignored across exec (the shell would ignore the hangup too).
+    p = subprocess.Popen(["sh", "-c", script], start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     time.sleep(0.2)                       # the trap is set before the signal comes
     return p
 
