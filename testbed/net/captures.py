@@ -158,14 +158,14 @@ _STAT = re.compile(r"^(\d+) packets? (captured|received by filter|dropped by ker
 
 
 def _lost_frames(log: Path) -> str | None:
-    """What tcpdump's exit statistics say it lost (None: nothing, or no statistics
-    because it could not start: its log says why)."""
+    """What tcpdump's exit statistics say it lost (None: nothing; no log at all
+    is the start's problem, noted there)."""
     try:
         stats = {what: int(n) for n, what in _STAT.findall(log.read_text(errors="replace"))}
     except OSError:
         return None
     if not stats:
-        return "tcpdump printed no statistics (killed before it could)"
+        return "tcpdump printed no statistics (it was killed, or never ran: see its log)"
     captured, received = stats.get("captured", 0), stats.get("received by filter", 0)
     dropped = stats.get("dropped by kernel", 0)
     parts = []
