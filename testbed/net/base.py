@@ -159,7 +159,7 @@ class Network(ABC):
         """What went wrong while stopping, read after ``stop()``: a process that had
         to be killed, a capture that lost frames (the runner makes each a warning
         of the point). A network that keeps none has none."""
-        return list(getattr(self, "errors", []))
+        return []
 
     def __enter__(self) -> "Network":
         try:

@@ -5,8 +5,8 @@ named in switch.capture_hosts), and the proof that each pcap is complete.
 libpcap reads Linux captures through a TPACKET_V3 ring whose blocks reach
 tcpdump only when full or when the block timeout (tcpdump's 1 s) retires them,
 and tcpdump exits at SIGTERM without reading the ring: a pcap that has not
-grown for half a second can still lack the point's last frames (a CI run lost
-the 258 frames of a 16,384-value allreduce that way). So stopping waits until
+grown for half a second can still lack the point's last frames (the whole last
+message of an allreduce, when it was sent within that second). So stopping waits until
 each pcap holds as many frames as its interface counted since the capture
 began, and reads tcpdump's own statistics afterwards: a capture that still
 lost frames is reported (Network.teardown_problems), never passed off as whole.
@@ -18,7 +18,7 @@ import struct
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.net.base import stop_processes, with_parent_death_signal
@@ -38,7 +38,7 @@ def tcpdump_argv(intf: str, pcap: Path, snaplen: int | None) -> list[str]:
     return ["tcpdump", "-U", "-n", "-Z", "root", "-i", intf, *cut, "-w", str(pcap)]
 
 
-@dataclass
+@dataclass(eq=False)         # one capture is one tcpdump: compared by identity
 class _Capture:
     node: str
     intf: str
@@ -46,10 +46,11 @@ class _Capture:
     log: Path
     proc: subprocess.Popen
     counted_at_start: int | None = None
+    counted: int | None = None      # frames the interface counted since, at the last look
     # Frames counted in the pcap so far, and where the next record starts.
     frames: int = 0
     offset: int = 0
-    endian: str = field(default="")
+    endian: str = ""
 
 
 class Captures:
@@ -99,20 +100,15 @@ class Captures:
         while behind and time.monotonic() < deadline:
             time.sleep(POLL_S)
             behind = self._behind()
-        counted_behind = {id(c): self._counted(c) for c in behind}
         stop_processes(self.processes)
         for c in self._captures:
             # tcpdump's own statistics first; the counters where they say nothing
             problem = _lost_frames(c.log)
-            if problem is None and id(c) in counted_behind:
+            if problem is None and c in behind:
                 problem = (f"{c.frames} frames in the pcap after {DRAIN_LIMIT_S:g} s, "
-                           f"the interface counted {counted_behind[id(c)]}")
+                           f"the interface counted {c.counted}")
             if problem:
                 self.problems.append(f"capture {c.intf}: {problem} (see {c.log.name})")
-
-    def _counted(self, c: _Capture) -> int | None:
-        now = self._read_frames(c.node, c.intf)
-        return None if now is None or c.counted_at_start is None else now - c.counted_at_start
 
     def _behind(self) -> list[_Capture]:
         """The captures whose pcap holds fewer frames than their interface counted
@@ -120,11 +116,12 @@ class Captures:
         tcpdump's statistics judge it at the end)."""
         out = []
         for c in self._captures:
-            counted = self._counted(c)
-            if counted is None or c.proc.poll() is not None:
+            now = self._read_frames(c.node, c.intf)
+            if now is None or c.counted_at_start is None or c.proc.poll() is not None:
                 continue
+            c.counted = now - c.counted_at_start
             _count_new_records(c)
-            if c.frames < counted:
+            if c.frames < c.counted:
                 out.append(c)
         return out
 

@@ -260,7 +260,6 @@ class MininetNetwork(Network):
                 stop_processes(self._procs)
                 self._read_nft_counters()
                 self._captures.stop()
-                self.errors.extend(self._captures.problems)
                 try:
                     with self._mininet_log():
                         self._net.stop()
@@ -281,6 +280,9 @@ class MininetNetwork(Network):
 
     def switch_stats(self) -> dict[str, dict]:
         return dict(self._stats)
+
+    def teardown_problems(self) -> list[str]:
+        return [*self._captures.problems, *self.errors]
 
     def dead_switches(self) -> list[DeadSwitch]:
         """Soft switch processes (SoftSwitchNode.process) that are no longer running."""
