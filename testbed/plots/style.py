@@ -135,7 +135,10 @@ def band_stats(values: Sequence[float]) -> tuple[float, float, float]:
 
 
 def band_description(max_repeats: int) -> str:
-    if max_repeats <= 1:
+    """What a figure's lines and bands are, from the most valid repeats at one x."""
+    if max_repeats == 0:
+        return "no valid repeat: no line or band, every repeat a hollow marker"
+    if max_repeats == 1:
         return "1 repeat per point (no band)"
     if max_repeats < 6:
         return f"{max_repeats} repeats: line = median, band = min-max"

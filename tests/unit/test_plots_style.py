@@ -288,3 +288,5 @@ def test_a_series_with_only_invalid_repeats_is_still_in_the_legend():
     labels = [t.get_text() for t in ax.legend().get_texts()]
     assert labels == ["valid", "all invalid (invalid only)"]
     plt.close(fig)
+    assert st.band_description(0).startswith("no valid repeat")
+    assert st.band_description(1) == "1 repeat per point (no band)"
