@@ -139,20 +139,48 @@ def _child_nft(sw: str, run_dir: str) -> dict:
                        timeout=60)[1]
         sink = net.popen("w1", [sys.executable, "-c", _TCP_SINK], Path(run_dir) / "sink.log")
         time.sleep(0.5)
-        rc, sent = net.run("w2", [sys.executable, "-c", _TCP_SEND], timeout=90)
-        sink.wait(timeout=90)
+        rc, sent = net.run("w2", [sys.executable, "-c", _TCP_SEND], timeout=TCP_TIMEOUT_S)
+        try:
+            sink.wait(timeout=TCP_TIMEOUT_S if rc == 0 else 5)
+        except subprocess.TimeoutExpired:
+            pass            # the sender failed: its output says why, the teardown stops the sink
         received = (Path(run_dir) / "sink.log").read_text()
         retrans = net.run("w2", ["nstat", "-az", "TcpRetransSegs"])[1]
+    words = sent.split()
+    sent_ok = rc == 0 and len(words) == 3
     return {"ruleset": ruleset, "ping": ping, "report": net.impairment_report(), "errors": net.errors,
-            "tcp_sent": sent.strip(), "tcp_received": received.strip(), "retrans": retrans}
+            "tcp_rc": rc, "tcp_sent": words[0] if sent_ok else sent.strip(), "tcp_seconds": float(words[1]) if sent_ok else None,
+            "rto_capped": sent_ok and words[2] == "1",
+            "tcp_received": received.strip(), "retrans": retrans}
 
 
-# 60 kB over TCP from w2 to w1 (through w2's lossy link: 20 % each way slows TCP to ~10 kB/s)
-_TCP_SINK = ("import socket; l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
-             "l.bind(('10.0.0.1', 7001)); l.listen(1); c, _ = l.accept(); n = 0\n"
-             "while True:\n    d = c.recv(65536)\n    if not d: break\n    n += len(d)\nprint(n)")
-_TCP_SEND = ("import socket; s = socket.create_connection(('10.0.0.1', 7001), timeout=50); "
-             "s.sendall(b'x' * 60_000); s.close(); print(60_000)")
+# 60 kB over TCP from w2 to w1 through w2's lossy link. 20 % each way fails 36 % of
+# round trips, and TCP doubles its retransmission timeout with every failure in a row,
+# from timeouts its inflated RTT samples already put at 1-5 s: 82 transfers took
+# 0.05-71 s (median 0.5 s), a heavy tail that once ran past the old 50 s socket timeout.
+# Both ends cap the timeout at 1 s (TCP_RTO_MAX_MS, Linux 6.15+): 100 transfers took
+# 0.05-15.6 s (median 0.6 s). Where the kernel lacks the option the run's own timeout
+# bounds the transfer. The sender keeps its socket until the sink has read everything
+# and closed (never orphaned, whose retries the kernel caps), and tries the connect
+# again if all its SYNs were lost.
+_CAP_RTO = ("import socket, time\n"
+            "def cap_rto(s):\n"
+            "    try: s.setsockopt(socket.IPPROTO_TCP, 44, 1000); return 1   # TCP_RTO_MAX_MS\n"
+            "    except OSError: return 0\n")
+_TCP_SINK = _CAP_RTO + (
+    "l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); cap_rto(l)\n"
+    "l.bind(('10.0.0.1', 7001)); l.listen(1); c, _ = l.accept(); n = 0\n"
+    "while True:\n    d = c.recv(65536)\n    if not d: break\n    n += len(d)\n"
+    "print(n, flush=True); c.close()")
+_TCP_SEND = _CAP_RTO + (
+    "t = time.monotonic()\n"
+    "while True:\n"
+    "    s = socket.socket(); capped = cap_rto(s)\n"
+    "    try: s.connect(('10.0.0.1', 7001)); break\n"
+    "    except TimeoutError: s.close()\n"
+    "s.sendall(b'x' * 60_000); s.shutdown(socket.SHUT_WR); s.recv(1)\n"
+    "print(60_000, round(time.monotonic() - t, 1), capped)")
+TCP_TIMEOUT_S = 240
 
 
 def _child_hold(sw: str, run_dir: str, info_path: str) -> None:

@@ -82,9 +82,10 @@ def test_build_ping_shape_stop(kind, sw, tmp_path, reg_env):
 
 
 @pytest.mark.parametrize("sw", SWITCHES)
+@pytest.mark.timeout(support.TCP_TIMEOUT_S + 180)
 def test_nftables_loss_on_a_host_link_both_ways(sw, tmp_path, reg_env):
     _, env = reg_env
-    r = support.run_child("nft", sw, str(tmp_path / "run"), env=env)
+    r = support.run_child("nft", sw, str(tmp_path / "run"), env=env, timeout=support.TCP_TIMEOUT_S + 120)
     assert "numgen random mod 1000000 < 200000" in r["ruleset"]
     assert 'fwd to "lo"' in r["ruleset"] and "hook egress device" in r["ruleset"]
     rows = {(x["direction"], x["parameter"]): x for x in r["report"]}
@@ -104,7 +105,10 @@ def test_nftables_loss_on_a_host_link_both_ways(sw, tmp_path, reg_env):
     assert ("w1->s1", "loss_pct") not in rows
     # TCP through the lossy egress: everything arrives, and the sender resent
     # (an egress *drop* would have been taken as local congestion, no loss)
-    assert r["tcp_received"] == r["tcp_sent"] == "60000"
+    assert r["tcp_rc"] == 0, (f"the TCP sender ended with {r['tcp_rc']} (124: still running after "
+                              f"{support.TCP_TIMEOUT_S} s): {r['tcp_sent']!r}")
+    assert r["tcp_received"] == r["tcp_sent"] == "60000", r
+    print(f"60 kB through 20 % loss each way in {r['tcp_seconds']} s (RTO capped: {r['rto_capped']})")
     assert int(re.search(r"TcpRetransSegs\s+(\d+)", r["retrans"]).group(1)) > 0
     assert r["errors"] == []
 
