@@ -23,8 +23,11 @@ from testbed.results import Run  # noqa: E402
 
 plt.rcParams.update({
     "figure.figsize": (6.0, 4.0), "figure.dpi": 120, "axes.grid": True, "grid.alpha": 0.3,
-    "axes.spines.top": False, "axes.spines.right": False, "legend.frameon": False,
-    "font.size": 10,
+    "axes.spines.top": False, "axes.spines.right": False, "font.size": 10,
+    # A framed, nearly opaque legend: without a frame its sample markers (a hollow
+    # "invalid" marker above all) read as one more data point where it sits over the axes.
+    "legend.frameon": True, "legend.framealpha": 0.9, "legend.edgecolor": "0.8",
+    "legend.fancybox": False,
 })
 
 # One fixed colour per system / algorithm (colour-blind-safe Okabe-Ito palette).

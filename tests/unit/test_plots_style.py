@@ -290,3 +290,11 @@ def test_a_series_with_only_invalid_repeats_is_still_in_the_legend():
     plt.close(fig)
     assert st.band_description(0).startswith("no valid repeat")
     assert st.band_description(1) == "1 repeat per point (no band)"
+
+
+def test_every_legend_is_framed_so_its_markers_are_not_read_as_data(tmp_path, drawn):
+    fig = drawn(fx.allreduce_run(tmp_path), ["goodput_vs_size"])["goodput_vs_size"]
+    legend = fig.axes[0].get_legend()
+    assert legend.get_frame_on()
+    assert legend.get_frame().get_alpha() >= 0.85
+    fig.savefig(tmp_path / "framed.png")
