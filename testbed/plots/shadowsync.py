@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -86,10 +86,9 @@ def _rate(s: dict[str, Any]) -> float | None:
     return s["examples_per_s"] * s.get("tdf", s.get("time_scale", 1.0)) if s.get("examples_per_s") else None
 
 
-def projections(sums: dict[int, dict[str, Any]], case_of) -> dict[tuple[str, str, str], dict[int, float]]:
-    """Per (algorithm, mode, case): trainers -> projected examples/s, from the summaries at
-    the series' largest emulated count (median over repeats): its own-count projection
-    and every `projected` count."""
+def projection_sources(sums: dict[int, dict[str, Any]], case_of) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """Per (algorithm, mode, case): the summaries a series' projection is read from, those
+    at its largest emulated count (one per repeat)."""
     top: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for idx, s in sums.items():
         if s.get("projected_hw_examples_per_s"):
@@ -98,8 +97,14 @@ def projections(sums: dict[int, dict[str, Any]], case_of) -> dict[tuple[str, str
                 top[key] = []
             if not top[key] or top[key][0]["trainers"] == s["trainers"]:
                 top[key].append(s)
+    return dict(top)
+
+
+def projections(sources: dict[tuple[str, str, str], list[dict[str, Any]]]) -> dict[tuple[str, str, str], dict[int, float]]:
+    """Per (algorithm, mode, case): trainers -> projected examples/s (median over repeats)
+    from its projection_sources: their own-count projection and every `projected` count."""
     out = {}
-    for key, ss in top.items():
+    for key, ss in sources.items():
         pts: dict[int, list[float]] = defaultdict(list)
         for s in ss:
             # the own count from `projected` (PS charged its measured cost, as at the other
@@ -112,12 +117,13 @@ def projections(sums: dict[int, dict[str, Any]], case_of) -> dict[tuple[str, str
     return out
 
 
-def projected_servers_text(sums: dict[int, dict[str, Any]]) -> str:
-    """How many servers each projected count has (summary `projected_servers`), e.g.
-    "projected with 2/4/8 emb PS, 2/4/8 sync PS at 16/32/64 trainers"; "" without
-    projections. Series that disagree (EASGD has sync PSs, MA none) are merged per kind."""
+def projected_servers_text(summaries: Iterable[dict[str, Any]]) -> str:
+    """How many servers each projected count of these summaries has (summary
+    `projected_servers`), e.g. "projected with 2/4/8 emb PS, 2/4/8 sync PS at 16/32/64
+    trainers"; "" without projections. Series that disagree (EASGD has sync PSs, MA
+    none) are merged per kind."""
     per: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
-    for s in sums.values():
+    for s in summaries:
         for n, kinds in (s.get("projected_servers") or {}).items():
             for kind, count in kinds.items():
                 per[kind][int(n)].add(count)
@@ -151,7 +157,8 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
     # A straggler point's projection replicates trainer 0, not the straggler: not drawn.
     res = Resolution(run)
     straggled = {i for i in sums if res.get(i, "stragglers")}
-    proj = projections({i: s for i, s in sums.items() if i not in straggled}, lambda i: _case(run, i))
+    sources = projection_sources({i: s for i, s in sums.items() if i not in straggled}, lambda i: _case(run, i))
+    proj = projections(sources)
     fig, ax = plt.subplots(figsize=(7.2, 4.6))
     most = 0
     far = max([n for p in proj.values() for n in p] + [s["trainers"] for s in sums.values()] + [1])
@@ -197,7 +204,8 @@ def throughput(run: Run, out_dir: Path) -> list[Path]:
         for a, rs in sorted(ratio.items())) if ratio else "")
     if proj:
         extra += "; projections charge each PS its measured Python service time, emulated points its time / TDF"
-    servers = projected_servers_text(sums)
+    # the counts the drawn lines have (a series' largest emulated point's), not every point's
+    servers = projected_servers_text(s for ss in sources.values() for s in ss)
     extra += f"; {servers}" if servers else ""
     if proj and any(res.get(i, "links.loss_pct") for i in sums):
         extra += "; the projections model no packet loss"

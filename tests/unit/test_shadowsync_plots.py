@@ -144,3 +144,21 @@ def test_sync_gap_takes_the_pause_as_its_axis_when_the_run_sweeps_it(tmp_path):
     assert "pause" in xlabel and "ms of modeled hardware" in xlabel
     assert "x = workload.shadow_pause_ms 0/5/20 ms" in caption and "2 trainers" in caption
     assert "2 repeats: line = median" in caption
+
+
+def test_the_caption_names_the_servers_of_the_projected_counts_drawn_only():
+    """A series' line is projected from its largest emulated point; a smaller point's own
+    projection (1 trainer on 1 PS) is not drawn, so the caption does not list its count."""
+    from testbed.plots.shadowsync import projected_servers_text, projection_sources, projections  # noqa: PLC0415
+
+    def summary(n, counts):
+        return {"algorithm": "ma", "mode": "shadow", "trainers": n, "projected_hw_examples_per_s": 1e6 * n,
+                "projected": {str(c): 1e5 * c for c in counts},
+                "projected_servers": {str(c): {"embedding_ps": max(1, c // 8)} for c in counts}}
+    sums = {0: summary(1, [1, 16, 32]), 1: summary(2, [2, 16, 32]), 2: summary(2, [2, 16, 32])}
+    sources = projection_sources(sums, lambda i: "base")
+    assert [s["trainers"] for s in sources[("ma", "shadow", "base")]] == [2, 2]
+    assert projections(sources) == {("ma", "shadow", "base"): {2: 2e5, 16: 1.6e6, 32: 3.2e6}}
+    assert projected_servers_text(s for ss in sources.values() for s in ss) == \
+        "projected with 1/2/4 emb PS at 2/16/32 trainers"
+    assert "at 1/2/16/32 trainers" in projected_servers_text(sums.values())   # every point's, as before
