@@ -79,6 +79,24 @@ def quick_run(tmp_path_factory):
     return QuickRuns(tmp_path_factory.mktemp("quick-runs"))
 
 
+@pytest.fixture
+def drawn(monkeypatch):
+    """Draw a run's figures and keep them open to inspect: drawn(run_dir, names) ->
+    {name: matplotlib Figure} (testbed.plots.style._close replaced)."""
+    from testbed import results as res  # noqa: PLC0415 - only the figure tests pay matplotlib's import
+    from testbed.plots import draw_figures  # noqa: PLC0415
+    from testbed.plots import style  # noqa: PLC0415
+
+    figs: list = []
+    monkeypatch.setattr(style, "_close", figs.append)
+
+    def draw(run_dir, names):
+        figs.clear()
+        draw_figures(res.load_run(run_dir), names)
+        return dict(zip(names, figs))
+    return draw
+
+
 @pytest.fixture(autouse=True)
 def _close_figures():
     """Figure tests keep the drawn figures open to inspect them (style._close

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 
 from testbed import results as res
-from testbed.plots import draw_figures
 from testbed.plots import style as st
 
 pytestmark = pytest.mark.unit
@@ -36,11 +35,9 @@ def _period_run(tmp_path):
     return run_dir
 
 
-def test_time_to_target_keeps_swept_values_apart_and_bounds_a_missed_target(tmp_path, monkeypatch):
-    figs = []
-    monkeypatch.setattr(st, "_close", figs.append)
-    draw_figures(res.load_run(_period_run(tmp_path)), ["easgd_time_to_target"])
-    ax = figs[0].axes[0]
+def test_time_to_target_keeps_swept_values_apart_and_bounds_a_missed_target(tmp_path, drawn):
+    fig = drawn(_period_run(tmp_path), ["easgd_time_to_target"])["easgd_time_to_target"]
+    ax = fig.axes[0]
     ticks = [t.get_text() for t in ax.get_xticklabels()]
     assert ticks == ["Sync EASGD\n(tau=1)", "Sync EASGD\n(tau=4)"], ticks
     bound = [ln for ln in ax.get_lines() if ln.get_marker() == "^"]
@@ -48,4 +45,4 @@ def test_time_to_target_keeps_swept_values_apart_and_bounds_a_missed_target(tmp_
     reached = [ln for ln in ax.get_lines() if ln.get_marker() == "o" and list(ln.get_xdata()) == [0]]
     assert reached and reached[0].get_ydata()[0] == pytest.approx(4.0)
     assert ax.get_ylim()[0] == 0
-    assert "not reached: run length" in st.caption_of(figs[0])
+    assert "not reached: run length" in st.caption_of(fig)

@@ -13,7 +13,6 @@ import matplotlib.colors as mcolors
 import pytest
 
 from testbed import results as res
-from testbed.plots import draw_figures
 from testbed.plots import style as st
 from testbed.plots.allreduce import goodput_bound_mbps, payload_efficiency
 from testbed.plots.captions import Resolution
@@ -22,19 +21,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import plot_fixtures as fx  # noqa: E402
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def drawn(monkeypatch):
-    """Draw figures and keep them open: name -> matplotlib Figure."""
-    figs = []
-    monkeypatch.setattr(st, "_close", figs.append)
-
-    def draw(run_dir, names):
-        figs.clear()
-        draw_figures(res.load_run(run_dir), names)
-        return dict(zip(names, figs))
-    return draw
 
 
 def _data_lines(ax):

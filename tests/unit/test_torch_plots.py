@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from testbed import results as res
-from testbed.plots import draw_figures
 from testbed.plots import style as st
 
 pytestmark = pytest.mark.unit
@@ -45,18 +44,6 @@ def torch_run(tmp_path):
             "valid": not invalid,
             "invalid_reasons": ["network slowdown p50 is 1.4x the compute dilation"] if invalid else []})
     return run_dir
-
-
-@pytest.fixture
-def drawn(monkeypatch):
-    figs = []
-    monkeypatch.setattr(st, "_close", figs.append)
-
-    def draw(run_dir, names):
-        figs.clear()
-        draw_figures(res.load_run(run_dir), names)
-        return dict(zip(names, figs))
-    return draw
 
 
 def test_loss_vs_hardware_time_with_projection_and_hollow_invalid(tmp_path, drawn):
