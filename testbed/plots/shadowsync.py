@@ -100,7 +100,8 @@ def projection_sources(sums: dict[int, dict[str, Any]], case_of) -> dict[tuple[s
     return dict(top)
 
 
-def projections(sources: dict[tuple[str, str, str], list[dict[str, Any]]]) -> dict[tuple[str, str, str], dict[int, float]]:
+def projections(sources: dict[tuple[str, str, str], list[dict[str, Any]]]
+                ) -> dict[tuple[str, str, str], dict[int, float]]:
     """Per (algorithm, mode, case): trainers -> projected examples/s (median over repeats)
     from its projection_sources: their own-count projection and every `projected` count."""
     out = {}

@@ -149,8 +149,8 @@ def _child_nft(sw: str, run_dir: str) -> dict:
     words = sent.split()
     sent_ok = rc == 0 and len(words) == 3
     return {"ruleset": ruleset, "ping": ping, "report": net.impairment_report(), "errors": net.errors,
-            "tcp_rc": rc, "tcp_sent": words[0] if sent_ok else sent.strip(), "tcp_seconds": float(words[1]) if sent_ok else None,
-            "rto_capped": sent_ok and words[2] == "1",
+            "tcp_rc": rc, "tcp_sent": words[0] if sent_ok else sent.strip(),
+            "tcp_seconds": float(words[1]) if sent_ok else None, "rto_capped": sent_ok and words[2] == "1",
             "tcp_received": received.strip(), "retrans": retrans}
 
 
