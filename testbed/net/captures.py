@@ -113,7 +113,8 @@ class Captures:
     def _behind(self) -> list[_Capture]:
         """The captures whose pcap holds fewer frames than their interface counted
         since the capture began (one whose counters cannot be read is never behind:
-        tcpdump's statistics judge it at the end)."""
+        tcpdump's statistics judge it at the end). Each capture looked at keeps what
+        its interface counted (`counted`), for the stop's report."""
         out = []
         for c in self._captures:
             now = self._read_frames(c.node, c.intf)

@@ -283,4 +283,3 @@ def test_every_legend_is_framed_so_its_markers_are_not_read_as_data(tmp_path, dr
     legend = fig.axes[0].get_legend()
     assert legend.get_frame_on()
     assert legend.get_frame().get_alpha() >= 0.85
-    fig.savefig(tmp_path / "framed.png")
