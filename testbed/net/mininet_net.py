@@ -260,6 +260,8 @@ class MininetNetwork(Network):
                 stop_processes(self._procs)
                 self._read_nft_counters()
                 self._captures.stop()
+                for note in self._captures.notes:
+                    log.info(note)
                 try:
                     with self._mininet_log():
                         self._net.stop()
@@ -411,6 +413,7 @@ class MininetNetwork(Network):
         self._apply_nftables()
         self._apply_netem()
         net.start()
+        self._quiet_bridge_devices()
         self._register_children()
         self._wait_ports_ready()
         if self.capture and not self.soft:
@@ -514,6 +517,15 @@ class MininetNetwork(Network):
             intfs = [i.name for i in self.node(sw).intfList() if i.name != "lo"]
             if intfs:
                 self._sh(sw, _switch_port_script(intfs), "switch port setup")
+
+    def _quiet_bridge_devices(self) -> None:
+        """No IPv6 on a Linux bridge's own device either (named after the switch,
+        made by its start; the other switch classes have none): it has a link-local
+        address and floods MLD reports and router solicitations (4 s apart) out of
+        every port, into the captures and, once, past their drain."""
+        for sw in self.plan.switches:
+            if self._read_sys(self.node(sw), f"{sw}/address") is not None:
+                self._sh(sw, _switch_port_script([sw]), "bridge device setup")
 
     def _check_shaping(self) -> None:
         """Mininet only logs tc failures (and then runs the link unshaped): read
@@ -712,8 +724,8 @@ class MininetNetwork(Network):
                 pass
 
 
-def _switch_port_script(intfs: list[str]) -> str:
-    return "\n".join(f"sysctl -qw net.ipv6.conf.{i}.disable_ipv6=1 2>/dev/null || true" for i in intfs)
+def _switch_port_script(devices: list[str]) -> str:
+    return "\n".join(f"sysctl -qw net.ipv6.conf.{i}.disable_ipv6=1 2>/dev/null || true" for i in devices)
 
 
 def _children_of(parent: int) -> dict[int, str]:
