@@ -13,7 +13,7 @@ from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
 from testbed.net import captures
-from testbed.net.captures import Captures, _Capture, _count_new_records, _lost_frames
+from testbed.net.captures import Captures, _Capture, _count_new_records, _lost_frames, _tcpdump_statistics
 
 pytestmark = pytest.mark.unit
 
@@ -57,19 +57,20 @@ def test_records_are_counted_as_they_are_written_never_a_half_written_one(tmp_pa
 def test_tcpdump_statistics_say_what_was_lost(tmp_path, log, problem):
     path = tmp_path / "tcpdump-w1-eth0.log"
     path.write_text(log)
-    assert _lost_frames(path) == problem
+    assert _lost_frames(_tcpdump_statistics(path)) == problem
 
 
-def _fake_tcpdump(pcap: Path, frames: int, log: Path, delay_s: float) -> subprocess.Popen:
+def _fake_tcpdump(pcap: Path, frames: int, log: Path, delay_s: float, late: int = 0) -> subprocess.Popen:
     """Writes the pcap's header at once, its frames after delay_s (a block libpcap
-    hands over late), then its statistics on SIGTERM, as tcpdump does."""
+    hands over late), then its statistics on SIGTERM, as tcpdump does; `late`
+    frames reached its filter after those and are lost at SIGTERM."""
     whole = pcap.with_suffix(".whole")
     wrpcap(str(whole), _frames(frames))
     code = (f"import signal, sys, time\n"
             f"data = open({str(whole)!r}, 'rb').read()\n"
             f"out = open({str(pcap)!r}, 'wb'); out.write(data[:24]); out.flush()\n"
             f"def stop(*_):\n"
-            f"    open({str(log)!r}, 'w').write('{{0}} packets captured\\n{frames} packets received by filter\\n"
+            f"    open({str(log)!r}, 'w').write('{{0}} packets captured\\n{frames + late} packets received by filter\\n"
             f"0 packets dropped by kernel\\n'.format(written)); sys.exit(0)\n"
             f"written = 0\n"
             f"signal.signal(signal.SIGTERM, stop)\n"
@@ -100,3 +101,37 @@ def test_the_stop_waits_for_the_frames_the_interface_counted(tmp_path, monkeypat
     else:
         assert caps.problems == ["capture w1-eth0: tcpdump wrote 0 of the 40 frames its filter received "
                                  "(see tcpdump-w1-eth0.log)"]
+
+
+@pytest.mark.parametrize("dropped", [0, 1])
+def test_frames_after_the_window_are_a_note_when_the_pcap_holds_all_counted_before(tmp_path, monkeypatch,
+                                                                                     dropped):
+    """A frame that reaches the interface after the drain's last look (a kernel's ARP
+    probe once the programs stopped) and is lost at SIGTERM is noted, not a problem:
+    the pcap holds every frame counted until then. Kernel drops stay a problem."""
+    monkeypatch.setattr(captures, "DRAIN_LIMIT_S", 3.0)
+    counter = {"n": 1000}
+
+    def spawn(node, argv, log):
+        pcap = Path(argv[argv.index("-w") + 1])
+        return _fake_tcpdump(pcap, 40, log, 0.3, late=1)
+
+    caps = Captures(tmp_path, tmp_path, None, spawn, lambda node, intf: counter["n"], lambda pid, role: None)
+    caps.start("w1", ["w1-eth0"])
+    counter["n"] += 40
+    if dropped:
+        # the kernel dropped a frame: which frames the pcap lacks is unknown
+        original = captures._tcpdump_statistics
+        monkeypatch.setattr(captures, "_tcpdump_statistics",
+                            lambda log: {**original(log), "dropped by kernel": 1})
+    caps.stop()
+    log = tmp_path / "tcpdump-w1-eth0.log"
+    if dropped:
+        assert caps.notes == []
+        assert caps.problems == ["capture w1-eth0: tcpdump wrote 40 of the 41 frames its filter received; "
+                                 "the kernel dropped 1 frames before tcpdump read them (see tcpdump-w1-eth0.log)"]
+    else:
+        assert caps.problems == []
+        assert caps.notes == ["capture w1-eth0: 1 frame(s) reached the interface after the capture window closed "
+                              "(the pcap holds all 40 it counted by then) and are not in the pcap"]
+        assert log.read_text().splitlines()[-1] == f"testbed: {caps.notes[0]}"
