@@ -547,26 +547,48 @@ def p4sgd_compute_time(wl: P4sgdWorkload, device_overrides: dict[str, Any] | Non
 
     device_overrides = dict(device_overrides or {})
     devices: dict[str, Any] = {}
+    # A trace's header is one dict shared by all its nodes: its device is found once
+    # (the header is kept beside it, so a reused id() cannot match), and a step's time,
+    # a pure function of the device and the step's shape, once per shape.
+    by_header: dict[int, tuple[dict[str, Any], Any]] = {}
+    steps: dict[tuple, float] = {}
+
+    def device_of(header: dict[str, Any]) -> Any:
+        """The header's modeled device with the overrides; None: a measured CPU."""
+        got = by_header.get(id(header))
+        if got is not None and got[0] is header:
+            return got[1]
+        spec = dict(header.get("device") or {})
+        dev = None
+        if spec.get("type", "cpu") != "cpu":
+            spec.update(time_scale=1.0, **device_overrides)
+            key = repr(sorted(spec.items()))
+            dev = devices.get(key) or devices.setdefault(key, make_device(spec))
+        by_header[id(header)] = (header, dev)
+        return dev
 
     def compute_time(header: dict[str, Any], node: dict[str, Any], world: int) -> float:
         work = node.get("work") or {}
         recorded = int(header.get("recorded_world", header["world"]))
-        spec = {k: v for k, v in (header.get("device") or {}).items()}
         if "n" not in work or (world == recorded and not device_overrides):
             return node["hw_s"]
-        if spec.get("type", "cpu") == "cpu":
+        dev = device_of(header)
+        if dev is None:
             return node["hw_s"] * recorded / world      # measured CPU: scale with the share
-        spec.update(time_scale=1.0, **device_overrides)
-        key = repr(sorted(spec.items()))
-        dev = devices.get(key) or devices.setdefault(key, make_device(spec))
         n, f, nnz = work["n"], work["f"], work.get("nnz")
         if wl.mode == "model_parallel":
             f2 = max(1, -(-int(header.get("n_features", f * recorded)) // world))
             nnz2 = None if nnz is None else max(1, round(nnz * f2 / max(1, f)))
-            return dev.step_time(n, f2, nnz2, work.get("phase", "step"))
-        n2 = max(1, round(n * recorded / world))
-        nnz2 = None if nnz is None else max(1, round(nnz * n2 / max(1, n)))
-        return dev.step_time(n2, f, nnz2, work.get("phase", "step"))
+            shape = (n, f2, nnz2)
+        else:
+            n2 = max(1, round(n * recorded / world))
+            nnz2 = None if nnz is None else max(1, round(nnz * n2 / max(1, n)))
+            shape = (n2, f, nnz2)
+        key = (id(dev), *shape, work.get("phase", "step"))
+        t = steps.get(key)
+        if t is None:
+            t = steps[key] = dev.step_time(*shape, work.get("phase", "step"))
+        return t
 
     return compute_time
 

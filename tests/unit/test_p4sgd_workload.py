@@ -507,3 +507,44 @@ def test_a_worker_given_the_dataset_file_trains_as_from_the_spec(tmp_path):
         assert np.array_equal(a, b)
     with pytest.raises(ConfigError, match="dataset_file: must be a path or null"):
         prog.P4sgdConfig.from_json(_cfg(tmp_path, dataset_file=3))
+
+
+@pytest.mark.parametrize("mode", ["model_parallel", "data_parallel"])
+def test_projected_compute_time_is_the_device_model_at_the_projected_share(mode):
+    """p4sgd_compute_time finds a header's device once and a step shape's time once:
+    every answer equals the device model asked directly, per header (two headers with
+    different devices, one a measured CPU), per world and per override."""
+    from hosts.glm.devices import make_device
+    from testbed.workloads.p4sgd import p4sgd_compute_time
+
+    wl = SimpleNamespace(mode=mode)
+    u280 = {"world": 2, "n_features": 1000, "device": {"type": "u280", "time_scale": 500.0}}
+    gpu = {"world": 2, "n_features": 1000, "device": {"type": "gpu", "time_scale": 500.0}}
+    cpu = {"world": 2, "n_features": 1000, "device": {"type": "cpu"}}
+    nodes = [{"hw_s": 1e-3, "work": {"n": 64, "f": 500, "nnz": None, "phase": ph}}
+             for ph in ("forward", "backward", "step")] + [
+             {"hw_s": 2e-3, "work": {"n": 32, "f": 500, "nnz": 4000, "phase": "step"}}]
+
+    def direct(header, node, world, overrides):
+        dev = make_device({**header["device"], "time_scale": 1.0, **overrides})
+        w = node["work"]
+        if mode == "model_parallel":
+            f2 = -(-1000 // world)
+            shape = (w["n"], f2, None if w["nnz"] is None else max(1, round(w["nnz"] * f2 / w["f"])))
+        else:
+            n2 = max(1, round(w["n"] * 2 / world))
+            shape = (n2, w["f"], None if w["nnz"] is None else max(1, round(w["nnz"] * n2 / w["n"])))
+        return dev.step_time(*shape, w["phase"])
+
+    for overrides in ({}, {"hbm_efficiency": 0.3}):
+        ct = p4sgd_compute_time(wl, overrides)
+        for world in (2, 4, 8, 4):
+            for header in (u280, gpu, dict(u280), cpu):
+                for node in nodes:
+                    got = ct(header, node, world)
+                    if header is cpu:
+                        assert got == pytest.approx(node["hw_s"] * 2 / world)
+                    elif world == 2 and not overrides:
+                        assert got == node["hw_s"]           # the recorded world: as recorded
+                    else:
+                        assert got == pytest.approx(direct(header, node, world, overrides), rel=1e-12)
