@@ -388,6 +388,11 @@ class MininetNetwork(Network):
             for table in ("arptables", "iptables", "ip6tables"):
                 with contextlib.suppress(OSError):
                     Path(f"/proc/sys/net/bridge/bridge-nf-call-{table}").write_text("0")
+            # ... and no IGMP reports for link-local groups from this namespace's own stack:
+            # a Linux bridge's device joins 224.0.0.106 (all-snoopers) when it comes up and
+            # reports it into the captures (no per-device switch for that, unlike IPv6).
+            with contextlib.suppress(OSError):
+                Path("/proc/sys/net/ipv4/igmp_link_local_mcast_reports").write_text("0")
         net = self._make_mininet(topo=None, switch=self.switch_cls, host=Host, controller=None, link=TCLink,
                                  build=False, autoSetMacs=False, autoStaticArp=False)
         self._net = net
