@@ -15,10 +15,10 @@ The drain ends the capture window. A frame can still reach an interface between
 the drain's last look and tcpdump's exit (kernels keep talking after the programs
 stop: a Linux bridge's router solicitation crossed both switch ports so in CI,
 "tcpdump wrote 308 of the 309 frames", before the network quieted that device),
-and tcpdump loses it at SIGTERM. When the pcap holds every frame its interface had counted at the
-drain's last look and tcpdump reports no kernel drops, the frames it lost are
-those later ones: a note (Captures.notes, and a line in the capture's log), not a
-problem of the run.
+and tcpdump loses it at SIGTERM. When the pcap holds every frame its interface
+had counted at the drain's last look and tcpdump reports no kernel drops, the
+frames it lost are those later ones: a note (Captures.notes, and a line in the
+capture's log), not a problem of the run.
 """
 from __future__ import annotations
 
