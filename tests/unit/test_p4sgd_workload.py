@@ -515,7 +515,7 @@ def test_projected_compute_time_is_the_device_model_at_the_projected_share(mode)
     every answer equals the device model asked directly, per header (two headers with
     different devices, one a measured CPU), per world and per override."""
     from hosts.glm.devices import make_device
-    from testbed.workloads.p4sgd import p4sgd_compute_time
+    from testbed.workloads.p4sgd_projection import p4sgd_compute_time
 
     wl = SimpleNamespace(mode=mode)
     u280 = {"world": 2, "n_features": 1000, "device": {"type": "u280", "time_scale": 500.0}}

@@ -95,7 +95,7 @@ C_LAUNCH = AssumedConstant(
     "Launch costs are host- and driver-bound, taken as they carry to a V100 [A]")
 C_GPU_HBM = AssumedConstant(
     "gpu.hbm_efficiency", 0.7, 0.4, 0.9, "share of 900 GB/s",
-    "GpuDevice: V100 HBM2 900 GB/s [D]; GLM kernels' share 0.7 [A], range as testbed/workloads/p4sgd.py "
+    "GpuDevice: V100 HBM2 900 GB/s [D]; GLM kernels' share 0.7 [A], range as testbed/workloads/p4sgd_projection.py "
     "DEVICE_RANGES (STREAM-like ~0.85-0.9, gather-heavy kernels less)")
 C_GPU_KERNELS = AssumedConstant(
     "gpu.kernels_per_step", 4.0, 2.0, 6.0, "kernels",
