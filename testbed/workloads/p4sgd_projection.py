@@ -11,10 +11,7 @@ projection.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from testbed.workloads.p4sgd import P4sgdWorkload
+from typing import Any
 
 
 # Worker counts the projection adds beyond what one machine emulates.

@@ -275,10 +275,10 @@ def _child_capture_tail(sw: str, run_dir: str) -> dict:
                          {"pipeline": "forward"}, Path(run_dir), seed=1, capture=True, capture_hosts=["w1"])
     with net:
         net.popen("w1", [sys.executable, "-c", _UDP_BURST], Path(run_dir) / "w1.log").wait(timeout=30)
-    pcaps = sorted(net.pcap_dir.glob("*.pcap"))
-    counts = {p.name: sum(1 for f in read_frames(p) if f.proto == "udp" and f.dport == 7002) for p in pcaps}
+    frames = {p.name: list(read_frames(p)) for p in sorted(net.pcap_dir.glob("*.pcap"))}
+    counts = {name: sum(1 for f in fs if f.proto == "udp" and f.dport == 7002) for name, fs in frames.items()}
     # anything but the burst and w2's ICMP port-unreachable replies (the network's own chatter)
-    others = {p.name: sorted({f.proto for f in read_frames(p) if f.proto not in ("udp", "icmp")}) for p in pcaps}
+    others = {name: sorted({f.proto for f in fs if f.proto not in ("udp", "icmp")}) for name, fs in frames.items()}
     return {"counts": counts, "others": others, "errors": net.teardown_problems()}
 
 
